@@ -1,0 +1,1 @@
+//! Parsing a received message into the fields of a CapturedEmail.

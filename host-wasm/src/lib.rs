@@ -1,0 +1,1 @@
+//! WebAssembly bindings of mailjar-core.
