@@ -7,3 +7,4 @@
 
 pub mod jsregex;
 pub mod message;
+pub mod smtp;

@@ -1,0 +1,943 @@
+//! A sans-IO SMTP server session.
+//!
+//! [`Session`] is the whole server side of one SMTP connection as a state
+//! machine. The host feeds it the bytes it reads with [`Session::receive`] and
+//! writes out the [`Output::Reply`]s it gets back, in order; it stores each
+//! [`Output::Message`] before writing the reply that follows it, so a message
+//! is never acknowledged before it is safe. The session never reads a clock:
+//! when the host's idle timer fires it calls [`Session::timeout`].
+//!
+//! Feeding the same bytes in any chunking gives the same outputs.
+//!
+//! ```
+//! use mailjar_core::smtp::{Config, Output, Session};
+//!
+//! let mut session = Session::new(Config::default());
+//! assert_eq!(session.greeting().code, 220);
+//! let outputs = session.receive(
+//!     b"EHLO client\r\nMAIL FROM:<a@example.com>\r\nRCPT TO:<b@example.com>\r\n\
+//!       DATA\r\nSubject: hi\r\n\r\nHello\r\n.\r\nQUIT\r\n",
+//! );
+//! let message = outputs.iter().find_map(|o| match o {
+//!     Output::Message(m) => Some(m),
+//!     _ => None,
+//! });
+//! assert_eq!(message.unwrap().raw, b"Subject: hi\r\n\r\nHello\r\n");
+//! assert!(matches!(outputs.last(), Some(Output::Close)));
+//! ```
+
+use std::fmt;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
+
+/// Limits and names a [`Session`] works with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// The name the server gives itself in the greeting and the EHLO reply.
+    pub hostname: String,
+    /// The largest message accepted, in bytes after dot-unstuffing (552 above it).
+    pub max_message_bytes: usize,
+    /// The most recipients one message may have (452 above it).
+    pub max_recipients: usize,
+    /// The longest command line, in bytes without its CRLF (500 above it).
+    pub max_line_bytes: usize,
+    /// How many bad commands in a row close the connection with 421.
+    pub max_errors: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            hostname: "mailjar".to_owned(),
+            max_message_bytes: 25 * 1024 * 1024,
+            max_recipients: 1000,
+            max_line_bytes: 4096,
+            max_errors: 20,
+        }
+    }
+}
+
+/// One SMTP reply: a code and one or more lines of text.
+///
+/// The lines already carry the enhanced status code where one applies.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    /// The three-digit reply code.
+    pub code: u16,
+    /// The text lines, without the code and without CRLF.
+    pub lines: Vec<String>,
+}
+
+impl Reply {
+    /// A one-line reply.
+    pub fn new(code: u16, text: impl Into<String>) -> Reply {
+        Reply {
+            code,
+            lines: vec![text.into()],
+        }
+    }
+
+    /// The reply a host sends when it refuses a connection because too many are open.
+    pub fn too_many_connections() -> Reply {
+        Reply::new(421, "4.7.0 Too many connections, try again later")
+    }
+
+    /// The reply a host sends in place of an acceptance when it could not store a message.
+    pub fn local_error() -> Reply {
+        Reply::new(451, "4.3.0 Could not store the message, try again later")
+    }
+
+    /// Whether the code is 2xx.
+    pub fn is_positive(&self) -> bool {
+        (200..300).contains(&self.code)
+    }
+
+    /// The text lines joined with `\n`.
+    pub fn text(&self) -> String {
+        self.lines.join("\n")
+    }
+
+    /// Appends the reply as it goes on the wire (`NNN-text\r\n` ... `NNN text\r\n`).
+    pub fn write_to(&self, out: &mut Vec<u8>) {
+        let last = self.lines.len().saturating_sub(1);
+        if self.lines.is_empty() {
+            out.extend_from_slice(format!("{} \r\n", self.code).as_bytes());
+        }
+        for (i, line) in self.lines.iter().enumerate() {
+            let sep = if i == last { ' ' } else { '-' };
+            out.extend_from_slice(format!("{}{}{}\r\n", self.code, sep, line).as_bytes());
+        }
+    }
+
+    /// The reply as it goes on the wire.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.write_to(&mut out);
+        out
+    }
+}
+
+impl fmt::Display for Reply {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.code, self.lines.join(" / "))
+    }
+}
+
+/// The SMTP envelope of a message: what MAIL FROM and RCPT TO said.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Envelope {
+    /// The reverse path without angle brackets; "" for the null sender `<>`.
+    pub from: String,
+    /// The forward paths without angle brackets, in the order given.
+    pub to: Vec<String>,
+}
+
+/// A message the session accepted, to be stored before its 250 is written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Incoming {
+    /// MAIL FROM and RCPT TO.
+    pub envelope: Envelope,
+    /// The message exactly as the client sent it, dot-unstuffed.
+    pub raw: Vec<u8>,
+    /// What the client said in HELO or EHLO, if it did.
+    pub helo: Option<String>,
+}
+
+/// What the host must do after feeding bytes to a [`Session`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Output {
+    /// Write this reply to the client.
+    Reply(Reply),
+    /// Store this message; the reply that follows acknowledges it.
+    Message(Incoming),
+    /// Close the connection after writing the replies before this.
+    Close,
+}
+
+/// How the session reads the bytes it is fed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Mode {
+    /// Command lines, ended by LF (an optional CR before it is dropped).
+    Command,
+    /// A command line longer than the limit: dropped up to its LF.
+    Overlong,
+    /// The message text after DATA, up to CRLF.CRLF.
+    Data(DataScan),
+    /// `remaining` bytes of a BDAT chunk; `last` when it was BDAT ... LAST.
+    /// `keep` is false when the chunk is consumed only to be discarded.
+    Bdat {
+        remaining: u64,
+        last: bool,
+        keep: bool,
+    },
+    /// Waiting for the client's answer to an AUTH challenge.
+    Auth(AuthStep),
+    /// The session is over; nothing more is read.
+    Closed,
+}
+
+/// Where the DATA scanner stands relative to line starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DataScan {
+    /// Just after CRLF (or at the start of the text).
+    LineStart,
+    /// Inside a line.
+    Middle,
+    /// Inside a line, just after a CR.
+    Cr,
+    /// A line that started with a dot; the dot is held back.
+    Dot,
+    /// A line that is a dot and a CR so far; both held back.
+    DotCr,
+}
+
+/// Which AUTH answer the session waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AuthStep {
+    /// AUTH PLAIN without an initial response: the credentials.
+    Plain,
+    /// AUTH LOGIN: the user name.
+    LoginUser,
+    /// AUTH LOGIN: the password.
+    LoginPassword,
+}
+
+/// The mail transaction under way.
+#[derive(Debug, Clone, Default)]
+struct Transaction {
+    /// Set by MAIL FROM; None when no transaction is open.
+    from: Option<String>,
+    to: Vec<String>,
+    smtputf8: bool,
+    /// The message text received so far (DATA or BDAT chunks).
+    body: Vec<u8>,
+    /// The text went over the size limit: it is being discarded.
+    too_big: bool,
+    /// BDAT chunks have been received for this transaction.
+    chunking: bool,
+}
+
+/// The server side of one SMTP connection, as a state machine.
+///
+/// See the [module documentation](self) for how a host drives it.
+#[derive(Debug, Clone)]
+pub struct Session {
+    config: Config,
+    mode: Mode,
+    /// The partial command line carried over between calls to `receive`.
+    line: Vec<u8>,
+    helo: Option<String>,
+    authenticated: bool,
+    transaction: Transaction,
+    errors_in_a_row: usize,
+    /// The reply to a refused BDAT, written once its chunk has been read and dropped.
+    pending_bdat_reply: Option<Reply>,
+}
+
+impl Session {
+    /// A session that has not yet greeted the client.
+    pub fn new(config: Config) -> Session {
+        Session {
+            config,
+            mode: Mode::Command,
+            line: Vec::new(),
+            helo: None,
+            authenticated: false,
+            transaction: Transaction::default(),
+            errors_in_a_row: 0,
+            pending_bdat_reply: None,
+        }
+    }
+
+    /// The 220 greeting the host writes as soon as the connection opens.
+    pub fn greeting(&self) -> Reply {
+        Reply::new(220, format!("{} ESMTP mailjar ready", self.config.hostname))
+    }
+
+    /// The 421 the host writes when the client was idle too long; the session is closed after it.
+    pub fn timeout(&mut self) -> Reply {
+        self.mode = Mode::Closed;
+        Reply::new(421, "4.4.2 Idle timeout, closing connection")
+    }
+
+    /// The 421 the host writes when it shuts down; the session is closed after it.
+    pub fn shutdown(&mut self) -> Reply {
+        self.mode = Mode::Closed;
+        Reply::new(421, "4.3.2 Service shutting down, try again later")
+    }
+
+    /// Whether the session is in the middle of receiving a message (DATA or BDAT).
+    pub fn is_receiving_message(&self) -> bool {
+        matches!(self.mode, Mode::Data(_) | Mode::Bdat { .. }) || self.transaction.chunking
+    }
+
+    /// Whether the session has ended; a closed session ignores further input.
+    pub fn is_closed(&self) -> bool {
+        self.mode == Mode::Closed
+    }
+
+    /// Feeds bytes read from the client; returns what the host must do, in order.
+    pub fn receive(&mut self, mut input: &[u8]) -> Vec<Output> {
+        let mut out = Vec::new();
+        while !input.is_empty() {
+            let used = match self.mode {
+                Mode::Closed => break,
+                Mode::Command | Mode::Auth(_) => self.receive_line_bytes(input, &mut out),
+                Mode::Overlong => match memchr::memchr(b'\n', input) {
+                    Some(lf) => {
+                        self.mode = Mode::Command;
+                        let reply = Reply::new(500, "5.5.6 Line too long");
+                        self.error(reply, &mut out);
+                        lf + 1
+                    }
+                    None => input.len(),
+                },
+                Mode::Data(scan) => self.receive_data(scan, input, &mut out),
+                Mode::Bdat {
+                    remaining,
+                    last,
+                    keep,
+                } => {
+                    let take =
+                        usize::try_from(remaining).map_or(input.len(), |r| r.min(input.len()));
+                    if keep {
+                        self.append_body(&input[..take]);
+                    }
+                    let remaining = remaining - take as u64;
+                    if remaining == 0 {
+                        self.mode = Mode::Command;
+                        self.finish_chunk(last, keep, &mut out);
+                    } else {
+                        self.mode = Mode::Bdat {
+                            remaining,
+                            last,
+                            keep,
+                        };
+                    }
+                    take
+                }
+            };
+            input = &input[used..];
+        }
+        out
+    }
+
+    /// Collects command-line bytes; handles each complete line. Returns the bytes used.
+    fn receive_line_bytes(&mut self, input: &[u8], out: &mut Vec<Output>) -> usize {
+        match memchr::memchr(b'\n', input) {
+            Some(lf) => {
+                self.line.extend_from_slice(&input[..lf]);
+                let mut line = std::mem::take(&mut self.line);
+                if line.last() == Some(&b'\r') {
+                    line.pop();
+                }
+                if line.len() > self.config.max_line_bytes {
+                    self.mode = Mode::Command;
+                    self.error(Reply::new(500, "5.5.6 Line too long"), out);
+                } else {
+                    self.handle_line(&line, out);
+                }
+                line.clear();
+                if self.line.is_empty() {
+                    // Reuse the allocation for the next line.
+                    self.line = line;
+                }
+                lf + 1
+            }
+            None => {
+                self.line.extend_from_slice(input);
+                // One more byte than the limit may be the CR of a line that is just short enough.
+                if self.line.len() > self.config.max_line_bytes + 1 {
+                    self.line.clear();
+                    self.mode = Mode::Overlong;
+                }
+                input.len()
+            }
+        }
+    }
+
+    /// Scans message text after DATA. Returns the bytes used.
+    fn receive_data(&mut self, mut scan: DataScan, input: &[u8], out: &mut Vec<Output>) -> usize {
+        let mut i = 0;
+        let mut kept_from = 0;
+        while i < input.len() {
+            match scan {
+                DataScan::Middle => match memchr::memchr(b'\r', &input[i..]) {
+                    Some(cr) => {
+                        i += cr + 1;
+                        scan = DataScan::Cr;
+                    }
+                    None => i = input.len(),
+                },
+                DataScan::Cr => {
+                    scan = match input[i] {
+                        b'\n' => DataScan::LineStart,
+                        b'\r' => DataScan::Cr,
+                        _ => DataScan::Middle,
+                    };
+                    i += 1;
+                }
+                DataScan::LineStart => {
+                    if input[i] == b'.' {
+                        self.append_body(&input[kept_from..i]);
+                        i += 1;
+                        kept_from = i;
+                        scan = DataScan::Dot;
+                    } else {
+                        scan = if input[i] == b'\r' {
+                            DataScan::Cr
+                        } else {
+                            DataScan::Middle
+                        };
+                        i += 1;
+                    }
+                }
+                DataScan::Dot => {
+                    if input[i] == b'\r' {
+                        i += 1;
+                        kept_from = i;
+                        scan = DataScan::DotCr;
+                    } else {
+                        // A dot-stuffed line: the held-back dot is dropped.
+                        scan = DataScan::Middle;
+                    }
+                }
+                DataScan::DotCr => {
+                    if input[i] == b'\n' {
+                        self.mode = Mode::Command;
+                        self.finish_message(out);
+                        return i + 1;
+                    }
+                    // The dot is dropped, the CR is text and this byte is read after it.
+                    self.append_body(b"\r");
+                    scan = DataScan::Cr;
+                }
+            }
+        }
+        self.append_body(&input[kept_from..]);
+        self.mode = Mode::Data(scan);
+        input.len()
+    }
+
+    fn append_body(&mut self, bytes: &[u8]) {
+        let t = &mut self.transaction;
+        if t.too_big || bytes.is_empty() {
+            return;
+        }
+        if t.body.len() + bytes.len() > self.config.max_message_bytes {
+            t.too_big = true;
+            t.body = Vec::new();
+        } else {
+            t.body.extend_from_slice(bytes);
+        }
+    }
+
+    /// DATA ended with CRLF.CRLF: hand out the message and acknowledge it, or refuse it.
+    fn finish_message(&mut self, out: &mut Vec<Output>) {
+        let t = std::mem::take(&mut self.transaction);
+        if t.too_big {
+            out.push(Output::Reply(self.too_big_reply()));
+            return;
+        }
+        self.deliver(t, out);
+    }
+
+    fn deliver(&mut self, t: Transaction, out: &mut Vec<Output>) {
+        let size = t.body.len();
+        out.push(Output::Message(Incoming {
+            envelope: Envelope {
+                from: t.from.unwrap_or_default(),
+                to: t.to,
+            },
+            raw: t.body,
+            helo: self.helo.clone(),
+        }));
+        out.push(Output::Reply(Reply::new(
+            250,
+            format!("2.0.0 Message accepted ({size} bytes)"),
+        )));
+    }
+
+    fn too_big_reply(&self) -> Reply {
+        Reply::new(
+            552,
+            format!(
+                "5.3.4 Message too big: the limit is {} bytes",
+                self.config.max_message_bytes
+            ),
+        )
+    }
+
+    /// A BDAT chunk has been read in full.
+    fn finish_chunk(&mut self, last: bool, keep: bool, out: &mut Vec<Output>) {
+        if !keep {
+            // The reply was decided when the BDAT command was read.
+            if let Some(reply) = self.pending_bdat_reply.take() {
+                self.error(reply, out);
+            }
+            return;
+        }
+        if self.transaction.too_big {
+            self.transaction = Transaction::default();
+            out.push(Output::Reply(self.too_big_reply()));
+            return;
+        }
+        if last {
+            let t = std::mem::take(&mut self.transaction);
+            self.deliver(t, out);
+        } else {
+            let size = self.transaction.body.len();
+            out.push(Output::Reply(Reply::new(
+                250,
+                format!("2.0.0 {size} bytes received so far"),
+            )));
+        }
+    }
+}
+
+/// Command handling: one complete line at a time.
+impl Session {
+    fn handle_line(&mut self, line: &[u8], out: &mut Vec<Output>) {
+        if let Mode::Auth(step) = self.mode {
+            self.mode = Mode::Command;
+            self.auth_answer(step, line, out);
+            return;
+        }
+        let Ok(line) = std::str::from_utf8(line) else {
+            self.error(
+                Reply::new(500, "5.5.2 Syntax error: the command is not valid UTF-8"),
+                out,
+            );
+            return;
+        };
+        let (verb, args) = match line.find(' ') {
+            Some(space) => (&line[..space], line[space + 1..].trim()),
+            None => (line, ""),
+        };
+        match verb.to_ascii_uppercase().as_str() {
+            "HELO" => self.helo(args, false, out),
+            "EHLO" => self.helo(args, true, out),
+            "MAIL" => self.mail(args, out),
+            "RCPT" => self.rcpt(args, out),
+            "DATA" => self.data(args, out),
+            "BDAT" => self.bdat(args, out),
+            "RSET" => {
+                self.transaction = Transaction::default();
+                self.ok(Reply::new(250, "2.0.0 OK"), out);
+            }
+            "NOOP" => self.ok(Reply::new(250, "2.0.0 OK"), out),
+            "QUIT" => {
+                out.push(Output::Reply(Reply::new(221, "2.0.0 Bye")));
+                out.push(Output::Close);
+                self.mode = Mode::Closed;
+            }
+            "VRFY" => self.ok(
+                Reply::new(252, "2.5.0 Cannot verify the user, but will accept the message"),
+                out,
+            ),
+            "HELP" => self.ok(
+                Reply {
+                    code: 214,
+                    lines: vec![
+                        "2.0.0 mailjar captures every message for tests".to_owned(),
+                        "2.0.0 Commands: HELO EHLO MAIL RCPT DATA BDAT RSET NOOP QUIT VRFY HELP AUTH"
+                            .to_owned(),
+                        "2.0.0 End of HELP info".to_owned(),
+                    ],
+                },
+                out,
+            ),
+            "AUTH" => self.auth(args, out),
+            "STARTTLS" => self.ok(Reply::new(454, "4.7.0 TLS not available"), out),
+            "" => self.error(Reply::new(500, "5.5.2 Syntax error: empty command"), out),
+            _ => {
+                let shown: String = verb.chars().take(32).collect();
+                self.error(
+                    Reply::new(502, format!("5.5.1 Command not recognised: {shown}")),
+                    out,
+                );
+            }
+        }
+    }
+
+    /// A reply to a command that was understood: the run of bad commands ends.
+    fn ok(&mut self, reply: Reply, out: &mut Vec<Output>) {
+        self.errors_in_a_row = 0;
+        out.push(Output::Reply(reply));
+    }
+
+    /// A reply to a bad command; too many in a row close the session.
+    fn error(&mut self, reply: Reply, out: &mut Vec<Output>) {
+        out.push(Output::Reply(reply));
+        self.errors_in_a_row += 1;
+        if self.errors_in_a_row >= self.config.max_errors {
+            out.push(Output::Reply(Reply::new(
+                421,
+                "4.7.0 Too many bad commands, closing connection",
+            )));
+            out.push(Output::Close);
+            self.mode = Mode::Closed;
+        }
+    }
+
+    fn helo(&mut self, args: &str, extended: bool, out: &mut Vec<Output>) {
+        let Some(client) = args.split_whitespace().next() else {
+            let verb = if extended { "EHLO" } else { "HELO" };
+            self.error(
+                Reply::new(501, format!("5.5.4 {verb} requires a domain or address")),
+                out,
+            );
+            return;
+        };
+        self.helo = Some(client.to_owned());
+        self.transaction = Transaction::default();
+        let greeting = format!("{} greets {}", self.config.hostname, client);
+        let reply = if extended {
+            Reply {
+                code: 250,
+                lines: vec![
+                    greeting,
+                    "PIPELINING".to_owned(),
+                    format!("SIZE {}", self.config.max_message_bytes),
+                    "8BITMIME".to_owned(),
+                    "SMTPUTF8".to_owned(),
+                    "ENHANCEDSTATUSCODES".to_owned(),
+                    "CHUNKING".to_owned(),
+                    "AUTH PLAIN LOGIN".to_owned(),
+                ],
+            }
+        } else {
+            Reply::new(250, greeting)
+        };
+        self.ok(reply, out);
+    }
+
+    fn mail(&mut self, args: &str, out: &mut Vec<Output>) {
+        if self.transaction.from.is_some() {
+            self.error(
+                Reply::new(503, "5.5.1 Nested MAIL command: send RSET first"),
+                out,
+            );
+            return;
+        }
+        let Some(rest) = strip_prefix_ignore_case(args, "FROM:") else {
+            self.error(Reply::new(501, "5.5.4 Syntax: MAIL FROM:<address>"), out);
+            return;
+        };
+        let (path, params) = match parse_path(rest) {
+            Ok(parsed) => parsed,
+            Err(why) => {
+                self.error(
+                    Reply::new(501, format!("5.1.7 Bad sender address: {why}")),
+                    out,
+                );
+                return;
+            }
+        };
+        let mut smtputf8 = false;
+        for param in params.split_whitespace() {
+            let (key, value) = match param.split_once('=') {
+                Some((k, v)) => (k, Some(v)),
+                None => (param, None),
+            };
+            match (key.to_ascii_uppercase().as_str(), value) {
+                ("SIZE", Some(v)) => match v.parse::<u64>() {
+                    Ok(size) if size > self.config.max_message_bytes as u64 => {
+                        out.push(Output::Reply(self.too_big_reply()));
+                        return;
+                    }
+                    Ok(_) => {}
+                    Err(_) => {
+                        self.error(Reply::new(501, "5.5.4 SIZE must be a number of bytes"), out);
+                        return;
+                    }
+                },
+                ("BODY", Some(v))
+                    if v.eq_ignore_ascii_case("7BIT") || v.eq_ignore_ascii_case("8BITMIME") => {}
+                ("BODY", _) => {
+                    self.error(Reply::new(501, "5.5.4 BODY must be 7BIT or 8BITMIME"), out);
+                    return;
+                }
+                ("SMTPUTF8", None) => smtputf8 = true,
+                ("AUTH", Some(_)) => {}
+                _ => {
+                    let shown: String = key.chars().take(32).collect();
+                    self.error(
+                        Reply::new(
+                            555,
+                            format!("5.5.4 Unsupported MAIL FROM parameter: {shown}"),
+                        ),
+                        out,
+                    );
+                    return;
+                }
+            }
+        }
+        if !path.is_empty()
+            && let Some(reply) = refuse_mailbox(&path, smtputf8, "5.1.7 Bad sender address")
+        {
+            self.error(reply, out);
+            return;
+        }
+        self.transaction = Transaction {
+            from: Some(path),
+            smtputf8,
+            ..Transaction::default()
+        };
+        self.ok(Reply::new(250, "2.1.0 Sender OK"), out);
+    }
+
+    fn rcpt(&mut self, args: &str, out: &mut Vec<Output>) {
+        if self.transaction.from.is_none() {
+            self.error(Reply::new(503, "5.5.1 Send MAIL FROM first"), out);
+            return;
+        }
+        let Some(rest) = strip_prefix_ignore_case(args, "TO:") else {
+            self.error(Reply::new(501, "5.5.4 Syntax: RCPT TO:<address>"), out);
+            return;
+        };
+        let (path, params) = match parse_path(rest) {
+            Ok(parsed) => parsed,
+            Err(why) => {
+                self.error(
+                    Reply::new(501, format!("5.1.3 Bad recipient address: {why}")),
+                    out,
+                );
+                return;
+            }
+        };
+        if let Some(param) = params.split_whitespace().next() {
+            let key = param.split('=').next().unwrap_or(param);
+            let shown: String = key.chars().take(32).collect();
+            self.error(
+                Reply::new(555, format!("5.5.4 Unsupported RCPT TO parameter: {shown}")),
+                out,
+            );
+            return;
+        }
+        if path.is_empty() {
+            self.error(Reply::new(501, "5.1.3 Bad recipient address: empty"), out);
+            return;
+        }
+        if !path.eq_ignore_ascii_case("postmaster")
+            && let Some(reply) = refuse_mailbox(
+                &path,
+                self.transaction.smtputf8,
+                "5.1.3 Bad recipient address",
+            )
+        {
+            self.error(reply, out);
+            return;
+        }
+        if self.transaction.to.len() >= self.config.max_recipients {
+            out.push(Output::Reply(Reply::new(
+                452,
+                format!(
+                    "4.5.3 Too many recipients: the limit is {}",
+                    self.config.max_recipients
+                ),
+            )));
+            return;
+        }
+        self.transaction.to.push(path);
+        self.ok(Reply::new(250, "2.1.5 Recipient OK"), out);
+    }
+
+    /// Why a transaction cannot take message text now, if it cannot.
+    fn transaction_not_ready(&self) -> Option<Reply> {
+        if self.transaction.from.is_none() {
+            Some(Reply::new(503, "5.5.1 Send MAIL FROM first"))
+        } else if self.transaction.to.is_empty() {
+            Some(Reply::new(503, "5.5.1 Send RCPT TO first"))
+        } else {
+            None
+        }
+    }
+
+    fn data(&mut self, args: &str, out: &mut Vec<Output>) {
+        if !args.is_empty() {
+            self.error(Reply::new(501, "5.5.4 DATA takes no arguments"), out);
+        } else if let Some(reply) = self.transaction_not_ready() {
+            self.error(reply, out);
+        } else if self.transaction.chunking {
+            self.error(Reply::new(503, "5.5.1 DATA cannot follow BDAT"), out);
+        } else {
+            self.mode = Mode::Data(DataScan::LineStart);
+            self.ok(Reply::new(354, "End data with <CR><LF>.<CR><LF>"), out);
+        }
+    }
+
+    fn bdat(&mut self, args: &str, out: &mut Vec<Output>) {
+        let mut words = args.split_whitespace();
+        let size = words.next().and_then(|w| w.parse::<u64>().ok());
+        let last = match words.next() {
+            None => Some(false),
+            Some(w) if w.eq_ignore_ascii_case("LAST") => Some(true),
+            Some(_) => None,
+        };
+        let (Some(size), Some(last), None) = (size, last, words.next()) else {
+            // Without a size the chunk cannot be skipped: what follows is read as commands.
+            self.error(Reply::new(501, "5.5.4 Syntax: BDAT <size> [LAST]"), out);
+            return;
+        };
+        let keep = match self.transaction_not_ready() {
+            Some(reply) => {
+                self.pending_bdat_reply = Some(reply);
+                false
+            }
+            None => {
+                self.errors_in_a_row = 0;
+                self.transaction.chunking = true;
+                true
+            }
+        };
+        if size == 0 {
+            self.finish_chunk(last, keep, out);
+        } else {
+            self.mode = Mode::Bdat {
+                remaining: size,
+                last,
+                keep,
+            };
+        }
+    }
+
+    fn auth(&mut self, args: &str, out: &mut Vec<Output>) {
+        if self.authenticated {
+            self.error(Reply::new(503, "5.5.1 Already authenticated"), out);
+            return;
+        }
+        if self.transaction.from.is_some() {
+            self.error(
+                Reply::new(503, "5.5.1 AUTH is not allowed during a mail transaction"),
+                out,
+            );
+            return;
+        }
+        let mut words = args.split_whitespace();
+        let mechanism = words.next().unwrap_or("").to_ascii_uppercase();
+        let initial = words.next();
+        match (mechanism.as_str(), initial) {
+            ("", _) => self.error(Reply::new(501, "5.5.4 Syntax: AUTH <mechanism>"), out),
+            ("PLAIN", None) => {
+                self.mode = Mode::Auth(AuthStep::Plain);
+                self.ok(Reply::new(334, ""), out);
+            }
+            ("PLAIN", Some(answer)) => self.auth_answer(AuthStep::Plain, answer.as_bytes(), out),
+            ("LOGIN", None) => {
+                self.mode = Mode::Auth(AuthStep::LoginUser);
+                self.ok(Reply::new(334, "VXNlcm5hbWU6"), out);
+            }
+            ("LOGIN", Some(answer)) => {
+                self.auth_answer(AuthStep::LoginUser, answer.as_bytes(), out)
+            }
+            _ => self.error(
+                Reply::new(
+                    504,
+                    "5.5.4 Unrecognised authentication type: use PLAIN or LOGIN",
+                ),
+                out,
+            ),
+        }
+    }
+
+    /// The client's answer to an AUTH challenge (or its initial response).
+    fn auth_answer(&mut self, step: AuthStep, answer: &[u8], out: &mut Vec<Output>) {
+        let answer = answer.trim_ascii();
+        if answer == b"*" {
+            self.error(Reply::new(501, "5.7.0 Authentication cancelled"), out);
+            return;
+        }
+        // "=" is an empty initial response (RFC 4954).
+        if answer != b"=" && BASE64.decode(answer).is_err() {
+            self.error(Reply::new(501, "5.5.2 Invalid base64 in AUTH answer"), out);
+            return;
+        }
+        match step {
+            AuthStep::LoginUser => {
+                self.mode = Mode::Auth(AuthStep::LoginPassword);
+                self.ok(Reply::new(334, "UGFzc3dvcmQ6"), out);
+            }
+            AuthStep::Plain | AuthStep::LoginPassword => {
+                self.authenticated = true;
+                self.ok(Reply::new(235, "2.7.0 Authentication successful"), out);
+            }
+        }
+    }
+}
+
+fn strip_prefix_ignore_case<'a>(s: &'a str, prefix: &str) -> Option<&'a str> {
+    let head = s.get(..prefix.len())?;
+    head.eq_ignore_ascii_case(prefix)
+        .then(|| s[prefix.len()..].trim_start())
+}
+
+/// Splits `<path> params` (or a bare `path params`) into the path without
+/// brackets or source route, and the rest.
+fn parse_path(s: &str) -> Result<(String, &str), &'static str> {
+    let Some(inner) = s.strip_prefix('<') else {
+        let end = s.find(char::is_whitespace).unwrap_or(s.len());
+        if s[..end].contains(['<', '>']) {
+            return Err("unbalanced angle brackets");
+        }
+        return Ok((s[..end].to_owned(), &s[end..]));
+    };
+    let mut in_quotes = false;
+    let mut escaped = false;
+    for (i, c) in inner.char_indices() {
+        if escaped {
+            escaped = false;
+        } else if c == '\\' && in_quotes {
+            escaped = true;
+        } else if c == '"' {
+            in_quotes = !in_quotes;
+        } else if c == '>' && !in_quotes {
+            let mut path = &inner[..i];
+            // A source route (@a,@b:user@host) is ignored, as RFC 5321 allows.
+            if path.starts_with('@') {
+                path = path.split_once(':').map_or("", |(_, p)| p);
+            }
+            return Ok((path.to_owned(), &inner[i + 1..]));
+        }
+    }
+    Err("missing closing '>'")
+}
+
+/// Checks `local@domain` loosely, enough to refuse garbage; the reply when it is refused.
+///
+/// `what` is the enhanced code and the start of the text of a syntax refusal.
+fn refuse_mailbox(path: &str, smtputf8: bool, what: &str) -> Option<Reply> {
+    if !smtputf8 && !path.is_ascii() {
+        return Some(Reply::new(
+            553,
+            "5.6.7 Non-ASCII address without SMTPUTF8 in MAIL FROM",
+        ));
+    }
+    let bad = |why: &str| Some(Reply::new(501, format!("{what}: {why}")));
+    let Some((local, domain)) = path.rsplit_once('@') else {
+        return bad("expected local-part@domain");
+    };
+    if local.is_empty() {
+        return bad("empty local part");
+    }
+    if domain.is_empty() {
+        return bad("empty domain");
+    }
+    if domain.contains(|c: char| c.is_whitespace() || c.is_control() || "<>\"\\,;".contains(c)) {
+        return bad("invalid character in domain");
+    }
+    let quoted = local.len() >= 2 && local.starts_with('"') && local.ends_with('"');
+    if !quoted
+        && local.contains(|c: char| c.is_whitespace() || c.is_control() || "<>\"\\,;:".contains(c))
+    {
+        return bad("invalid character in local part");
+    }
+    if path.contains(char::is_control) {
+        return bad("control character in address");
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests;
