@@ -1,10 +1,16 @@
 //! Sans-IO core of mailjar.
 //!
-//! Everything that decides lives here: the SMTP session state machine, the
-//! message store, the filter engine and the JSON API. Nothing in this crate
-//! touches a socket, a thread, a clock or a random number generator: hosts
-//! pass bytes, time and entropy in, and carry replies and responses out.
+//! Everything that decides lives here: the SMTP session state machine
+//! ([`smtp::Session`]), the message store ([`store::Store`]), the filter
+//! engine ([`filter::Filter`]) and the JSON API ([`api::Api`]). Nothing in
+//! this crate touches a socket, a thread, a clock or a random number
+//! generator: hosts pass bytes, time and entropy in, and carry replies and
+//! responses out.
 
+pub mod api;
+pub mod filter;
+pub mod id;
 pub mod jsregex;
 pub mod message;
 pub mod smtp;
+pub mod store;

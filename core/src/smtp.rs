@@ -125,7 +125,7 @@ impl fmt::Display for Reply {
 }
 
 /// The SMTP envelope of a message: what MAIL FROM and RCPT TO said.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize)]
 pub struct Envelope {
     /// The reverse path without angle brackets; "" for the null sender `<>`.
     pub from: String,

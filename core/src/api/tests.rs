@@ -1,0 +1,319 @@
+use super::*;
+use crate::smtp::Incoming;
+use serde_json::Value;
+
+const NOW: u64 = 1_763_779_327_000;
+
+fn api() -> Api {
+    Api::new(ApiConfig::default())
+}
+
+fn message(to: &[&str], subject: &str) -> Prepared {
+    Prepared::new(Incoming {
+        envelope: Envelope {
+            from: "sender@app.test".into(),
+            to: to.iter().map(|s| s.to_string()).collect(),
+        },
+        raw: format!("From: App <sender@app.test>\r\nSubject: {subject}\r\n\r\nHello\r\n")
+            .into_bytes(),
+        helo: None,
+    })
+}
+
+fn deliver(api: &mut Api, to: &[&str], subject: &str) -> Delivered {
+    api.deliver(message(to, subject), NOW, [9; 10])
+}
+
+fn ready(api: &mut Api, method: &str, target: &str) -> (u16, Value) {
+    match api.handle(&Request::new(method, target), NOW) {
+        Outcome::Ready(r) => (r.status, serde_json::from_str(&r.body).expect("JSON body")),
+        Outcome::Wait(w) => panic!("{target} parked as {w:?}"),
+    }
+}
+
+fn get(api: &mut Api, target: &str) -> (u16, Value) {
+    ready(api, "GET", target)
+}
+
+fn subjects(body: &Value) -> Vec<String> {
+    body["emails"]
+        .as_array()
+        .expect("emails array")
+        .iter()
+        .map(|e| e["subject"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+fn error_of(status_and_body: (u16, Value)) -> (u16, String) {
+    let (status, body) = status_and_body;
+    (
+        status,
+        body["error"].as_str().expect("error text").to_owned(),
+    )
+}
+
+#[test]
+fn health_reports_config_and_counts() {
+    let mut api = api();
+    deliver(&mut api, &["a@local.test"], "x");
+    let (status, body) = get(&mut api, "/health");
+    assert_eq!(status, 200);
+    assert_eq!(body["ok"], true);
+    assert_eq!(body["api"]["port"], 8025);
+    assert_eq!(body["smtp"]["host"], "127.0.0.1");
+    assert_eq!(body["smtp"]["port"], 1025);
+    assert_eq!(body["domain"], "local.test");
+    assert_eq!(body["messages"], 1);
+    assert_eq!(body["limits"]["maxMessages"], 100_000);
+}
+
+#[test]
+fn list_returns_receive_order_and_the_captured_email_shape() {
+    let mut api = api();
+    let first = deliver(&mut api, &["a@local.test"], "one").id;
+    deliver(&mut api, &["b@local.test"], "two");
+    let (status, body) = get(&mut api, "/api/emails");
+    assert_eq!(status, 200);
+    assert_eq!(subjects(&body), ["one", "two"]);
+    let e = &body["emails"][0];
+    assert_eq!(e["id"], first.to_string());
+    assert_eq!(e["receivedAt"], "2025-11-22T02:42:07.000Z");
+    assert_eq!(e["envelope"]["from"], "sender@app.test");
+    assert_eq!(e["envelope"]["to"][0], "a@local.test");
+    assert_eq!(e["to"][0], "a@local.test");
+    assert_eq!(e["size"], e["raw"].as_str().unwrap().len());
+    for field in [
+        "from",
+        "cc",
+        "date",
+        "messageId",
+        "headers",
+        "text",
+        "html",
+        "links",
+        "codes",
+        "attachments",
+    ] {
+        assert!(e.get(field).is_some(), "missing {field}");
+    }
+}
+
+#[test]
+fn filters_combine_with_and() {
+    let mut api = api();
+    deliver(&mut api, &["Alice@Local.Test"], "Reset your password");
+    deliver(&mut api, &["bob@local.test"], "Reset your password");
+    deliver(&mut api, &["alice@local.test"], "Welcome");
+    let (_, body) = get(&mut api, "/api/emails?to=%20alice%40local.test%20");
+    assert_eq!(subjects(&body), ["Reset your password", "Welcome"]);
+    let (_, body) = get(&mut api, "/api/emails?to=alice@local.test&subject=RESET");
+    assert_eq!(subjects(&body), ["Reset your password"]);
+    let (_, body) = get(&mut api, "/api/emails?subjectPattern=%5Ewel&subjectFlags=i");
+    assert_eq!(subjects(&body), ["Welcome"]);
+    let (_, body) = get(&mut api, "/api/emails?subjectPattern=%5Ewel");
+    assert!(subjects(&body).is_empty());
+    let (_, body) = get(&mut api, "/api/emails?to=&subject=");
+    assert_eq!(subjects(&body).len(), 3);
+}
+
+#[test]
+fn limit_keeps_the_newest_in_receive_order() {
+    let mut api = api();
+    for s in ["1", "2", "3", "4"] {
+        deliver(&mut api, &["a@x"], s);
+    }
+    let (_, body) = get(&mut api, "/api/emails?limit=2");
+    assert_eq!(subjects(&body), ["3", "4"]);
+    let (_, body) = get(&mut api, "/api/emails?limit=100");
+    assert_eq!(subjects(&body).len(), 4);
+    for bad in [
+        "0",
+        "101",
+        "-1",
+        "1.5",
+        "",
+        "abc",
+        "+1",
+        "99999999999999999999999",
+    ] {
+        let (status, text) = error_of(get(&mut api, &format!("/api/emails?limit={bad}")));
+        assert_eq!(status, 400, "limit={bad}");
+        assert!(
+            text.starts_with("limit must be an integer from 1 to 100"),
+            "{text}"
+        );
+    }
+}
+
+#[test]
+fn after_id_holds_after_the_message_is_deleted() {
+    let mut api = api();
+    let a = deliver(&mut api, &["a@x"], "a").id;
+    deliver(&mut api, &["b@x"], "b");
+    let (_, body) = get(&mut api, &format!("/api/emails?afterId={a}"));
+    assert_eq!(subjects(&body), ["b"]);
+    let (status, body) = ready(&mut api, "DELETE", &format!("/api/emails/{a}"));
+    assert_eq!((status, body["deleted"].as_u64()), (200, Some(1)));
+    let (_, body) = get(&mut api, &format!("/api/emails?afterId={a}"));
+    assert_eq!(subjects(&body), ["b"]);
+    let (status, text) = error_of(get(&mut api, "/api/emails?afterId=nope"));
+    assert_eq!(status, 400);
+    assert!(text.contains("afterId"));
+}
+
+#[test]
+fn latest_and_by_id() {
+    let mut api = api();
+    let (status, _) = get(&mut api, "/api/emails/latest");
+    assert_eq!(status, 404);
+    let a = deliver(&mut api, &["a@x"], "first").id;
+    deliver(&mut api, &["a@x"], "second");
+    let (_, body) = get(&mut api, "/api/emails/latest?to=a@x");
+    assert_eq!(body["email"]["subject"], "second");
+    let (_, body) = get(&mut api, "/api/emails/latest?subject=first");
+    assert_eq!(body["email"]["subject"], "first");
+    let (status, body) = get(&mut api, &format!("/api/emails/{a}"));
+    assert_eq!(status, 200);
+    assert_eq!(body["email"]["subject"], "first");
+    let (status, _) = get(&mut api, "/api/emails/does-not-exist");
+    assert_eq!(status, 404);
+    let (status, _) = get(&mut api, "/api/emails/00000000-0000-7000-8000-000000000000");
+    assert_eq!(status, 404);
+}
+
+#[test]
+fn wait_returns_a_stored_match_at_once() {
+    let mut api = api();
+    deliver(&mut api, &["a@x"], "old");
+    deliver(&mut api, &["a@x"], "new");
+    let (status, body) = get(&mut api, "/api/emails/wait?to=a@x");
+    assert_eq!(status, 200);
+    assert_eq!(body["email"]["subject"], "old");
+}
+
+#[test]
+fn wait_parks_until_a_matching_delivery() {
+    let mut api = api();
+    let Outcome::Wait(spec) = api.handle(
+        &Request::new("GET", "/api/emails/wait?to=b@x&timeoutMs=500"),
+        NOW,
+    ) else {
+        panic!("should park");
+    };
+    assert_eq!(spec.deadline_ms, NOW + 500);
+    assert_eq!(api.pending_waits(), 1);
+    assert!(deliver(&mut api, &["a@x"], "not for b").woken.is_empty());
+    let delivered = deliver(&mut api, &["b@x"], "for b");
+    assert_eq!(delivered.woken.len(), 1);
+    let (id, response) = &delivered.woken[0];
+    assert_eq!(*id, spec.id);
+    let body: Value = serde_json::from_str(&response.body).unwrap();
+    assert_eq!(body["email"]["subject"], "for b");
+    assert_eq!(api.pending_waits(), 0);
+    assert_eq!(api.expire(spec.id), None);
+}
+
+#[test]
+fn wait_times_out_with_408_and_cancels() {
+    let mut api = api();
+    let Outcome::Wait(spec) = api.handle(&Request::new("GET", "/api/emails/wait"), NOW) else {
+        panic!("should park");
+    };
+    assert_eq!(spec.deadline_ms, NOW + DEFAULT_WAIT_MS);
+    assert_eq!(api.next_deadline(), Some(NOW + DEFAULT_WAIT_MS));
+    assert!(api.expire_due(NOW + DEFAULT_WAIT_MS - 1).is_empty());
+    let expired = api.expire_due(NOW + DEFAULT_WAIT_MS);
+    assert_eq!(expired.len(), 1);
+    assert_eq!(expired[0].1.status, 408);
+    assert!(expired[0].1.body.contains("10000 ms"));
+
+    let Outcome::Wait(spec) = api.handle(&Request::new("GET", "/api/emails/wait?afterId="), NOW)
+    else {
+        panic!("should park");
+    };
+    assert!(api.cancel(spec.id));
+    assert!(!api.cancel(spec.id));
+    assert!(deliver(&mut api, &["a@x"], "late").woken.is_empty());
+    for bad in ["0", "60001", "x", ""] {
+        let (status, text) = error_of(get(&mut api, &format!("/api/emails/wait?timeoutMs={bad}")));
+        assert_eq!(status, 400);
+        assert!(text.starts_with("timeoutMs must be an integer from 1 to 60000"));
+    }
+}
+
+#[test]
+fn wait_after_id_skips_older_matches() {
+    let mut api = api();
+    let a = deliver(&mut api, &["a@x"], "a").id;
+    let outcome = api.handle(
+        &Request::new("GET", &format!("/api/emails/wait?afterId={a}")),
+        NOW,
+    );
+    assert!(matches!(outcome, Outcome::Wait(_)));
+    assert_eq!(deliver(&mut api, &["a@x"], "b").woken.len(), 1);
+}
+
+#[test]
+fn delete_all_and_by_recipient() {
+    let mut api = api();
+    deliver(&mut api, &["a@x"], "1");
+    deliver(&mut api, &["b@x", "A@X"], "2");
+    deliver(&mut api, &["b@x"], "3");
+    let (status, text) = error_of(ready(&mut api, "DELETE", "/api/emails?to="));
+    assert_eq!(status, 400);
+    assert!(text.contains("to must not be empty"));
+    let (_, body) = ready(&mut api, "DELETE", "/api/emails?to=a%40x");
+    assert_eq!(body["deleted"], 2);
+    let (_, body) = ready(&mut api, "DELETE", "/api/emails");
+    assert_eq!(body["deleted"], 1);
+    let (_, body) = get(&mut api, "/api/emails");
+    assert!(subjects(&body).is_empty());
+}
+
+#[test]
+fn routes_methods_and_bad_queries() {
+    let mut api = api();
+    let (status, text) = error_of(get(&mut api, "/nope"));
+    assert_eq!(
+        (status, text.as_str()),
+        (404, "no such endpoint: GET /nope")
+    );
+    let response = match api.handle(&Request::new("POST", "/api/emails"), NOW) {
+        Outcome::Ready(r) => r,
+        Outcome::Wait(_) => unreachable!(),
+    };
+    assert_eq!(response.status, 405);
+    assert_eq!(response.allow, Some("GET, DELETE"));
+    let (status, _) = ready(&mut api, "DELETE", "/api/emails/latest");
+    assert_eq!(status, 405);
+    for (target, needle) in [
+        ("/api/emails?subject=%zz", "malformed percent-encoding"),
+        ("/api/emails?subject=%", "malformed percent-encoding"),
+        ("/api/emails?subject=%ff", "not UTF-8"),
+        ("/api/emails?subjects=x", "unknown query parameter subjects"),
+        (
+            "/api/emails/latest?limit=1",
+            "unknown query parameter limit",
+        ),
+        ("/api/emails?to=a&to=b", "more than once"),
+        ("/api/emails?subjectPattern=(", "subjectPattern"),
+        ("/api/emails?subjectFlags=i", "needs a subjectPattern"),
+        ("/health?x=1", "takes none"),
+    ] {
+        let (status, text) = error_of(get(&mut api, target));
+        assert_eq!(status, 400, "{target}");
+        assert!(text.contains(needle), "{target}: {text}");
+    }
+    let (status, _) = get(&mut api, "/api/emails/");
+    assert_eq!(status, 200);
+    let (status, _) = get(&mut api, "/api/%65mails");
+    assert_eq!(status, 200);
+}
+
+#[test]
+fn subject_plus_is_a_space() {
+    let mut api = api();
+    deliver(&mut api, &["a@x"], "Order confirmed");
+    let (_, body) = get(&mut api, "/api/emails?subject=order+confirmed");
+    assert_eq!(subjects(&body), ["Order confirmed"]);
+}
