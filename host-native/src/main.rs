@@ -1,1 +1,62 @@
-fn main() {}
+//! `mailjar`: the command-line entry point.
+
+use clap::Parser;
+use mailjar::{Server, Settings};
+use tracing_subscriber::EnvFilter;
+
+fn main() -> std::process::ExitCode {
+    let settings = Settings::parse();
+    let filter = EnvFilter::try_new(&settings.log).unwrap_or_else(|e| {
+        eprintln!("mailjar: --log {:?} is not a log filter ({e}); using info", settings.log);
+        EnvFilter::new("info")
+    });
+    tracing_subscriber::fmt().with_env_filter(filter).with_target(false).init();
+    if let Err(why) = settings.validate() {
+        eprintln!("mailjar: {why}");
+        return std::process::ExitCode::from(2);
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("mailjar: cannot start the runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async {
+        let server = match Server::bind(settings).await {
+            Ok(server) => server,
+            Err(e) => {
+                eprintln!("mailjar: cannot bind: {e}");
+                return std::process::ExitCode::FAILURE;
+            }
+        };
+        if let (Ok(smtp), Ok(http)) = (server.smtp_addr(), server.http_addr()) {
+            tracing::info!("SMTP on {smtp}, HTTP API on http://{http}");
+        }
+        server.run(stop_signal()).await;
+        std::process::ExitCode::SUCCESS
+    })
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn stop_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

@@ -1,0 +1,123 @@
+//! The command line: every flag also reads a `MAILJAR_*` environment variable.
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use clap::Parser;
+
+/// Capture email from applications under test and read it back over a JSON HTTP API.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "mailjar", version, about)]
+pub struct Settings {
+    /// Address the SMTP listener binds to. Loopback unless you ask otherwise.
+    #[arg(long, env = "MAILJAR_SMTP_HOST", default_value = "127.0.0.1")]
+    pub smtp_host: IpAddr,
+    /// SMTP port; 0 picks a free one (see /health).
+    #[arg(long, env = "MAILJAR_SMTP_PORT", default_value_t = 1025)]
+    pub smtp_port: u16,
+    /// Address the HTTP API binds to. Loopback unless you ask otherwise.
+    #[arg(long, env = "MAILJAR_HTTP_HOST", default_value = "127.0.0.1")]
+    pub http_host: IpAddr,
+    /// HTTP API port; 0 picks a free one (see /health).
+    #[arg(long, env = "MAILJAR_HTTP_PORT", default_value_t = 8025)]
+    pub http_port: u16,
+    /// The recipient domain reported by /health and used as the SMTP host name.
+    #[arg(long, env = "MAILJAR_DOMAIN", default_value = "local.test")]
+    pub domain: String,
+    /// Largest message accepted over SMTP (552 above it).
+    #[arg(long, env = "MAILJAR_MAX_MESSAGE_BYTES", default_value = "25MiB", value_parser = parse_bytes)]
+    pub max_message_bytes: usize,
+    /// Most recipients per message (452 above it).
+    #[arg(long, env = "MAILJAR_MAX_RECIPIENTS", default_value_t = 1000)]
+    pub max_recipients: usize,
+    /// Longest SMTP command line in bytes (500 above it).
+    #[arg(long, env = "MAILJAR_MAX_LINE_BYTES", default_value_t = 4096)]
+    pub max_line_bytes: usize,
+    /// Bad SMTP commands in a row before the connection is closed with 421.
+    #[arg(long, env = "MAILJAR_MAX_ERRORS", default_value_t = 20)]
+    pub max_errors: usize,
+    /// Idle time after which an SMTP connection is closed with 421.
+    #[arg(long, env = "MAILJAR_IDLE_TIMEOUT", default_value = "5m", value_parser = humantime::parse_duration)]
+    pub idle_timeout: Duration,
+    /// Most SMTP connections open at once (421 at accept above it).
+    #[arg(long, env = "MAILJAR_MAX_CONNECTIONS", default_value_t = 1000)]
+    pub max_connections: usize,
+    /// Most messages kept; the oldest are evicted first.
+    #[arg(long, env = "MAILJAR_MAX_MESSAGES", default_value_t = 100_000)]
+    pub max_messages: usize,
+    /// Most bytes kept (raw messages plus parsed text); the oldest are evicted first.
+    #[arg(long, env = "MAILJAR_MAX_STORE_BYTES", default_value = "512MiB", value_parser = parse_bytes)]
+    pub max_store_bytes: usize,
+    /// How long a shutdown waits for messages in flight.
+    #[arg(long, env = "MAILJAR_SHUTDOWN_GRACE", default_value = "1500ms", value_parser = humantime::parse_duration)]
+    pub shutdown_grace: Duration,
+    /// Log filter (error, warn, info, debug, trace, or a tracing directive).
+    #[arg(long, env = "MAILJAR_LOG", default_value = "info")]
+    pub log: String,
+}
+
+/// Parses `1048576`, `512KiB`, `25MiB`, `1GB` and the like.
+fn parse_bytes(text: &str) -> Result<usize, String> {
+    let size: bytesize::ByteSize = text
+        .parse()
+        .map_err(|e| format!("{text:?} is not a size such as 25MiB: {e}"))?;
+    usize::try_from(size.as_u64()).map_err(|_| format!("{text:?} is too large"))
+}
+
+impl Settings {
+    /// Checks what clap cannot: limits that must be positive and consistent.
+    pub fn validate(&self) -> Result<(), String> {
+        let positive = [
+            ("--max-message-bytes", self.max_message_bytes),
+            ("--max-recipients", self.max_recipients),
+            ("--max-line-bytes", self.max_line_bytes),
+            ("--max-errors", self.max_errors),
+            ("--max-connections", self.max_connections),
+            ("--max-messages", self.max_messages),
+            ("--max-store-bytes", self.max_store_bytes),
+        ];
+        if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
+            return Err(format!("{name} must be greater than 0"));
+        }
+        if self.max_line_bytes < 512 {
+            return Err("--max-line-bytes must be at least 512 (RFC 5321)".to_owned());
+        }
+        if self.max_message_bytes > self.max_store_bytes {
+            return Err(format!(
+                "--max-message-bytes ({}) must not exceed --max-store-bytes ({}): an accepted message must fit in the store",
+                self.max_message_bytes, self.max_store_bytes
+            ));
+        }
+        if self.idle_timeout.is_zero() {
+            return Err("--idle-timeout must be greater than 0".to_owned());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_the_documented_ones() {
+        let s = Settings::parse_from(["mailjar"]);
+        assert_eq!(s.smtp_port, 1025);
+        assert_eq!(s.http_port, 8025);
+        assert!(s.smtp_host.is_loopback() && s.http_host.is_loopback());
+        assert_eq!(s.max_message_bytes, 25 * 1024 * 1024);
+        assert_eq!(s.max_store_bytes, 512 * 1024 * 1024);
+        assert_eq!(s.idle_timeout, Duration::from_secs(300));
+        assert_eq!(s.validate(), Ok(()));
+    }
+
+    #[test]
+    fn sizes_and_limits_are_checked() {
+        let s = Settings::parse_from(["mailjar", "--max-store-bytes", "256MiB", "--max-message-bytes", "1000"]);
+        assert_eq!(s.max_store_bytes, 256 * 1024 * 1024);
+        assert_eq!(s.max_message_bytes, 1000);
+        let s = Settings::parse_from(["mailjar", "--max-store-bytes", "1MiB"]);
+        assert!(s.validate().unwrap_err().contains("--max-message-bytes"));
+        assert!(Settings::try_parse_from(["mailjar", "--max-store-bytes", "lots"]).is_err());
+    }
+}

@@ -1,0 +1,206 @@
+//! The HTTP API: warp hands every request to the core's [`Api`](mailjar_core::api::Api).
+
+use std::convert::Infallible;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper_util::rt::{TokioIo, TokioTimer};
+use mailjar_core::api::{Request, Response, WaitId};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use warp::Filter;
+use warp::http::{self, StatusCode};
+
+use crate::state::{Handled, Shared, now_ms};
+
+/// What the HTTP side needs.
+#[derive(Clone)]
+pub struct HttpContext {
+    /// The API.
+    pub shared: Arc<Shared>,
+    /// Whether the listener is bound to loopback: then only loopback `Host` names are served.
+    pub loopback_only: bool,
+    /// Becomes true when the server shuts down.
+    pub shutdown: watch::Receiver<bool>,
+}
+
+/// The warp filter that serves the whole API.
+pub fn routes(
+    context: HttpContext,
+) -> impl Filter<Extract = (http::Response<String>,), Error = Infallible> + Clone + Send + Sync + 'static {
+    warp::method()
+        .and(warp::path::full())
+        .and(
+            warp::query::raw()
+                .or(warp::any().map(String::new))
+                .unify(),
+        )
+        .and(warp::header::headers_cloned())
+        .then(move |method: http::Method, path: warp::path::FullPath, query: String, headers: http::HeaderMap| {
+            let context = context.clone();
+            async move {
+                let host = headers
+                    .get(http::header::HOST)
+                    .and_then(|h| h.to_str().ok())
+                    .map(str::to_owned);
+                if context.loopback_only && !host.as_deref().is_some_and(is_loopback_host) {
+                    return json(Response {
+                        status: 403,
+                        body: r#"{"error":"this server only answers requests addressed to localhost (the Host header is not a loopback name)"}"#.to_owned(),
+                        allow: None,
+                    });
+                }
+                let request = Request {
+                    method: method.as_str().to_owned(),
+                    path: path.as_str().to_owned(),
+                    query,
+                };
+                json(respond(&context, &request).await)
+            }
+        })
+}
+
+/// Whether a `Host` header names this machine: localhost, a *.localhost name, or a loopback IP, with any port.
+fn is_loopback_host(host: &str) -> bool {
+    let name = match host.strip_prefix('[') {
+        Some(rest) => rest.split(']').next().unwrap_or(""),
+        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
+    };
+    let name = name.trim_end_matches('.').to_ascii_lowercase();
+    name == "localhost"
+        || name.ends_with(".localhost")
+        || name.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+/// Answers a request, waiting for a delivery or the deadline when the core parks it.
+async fn respond(context: &HttpContext, request: &Request) -> Response {
+    let (id, deadline_ms, receiver) = match context.shared.handle(request) {
+        Handled::Ready(response) => return response,
+        Handled::Wait {
+            id,
+            deadline_ms,
+            receiver,
+        } => (id, deadline_ms, receiver),
+    };
+    // Dropped without `done` when the client goes away mid-wait: the wait is cancelled.
+    let mut guard = WaitGuard {
+        shared: &context.shared,
+        id,
+        done: false,
+    };
+    let timeout = Duration::from_millis(deadline_ms.saturating_sub(now_ms()));
+    let mut shutdown = context.shutdown.clone();
+    let mut receiver = receiver;
+    let response = tokio::select! {
+        delivered = &mut receiver => delivered.ok(),
+        _ = tokio::time::sleep(timeout) => match context.shared.expire(id) {
+            Some(timed_out) => Some(timed_out),
+            // A delivery won the race: its response is on the way.
+            None => receiver.await.ok(),
+        },
+        _ = stopped(&mut shutdown) => {
+            context.shared.cancel(id);
+            Some(Response {
+                status: 503,
+                body: r#"{"error":"the server is shutting down"}"#.to_owned(),
+                allow: None,
+            })
+        }
+    };
+    guard.done = true;
+    response.unwrap_or_else(|| Response {
+        status: 503,
+        body: r#"{"error":"the wait ended without an answer"}"#.to_owned(),
+        allow: None,
+    })
+}
+
+/// Resolves once the server shuts down (or is gone).
+pub async fn stopped(shutdown: &mut watch::Receiver<bool>) {
+    let _ = shutdown.wait_for(|down| *down).await;
+}
+
+struct WaitGuard<'a> {
+    shared: &'a Shared,
+    id: WaitId,
+    done: bool,
+}
+
+impl Drop for WaitGuard<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.shared.cancel(self.id);
+        }
+    }
+}
+
+fn json(response: Response) -> http::Response<String> {
+    let mut builder = http::Response::builder()
+        .status(StatusCode::from_u16(response.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR))
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .header(http::header::CACHE_CONTROL, "no-store")
+        .header("x-content-type-options", "nosniff");
+    if let Some(allow) = response.allow {
+        builder = builder.header(http::header::ALLOW, allow);
+    }
+    builder
+        .body(response.body)
+        .unwrap_or_else(|_| http::Response::new(r#"{"error":"bad response"}"#.to_owned()))
+}
+
+/// Serves HTTP/1.1 until shutdown; open connections finish their current request.
+pub async fn serve(listener: TcpListener, context: HttpContext) {
+    let mut shutdown = context.shutdown.clone();
+    let service = warp::service(routes(context));
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(pair) => pair,
+                Err(e) => {
+                    tracing::warn!("HTTP accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = stopped(&mut shutdown) => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let service = hyper_util::service::TowerToHyperService::new(service.clone());
+        let mut shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            let connection = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(Duration::from_secs(10))
+                .max_buf_size(64 * 1024)
+                .serve_connection(TokioIo::new(stream), service);
+            let mut connection = std::pin::pin!(connection);
+            let result = tokio::select! {
+                result = connection.as_mut() => result,
+                _ = stopped(&mut shutdown) => {
+                    connection.as_mut().graceful_shutdown();
+                    connection.await
+                }
+            };
+            if let Err(e) = result {
+                tracing::debug!(%peer, "HTTP connection ended: {e}");
+            }
+        });
+    }
+}
+
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_host_names() {
+        for host in ["localhost", "localhost:8025", "127.0.0.1:8025", "[::1]:8025", "[::1]", "app.localhost", "LOCALHOST.", "127.1.2.3"] {
+            assert!(is_loopback_host(host), "{host}");
+        }
+        for host in ["evil.test", "evil.test:8025", "10.0.0.1", "localhost.evil.test", "[::2]:80", ""] {
+            assert!(!is_loopback_host(host), "{host}");
+        }
+    }
+}

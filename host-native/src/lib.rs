@@ -1,0 +1,114 @@
+//! The native host of mailjar: tokio sockets for SMTP, warp over hyper for
+//! the HTTP API, both driving the sans-IO core in `mailjar-core`.
+
+pub mod config;
+pub mod http_server;
+pub mod smtp_server;
+pub mod state;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use mailjar_core::api::{Address, Api, ApiConfig};
+use mailjar_core::smtp;
+use mailjar_core::store::StoreLimits;
+use tokio::net::TcpListener;
+use tokio::sync::{Semaphore, watch};
+
+pub use config::Settings;
+
+/// A server whose sockets are bound, ready to run.
+pub struct Server {
+    settings: Settings,
+    smtp: TcpListener,
+    http: TcpListener,
+    shared: Arc<Shared>,
+}
+
+use state::Shared;
+
+impl Server {
+    /// Binds both listeners; fails when an address is taken or not local.
+    pub async fn bind(settings: Settings) -> std::io::Result<Server> {
+        let smtp = TcpListener::bind(SocketAddr::new(settings.smtp_host, settings.smtp_port)).await?;
+        let http = TcpListener::bind(SocketAddr::new(settings.http_host, settings.http_port)).await?;
+        let address = |a: SocketAddr| Address {
+            host: a.ip().to_string(),
+            port: a.port(),
+        };
+        let api = Api::new(ApiConfig {
+            api: address(http.local_addr()?),
+            smtp: address(smtp.local_addr()?),
+            domain: settings.domain.clone(),
+            store: StoreLimits {
+                max_messages: settings.max_messages,
+                max_bytes: settings.max_store_bytes,
+            },
+            max_message_bytes: settings.max_message_bytes,
+            max_recipients: settings.max_recipients,
+        });
+        Ok(Server {
+            shared: Arc::new(Shared::new(api)),
+            settings,
+            smtp,
+            http,
+        })
+    }
+
+    /// The bound SMTP address.
+    pub fn smtp_addr(&self) -> std::io::Result<SocketAddr> {
+        self.smtp.local_addr()
+    }
+
+    /// The bound HTTP address.
+    pub fn http_addr(&self) -> std::io::Result<SocketAddr> {
+        self.http.local_addr()
+    }
+
+    /// The shared API, for tests that look inside.
+    pub fn shared(&self) -> Arc<Shared> {
+        self.shared.clone()
+    }
+
+    /// Serves until `stop` resolves, then stops accepting, lets messages in
+    /// flight finish within the grace period, answers parked waits with 503,
+    /// and returns.
+    pub async fn run(self, stop: impl std::future::Future<Output = ()>) {
+        let (shutdown_tx, shutdown_rx) = watch::channel(false);
+        let slots = Arc::new(Semaphore::new(self.settings.max_connections));
+        let smtp_context = smtp_server::SmtpContext {
+            config: smtp::Config {
+                hostname: self.settings.domain.clone(),
+                max_message_bytes: self.settings.max_message_bytes,
+                max_recipients: self.settings.max_recipients,
+                max_line_bytes: self.settings.max_line_bytes,
+                max_errors: self.settings.max_errors,
+            },
+            idle_timeout: self.settings.idle_timeout,
+            shared: self.shared.clone(),
+            shutdown: shutdown_rx.clone(),
+        };
+        let http_context = http_server::HttpContext {
+            shared: self.shared.clone(),
+            loopback_only: self.settings.http_host.is_loopback(),
+            shutdown: shutdown_rx,
+        };
+        let smtp_task = tokio::spawn(smtp_server::serve(self.smtp, slots.clone(), smtp_context));
+        let http_task = tokio::spawn(http_server::serve(self.http, http_context));
+        stop.await;
+        tracing::info!("shutting down");
+        let _ = shutdown_tx.send(true);
+        let _ = smtp_task.await;
+        let _ = http_task.await;
+        // Every open SMTP connection holds a permit: when all are back, no message is in flight.
+        let all = u32::try_from(self.settings.max_connections).unwrap_or(u32::MAX);
+        if tokio::time::timeout(self.settings.shutdown_grace, slots.acquire_many(all))
+            .await
+            .is_err()
+        {
+            tracing::warn!("messages still in flight at the end of the grace period were not acknowledged");
+        }
+        // Parked waits see the shutdown and answer 503; give them a moment to be written.
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
