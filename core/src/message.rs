@@ -119,6 +119,11 @@ fn parse_unguarded(raw: &[u8]) -> ParsedMessage {
 
     let text = body(&message, &message.text_body, false);
     let html = body(&message, &message.html_body, true);
+    // mail-parser takes a line without a colon for a header name.
+    let no_headers = !headers.iter().any(|h| is_field_name(h.name()));
+    if no_headers && text.is_empty() && html.is_empty() && message.attachments.is_empty() {
+        return unparsed(raw);
+    }
 
     let mut links = Vec::new();
     let mut seen = BTreeSet::new();
@@ -277,6 +282,11 @@ fn message_id(value: &HeaderValue<'_>) -> Option<String> {
     (!id.is_empty()).then(|| id.to_owned())
 }
 
+/// Whether `name` is a valid RFC 5322 field name.
+fn is_field_name(name: &str) -> bool {
+    !name.is_empty() && name.bytes().all(|b| (33..=126).contains(&b) && b != b':')
+}
+
 /// A header's value, decoded from the raw bytes.
 fn raw_value(header: &Header<'_>, raw: &[u8]) -> String {
     raw.get(header.offset_start as usize..header.offset_end as usize)
@@ -288,7 +298,7 @@ fn raw_value(header: &Header<'_>, raw: &[u8]) -> String {
 /// (unfolded, RFC 2047 decoded), whatever mail-parser made of it.
 fn header_map(headers: &[Header<'_>], raw: &[u8]) -> BTreeMap<String, String> {
     let mut map: BTreeMap<String, String> = BTreeMap::new();
-    for header in headers {
+    for header in headers.iter().filter(|h| is_field_name(h.name())) {
         let value = raw_value(header, raw);
         match map.entry(header.name().to_ascii_lowercase()) {
             std::collections::btree_map::Entry::Vacant(e) => {
@@ -312,6 +322,11 @@ fn header_map(headers: &[Header<'_>], raw: &[u8]) -> BTreeMap<String, String> {
 /// one charset are decoded together, so a character that a mailer split
 /// across two words (which RFC 2047 forbids, but happens) comes out whole.
 fn unstructured(value: &[u8]) -> String {
+    if !value.windows(2).any(|w| w == b"=?")
+        && let Ok(text) = std::str::from_utf8(value)
+    {
+        return unfold(text);
+    }
     let mut out = String::with_capacity(value.len());
     // Decoded bytes of a run of adjacent encoded words, and their charset.
     let mut pending: Vec<u8> = Vec::new();
@@ -319,9 +334,11 @@ fn unstructured(value: &[u8]) -> String {
     let mut rest = value;
     let mut gap: &[u8] = b"";
     while !rest.is_empty() {
-        let word = ENCODED_WORD
-            .captures(rest)
-            .filter(|c| c.get(0).is_some_and(|m| m.start() == 0));
+        let word = if rest.starts_with(b"=?") {
+            ENCODED_WORD.captures(rest)
+        } else {
+            None
+        };
         if let Some(caps) = word {
             let (Some(all), Some(charset), Some(enc), Some(data)) =
                 (caps.get(0), caps.get(1), caps.get(2), caps.get(3))
@@ -372,8 +389,23 @@ fn unstructured(value: &[u8]) -> String {
     out
 }
 
+/// Each line break and the whitespace around it as one space.
+fn unfold(text: &str) -> String {
+    let mut lines = text.split('\n');
+    let mut out = String::with_capacity(text.len());
+    out.push_str(lines.next().unwrap_or("").trim_end());
+    for line in lines {
+        let line = line.trim();
+        if !line.is_empty() {
+            out.push(' ');
+            out.push_str(line);
+        }
+    }
+    out
+}
+
 static ENCODED_WORD: LazyLock<regex::bytes::Regex> = LazyLock::new(|| {
-    regex::bytes::Regex::new(r"=\?([^?\s]+)\?([bBqQ])\?([^?\s]*)\?=").expect("valid regex")
+    regex::bytes::Regex::new(r"\A=\?([^?\s]+)\?([bBqQ])\?([^?\s]*)\?=").expect("valid regex")
 });
 
 /// Length of the next token: a whitespace run (folds collapsed by the caller)
@@ -480,7 +512,7 @@ fn attachment_info(part: &MessagePart<'_>) -> AttachmentInfo {
 // ---------------------------------------------------------------- links
 
 static HREF: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r#"(?i)<(?:a|area)\s[^>]*?\bhref\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s"'>]+))"#)
+    Regex::new(r#"(?i)<(?:a|area)\s[^>]*?(?-u:\b)href\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s"'>]+))"#)
         .expect("valid regex")
 });
 

@@ -643,6 +643,15 @@ fn no_headers_at_all() {
 }
 
 #[test]
+fn not_a_message_keeps_the_bytes_as_text() {
+    let p = parse(b"// Not an RFC-822 Document");
+    assert_eq!(p.text, "// Not an RFC-822 Document");
+    let p = parse(b"\xff\xfe garbage \x80 see https://example.com/x.");
+    assert!(p.text.contains("garbage"));
+    assert_eq!(p.links, ["https://example.com/x"]);
+}
+
+#[test]
 fn only_crlf() {
     let p = parse(b"\r\n");
     assert_eq!(p.subject, "");
