@@ -113,7 +113,13 @@ mod tests {
 
     #[test]
     fn sizes_and_limits_are_checked() {
-        let s = Settings::parse_from(["mailjar", "--max-store-bytes", "256MiB", "--max-message-bytes", "1000"]);
+        let s = Settings::parse_from([
+            "mailjar",
+            "--max-store-bytes",
+            "256MiB",
+            "--max-message-bytes",
+            "1000",
+        ]);
         assert_eq!(s.max_store_bytes, 256 * 1024 * 1024);
         assert_eq!(s.max_message_bytes, 1000);
         let s = Settings::parse_from(["mailjar", "--max-store-bytes", "1MiB"]);

@@ -28,7 +28,8 @@ pub struct HttpContext {
 /// The warp filter that serves the whole API.
 pub fn routes(
     context: HttpContext,
-) -> impl Filter<Extract = (http::Response<String>,), Error = Infallible> + Clone + Send + Sync + 'static {
+) -> impl Filter<Extract = (http::Response<String>,), Error = Infallible> + Clone + Send + Sync + 'static
+{
     warp::method()
         .and(warp::path::full())
         .and(
@@ -189,17 +190,32 @@ pub async fn serve(listener: TcpListener, context: HttpContext) {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn loopback_host_names() {
-        for host in ["localhost", "localhost:8025", "127.0.0.1:8025", "[::1]:8025", "[::1]", "app.localhost", "LOCALHOST.", "127.1.2.3"] {
+        for host in [
+            "localhost",
+            "localhost:8025",
+            "127.0.0.1:8025",
+            "[::1]:8025",
+            "[::1]",
+            "app.localhost",
+            "LOCALHOST.",
+            "127.1.2.3",
+        ] {
             assert!(is_loopback_host(host), "{host}");
         }
-        for host in ["evil.test", "evil.test:8025", "10.0.0.1", "localhost.evil.test", "[::2]:80", ""] {
+        for host in [
+            "evil.test",
+            "evil.test:8025",
+            "10.0.0.1",
+            "localhost.evil.test",
+            "[::2]:80",
+            "",
+        ] {
             assert!(!is_loopback_host(host), "{host}");
         }
     }

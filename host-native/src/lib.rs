@@ -30,8 +30,10 @@ use state::Shared;
 impl Server {
     /// Binds both listeners; fails when an address is taken or not local.
     pub async fn bind(settings: Settings) -> std::io::Result<Server> {
-        let smtp = TcpListener::bind(SocketAddr::new(settings.smtp_host, settings.smtp_port)).await?;
-        let http = TcpListener::bind(SocketAddr::new(settings.http_host, settings.http_port)).await?;
+        let smtp =
+            TcpListener::bind(SocketAddr::new(settings.smtp_host, settings.smtp_port)).await?;
+        let http =
+            TcpListener::bind(SocketAddr::new(settings.http_host, settings.http_port)).await?;
         let address = |a: SocketAddr| Address {
             host: a.ip().to_string(),
             port: a.port(),
@@ -106,7 +108,9 @@ impl Server {
             .await
             .is_err()
         {
-            tracing::warn!("messages still in flight at the end of the grace period were not acknowledged");
+            tracing::warn!(
+                "messages still in flight at the end of the grace period were not acknowledged"
+            );
         }
         // Parked waits see the shutdown and answer 503; give them a moment to be written.
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;

@@ -7,15 +7,24 @@ use tracing_subscriber::EnvFilter;
 fn main() -> std::process::ExitCode {
     let settings = Settings::parse();
     let filter = EnvFilter::try_new(&settings.log).unwrap_or_else(|e| {
-        eprintln!("mailjar: --log {:?} is not a log filter ({e}); using info", settings.log);
+        eprintln!(
+            "mailjar: --log {:?} is not a log filter ({e}); using info",
+            settings.log
+        );
         EnvFilter::new("info")
     });
-    tracing_subscriber::fmt().with_env_filter(filter).with_target(false).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false)
+        .init();
     if let Err(why) = settings.validate() {
         eprintln!("mailjar: {why}");
         return std::process::ExitCode::from(2);
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("mailjar: cannot start the runtime: {e}");

@@ -54,7 +54,9 @@ pub async fn serve(listener: TcpListener, slots: Arc<Semaphore>, mut context: Sm
                 tracing::warn!(%peer, "too many SMTP connections: refused");
                 tokio::spawn(async move {
                     let mut stream = stream;
-                    let _ = stream.write_all(&Reply::too_many_connections().to_bytes()).await;
+                    let _ = stream
+                        .write_all(&Reply::too_many_connections().to_bytes())
+                        .await;
                     let _ = stream.shutdown().await;
                 });
             }

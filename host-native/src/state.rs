@@ -70,7 +70,9 @@ impl Shared {
     fn lock(&self) -> MutexGuard<'_, Inner> {
         // A panic elsewhere must not stop mail from being stored: the data is still consistent
         // because every mutation happens inside the core in one call.
-        self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.inner
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Stores a message and answers the waits it matches; returns its id.

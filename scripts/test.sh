@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Runs every mailjar test suite, installing first whatever a fresh machine lacks.
+# Used as is by CI (.ci/run) and by developers: ./scripts/test.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+apt_updated=
+apt_install() {
+  if [ -z "$apt_updated" ]; then as_root apt-get update -qq; apt_updated=1; fi
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+step() { printf '\n==> %s\n' "$*"; }
+
+step "tools"
+rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt
+rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy
+command -v swaks >/dev/null || apt_install swaks
+command -v curl >/dev/null || apt_install curl
+command -v python3 >/dev/null
+command -v node >/dev/null
+
+step "cargo fmt --check"
+cargo fmt --all --check
+
+step "cargo clippy"
+cargo clippy --workspace --all-targets -- -D warnings
+
+step "cargo test"
+cargo test --workspace
+
+if [ -f scripts/test-wasm.sh ]; then
+  step "wasm host"
+  bash scripts/test-wasm.sh
+fi
+
+step "all suites passed"
