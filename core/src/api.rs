@@ -198,6 +198,9 @@ impl Default for ApiConfig {
     }
 }
 
+/// The OpenAPI 3.1 document of this API, served at `GET /api/openapi.json`.
+pub const OPENAPI: &str = include_str!("api/openapi.json");
+
 /// The default wait of `GET /api/emails/wait`, in milliseconds.
 pub const DEFAULT_WAIT_MS: u64 = 10_000;
 /// The longest wait of `GET /api/emails/wait`, in milliseconds.
@@ -227,6 +230,7 @@ pub struct Api {
 /// The routes of the API.
 enum Route<'a> {
     Health,
+    OpenApi,
     Emails,
     Latest,
     Wait,
@@ -286,6 +290,7 @@ impl Api {
         let segments: Vec<&str> = segments.iter().map(String::as_str).collect();
         let route = match segments.as_slice() {
             ["health"] => Route::Health,
+            ["api", "openapi.json"] => Route::OpenApi,
             ["api", "emails"] => Route::Emails,
             ["api", "emails", "latest"] => Route::Latest,
             ["api", "emails", "wait"] => Route::Wait,
@@ -302,6 +307,11 @@ impl Api {
         let ready = |r: Result<Response, ApiError>| r.map(Outcome::Ready);
         match (request.method.as_str(), route) {
             ("GET", Route::Health) => ready(query.only(&[]).map(|_| self.health())),
+            ("GET", Route::OpenApi) => ready(query.only(&[]).map(|_| Response {
+                status: 200,
+                body: OPENAPI.to_owned(),
+                allow: None,
+            })),
             ("GET", Route::Emails) => ready(self.list(&query)),
             ("GET", Route::Latest) => ready(self.latest(&query)),
             ("GET", Route::Wait) => self.wait(&query, now_ms),

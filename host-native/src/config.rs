@@ -51,6 +51,20 @@ pub struct Settings {
     /// How long a shutdown waits for messages in flight.
     #[arg(long, env = "MAILJAR_SHUTDOWN_GRACE", default_value = "1500ms", value_parser = humantime::parse_duration)]
     pub shutdown_grace: Duration,
+    /// Origins allowed to call the API from a browser (CORS), e.g. http://localhost:3000; repeat or comma-separate; `*` allows any. None by default.
+    #[arg(
+        long = "cors-origin",
+        env = "MAILJAR_CORS_ORIGIN",
+        value_delimiter = ','
+    )]
+    pub cors_origins: Vec<String>,
+    /// Extra Host names the API answers while it listens on loopback (localhost and loopback IPs always work); repeat or comma-separate.
+    #[arg(
+        long = "allowed-host",
+        env = "MAILJAR_ALLOWED_HOST",
+        value_delimiter = ','
+    )]
+    pub allowed_hosts: Vec<String>,
     /// Log filter (error, warn, info, debug, trace, or a tracing directive).
     #[arg(long, env = "MAILJAR_LOG", default_value = "info")]
     pub log: String,

@@ -21,6 +21,10 @@ pub struct HttpContext {
     pub shared: Arc<Shared>,
     /// Whether the listener is bound to loopback: then only loopback `Host` names are served.
     pub loopback_only: bool,
+    /// Host names served besides loopback ones, lower-cased.
+    pub allowed_hosts: Vec<String>,
+    /// Origins given CORS access; `*` for any. Empty: no CORS.
+    pub cors_origins: Vec<String>,
     /// Becomes true when the server shuts down.
     pub shutdown: watch::Receiver<bool>,
 }
@@ -32,38 +36,120 @@ pub fn routes(
 {
     warp::method()
         .and(warp::path::full())
-        .and(
-            warp::query::raw()
-                .or(warp::any().map(String::new))
-                .unify(),
-        )
+        .and(warp::query::raw().or(warp::any().map(String::new)).unify())
         .and(warp::header::headers_cloned())
-        .then(move |method: http::Method, path: warp::path::FullPath, query: String, headers: http::HeaderMap| {
-            let context = context.clone();
-            async move {
-                let host = headers
-                    .get(http::header::HOST)
-                    .and_then(|h| h.to_str().ok())
-                    .map(str::to_owned);
-                if context.loopback_only && !host.as_deref().is_some_and(is_loopback_host) {
-                    return json(Response {
-                        status: 403,
-                        body: r#"{"error":"this server only answers requests addressed to localhost (the Host header is not a loopback name)"}"#.to_owned(),
-                        allow: None,
-                    });
+        .then(
+            move |method: http::Method,
+                  path: warp::path::FullPath,
+                  query: String,
+                  headers: http::HeaderMap| {
+                let context = context.clone();
+                async move {
+                    let cors = cors_origin(&context, &headers);
+                    let mut response = match refuse(&context, &path, &query, &headers) {
+                        Some(refusal) => json(refusal),
+                        None if method == http::Method::OPTIONS && cors.is_some() => preflight(),
+                        None => {
+                            let request = Request {
+                                method: method.as_str().to_owned(),
+                                path: path.as_str().to_owned(),
+                                query,
+                            };
+                            json(respond(&context, &request).await)
+                        }
+                    };
+                    if let Some(origin) = cors {
+                        let h = response.headers_mut();
+                        h.insert(http::header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
+                        h.insert(http::header::VARY, http::HeaderValue::from_static("Origin"));
+                    }
+                    response
                 }
-                let request = Request {
-                    method: method.as_str().to_owned(),
-                    path: path.as_str().to_owned(),
-                    query,
-                };
-                json(respond(&context, &request).await)
-            }
-        })
+            },
+        )
 }
 
-/// Whether a `Host` header names this machine: localhost, a *.localhost name, or a loopback IP, with any port.
-fn is_loopback_host(host: &str) -> bool {
+/// The longest request target (path and query) served, in bytes.
+pub const MAX_URL_BYTES: usize = 8 * 1024;
+/// The most header bytes served (names and values); hyper itself refuses heads over 64 KiB.
+pub const MAX_HEADER_BYTES: usize = 16 * 1024;
+
+fn error(status: u16, text: &str) -> Response {
+    Response {
+        status,
+        body: serde_json::json!({ "error": text }).to_string(),
+        allow: None,
+    }
+}
+
+/// Why a request is refused before it reaches the API, if it is.
+fn refuse(
+    context: &HttpContext,
+    path: &warp::path::FullPath,
+    query: &str,
+    headers: &http::HeaderMap,
+) -> Option<Response> {
+    let host = headers
+        .get(http::header::HOST)
+        .and_then(|h| h.to_str().ok());
+    if context.loopback_only && !host.is_some_and(|h| is_allowed_host(h, &context.allowed_hosts)) {
+        return Some(error(
+            403,
+            "this server only answers requests addressed to localhost (the Host header is not a loopback name; see --allowed-host)",
+        ));
+    }
+    if path.as_str().len() + query.len() > MAX_URL_BYTES {
+        return Some(error(
+            414,
+            &format!("the URL is longer than {MAX_URL_BYTES} bytes"),
+        ));
+    }
+    let header_bytes: usize = headers
+        .iter()
+        .map(|(n, v)| n.as_str().len() + v.len() + 4)
+        .sum();
+    if header_bytes > MAX_HEADER_BYTES {
+        return Some(error(
+            431,
+            &format!("the request headers are larger than {MAX_HEADER_BYTES} bytes"),
+        ));
+    }
+    None
+}
+
+/// The `Access-Control-Allow-Origin` value for this request, when its origin is allowed.
+fn cors_origin(context: &HttpContext, headers: &http::HeaderMap) -> Option<http::HeaderValue> {
+    let origin = headers.get(http::header::ORIGIN)?;
+    let text = origin.to_str().ok()?;
+    context
+        .cors_origins
+        .iter()
+        .any(|allowed| allowed == "*" || allowed.eq_ignore_ascii_case(text))
+        .then(|| origin.clone())
+}
+
+/// The answer to a CORS preflight from an allowed origin.
+fn preflight() -> http::Response<String> {
+    let mut response = http::Response::new(String::new());
+    *response.status_mut() = StatusCode::NO_CONTENT;
+    let h = response.headers_mut();
+    h.insert(
+        http::header::ACCESS_CONTROL_ALLOW_METHODS,
+        http::HeaderValue::from_static("GET, DELETE"),
+    );
+    h.insert(
+        http::header::ACCESS_CONTROL_ALLOW_HEADERS,
+        http::HeaderValue::from_static("content-type"),
+    );
+    h.insert(
+        http::header::ACCESS_CONTROL_MAX_AGE,
+        http::HeaderValue::from_static("600"),
+    );
+    response
+}
+
+/// Whether a `Host` header names this machine (localhost, a *.localhost name, a loopback IP) or an allowed name, with any port.
+fn is_allowed_host(host: &str, allowed: &[String]) -> bool {
     let name = match host.strip_prefix('[') {
         Some(rest) => rest.split(']').next().unwrap_or(""),
         None => host.rsplit_once(':').map_or(host, |(name, _)| name),
@@ -72,6 +158,7 @@ fn is_loopback_host(host: &str) -> bool {
     name == "localhost"
         || name.ends_with(".localhost")
         || name.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+        || allowed.contains(&name)
 }
 
 /// Answers a request, waiting for a delivery or the deadline when the core parks it.
@@ -206,7 +293,7 @@ mod tests {
             "LOCALHOST.",
             "127.1.2.3",
         ] {
-            assert!(is_loopback_host(host), "{host}");
+            assert!(is_allowed_host(host, &[]), "{host}");
         }
         for host in [
             "evil.test",
@@ -216,7 +303,8 @@ mod tests {
             "[::2]:80",
             "",
         ] {
-            assert!(!is_loopback_host(host), "{host}");
+            assert!(!is_allowed_host(host, &[]), "{host}");
         }
+        assert!(is_allowed_host("mailjar:8025", &["mailjar".to_owned()]));
     }
 }

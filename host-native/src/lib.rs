@@ -93,6 +93,18 @@ impl Server {
         let http_context = http_server::HttpContext {
             shared: self.shared.clone(),
             loopback_only: self.settings.http_host.is_loopback(),
+            allowed_hosts: self
+                .settings
+                .allowed_hosts
+                .iter()
+                .map(|h| h.trim().trim_end_matches('.').to_ascii_lowercase())
+                .collect(),
+            cors_origins: self
+                .settings
+                .cors_origins
+                .iter()
+                .map(|o| o.trim().to_owned())
+                .collect(),
             shutdown: shutdown_rx,
         };
         let smtp_task = tokio::spawn(smtp_server::serve(self.smtp, slots.clone(), smtp_context));

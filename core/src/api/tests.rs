@@ -317,3 +317,20 @@ fn subject_plus_is_a_space() {
     let (_, body) = get(&mut api, "/api/emails?subject=order+confirmed");
     assert_eq!(subjects(&body), ["Order confirmed"]);
 }
+
+#[test]
+fn openapi_document_is_served_and_names_every_route() {
+    let mut api = api();
+    let (status, doc) = get(&mut api, "/api/openapi.json");
+    assert_eq!(status, 200);
+    assert_eq!(doc["openapi"], "3.1.0");
+    for path in [
+        "/health",
+        "/api/emails",
+        "/api/emails/latest",
+        "/api/emails/wait",
+        "/api/emails/{id}",
+    ] {
+        assert!(doc["paths"].get(path).is_some(), "{path} missing");
+    }
+}
