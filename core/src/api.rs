@@ -475,13 +475,7 @@ impl Api {
     /// Stores a message received at `now_ms`, then answers every parked wait it matches.
     pub fn deliver(&mut self, message: Prepared, now_ms: u64, entropy: Entropy) -> Delivered {
         let id = self.ids.next(now_ms, entropy);
-        let email = self.store.push(Email {
-            id,
-            received_at_ms: now_ms,
-            envelope: message.envelope,
-            parsed: message.parsed,
-            raw: message.raw.into_boxed_slice(),
-        });
+        let email = self.store.push(Email::new(id, now_ms, message));
         let mut woken: Vec<WaitId> = self
             .waits
             .iter()
@@ -589,7 +583,7 @@ struct EmailView<'a> {
     subject: &'a str,
     date: Option<&'a str>,
     message_id: Option<&'a str>,
-    headers: &'a BTreeMap<String, String>,
+    headers: BTreeMap<String, String>,
     text: &'a str,
     html: &'a str,
     links: &'a [String],
@@ -601,7 +595,7 @@ struct EmailView<'a> {
 
 impl<'a> EmailView<'a> {
     fn new(email: &'a Email) -> EmailView<'a> {
-        let p = &email.parsed;
+        let p = email.summary();
         EmailView {
             id: email.id.to_string(),
             received_at: format_rfc3339_ms(email.received_at_ms),
@@ -612,14 +606,14 @@ impl<'a> EmailView<'a> {
             subject: &p.subject,
             date: p.date.as_deref(),
             message_id: p.message_id.as_deref(),
-            headers: &p.headers,
-            text: &p.text,
-            html: &p.html,
+            headers: email.headers(),
+            text: email.text(),
+            html: email.html(),
             links: &p.links,
             codes: &p.codes,
             attachments: &p.attachments,
-            size: email.raw.len(),
-            raw: String::from_utf8_lossy(&email.raw),
+            size: email.raw().len(),
+            raw: String::from_utf8_lossy(email.raw()),
         }
     }
 }

@@ -99,7 +99,7 @@ impl Filter {
         {
             return Ok(false);
         }
-        let subject = &email.parsed.subject;
+        let subject = email.subject();
         if let Some(part) = &self.subject
             && !contains_ignore_case(subject, part)
         {

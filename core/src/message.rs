@@ -93,6 +93,17 @@ pub fn parse(raw: &[u8]) -> ParsedMessage {
     std::panic::catch_unwind(|| parse_unguarded(raw)).unwrap_or_else(|_| unparsed(raw))
 }
 
+/// The header map of `raw` as [`ParsedMessage::headers`] has it, read from the header block alone.
+pub fn headers(raw: &[u8]) -> BTreeMap<String, String> {
+    std::panic::catch_unwind(|| {
+        PARSER
+            .parse_headers(raw)
+            .and_then(|m| m.parts.first().map(|root| header_map(&root.headers, raw)))
+            .unwrap_or_default()
+    })
+    .unwrap_or_default()
+}
+
 /// The result for bytes that have no recognisable message structure.
 fn unparsed(raw: &[u8]) -> ParsedMessage {
     let text = String::from_utf8_lossy(raw).into_owned();

@@ -49,6 +49,11 @@ impl Prepared {
 }
 
 /// One stored message.
+///
+/// The text and HTML bodies are kept as a range of the raw bytes whenever they
+/// appear there verbatim (no transfer encoding, UTF-8 or ASCII), and the
+/// header map is re-read from the raw header block when asked for, so a
+/// typical message costs little more than its raw bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Email {
     /// Its id; ids increase in receive order.
@@ -57,33 +62,127 @@ pub struct Email {
     pub received_at_ms: u64,
     /// MAIL FROM and RCPT TO.
     pub envelope: Envelope,
-    /// What the message says about itself.
-    pub parsed: ParsedMessage,
-    /// The message exactly as received.
-    pub raw: Box<[u8]>,
+    /// The parsed fields but `text`, `html` and `headers`, which are left empty.
+    /// Boxed to keep the store's ring of messages small.
+    summary: Box<ParsedMessage>,
+    text: Body,
+    html: Body,
+    raw: Box<[u8]>,
+}
+
+/// A decoded body: where it stands in the raw bytes, or its own copy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Body {
+    InRaw(std::ops::Range<usize>),
+    Owned(Box<str>),
+}
+
+impl Body {
+    fn new(text: String, raw: &[u8]) -> Body {
+        if text.is_empty() {
+            return Body::InRaw(0..0);
+        }
+        match memchr::memmem::find(raw, text.as_bytes()) {
+            Some(start) => Body::InRaw(start..start + text.len()),
+            None => Body::Owned(text.into_boxed_str()),
+        }
+    }
+
+    fn get<'a>(&'a self, raw: &'a [u8]) -> &'a str {
+        match self {
+            // The range was found by matching a valid string, so it is valid UTF-8.
+            Body::InRaw(range) => raw
+                .get(range.clone())
+                .and_then(|b| std::str::from_utf8(b).ok())
+                .unwrap_or(""),
+            Body::Owned(text) => text,
+        }
+    }
+
+    fn owned_len(&self) -> usize {
+        match self {
+            Body::InRaw(_) => 0,
+            Body::Owned(text) => text.len(),
+        }
+    }
 }
 
 impl Email {
+    /// Stores a prepared message under `id`.
+    pub fn new(id: MessageId, received_at_ms: u64, prepared: Prepared) -> Email {
+        let Prepared {
+            envelope,
+            mut parsed,
+            raw,
+        } = prepared;
+        let raw = raw.into_boxed_slice();
+        let text = Body::new(std::mem::take(&mut parsed.text), &raw);
+        let html = Body::new(std::mem::take(&mut parsed.html), &raw);
+        parsed.headers = Default::default();
+        Email {
+            id,
+            received_at_ms,
+            envelope,
+            summary: Box::new(parsed),
+            text,
+            html,
+            raw,
+        }
+    }
+
+    /// The message exactly as received.
+    pub fn raw(&self) -> &[u8] {
+        &self.raw
+    }
+
+    /// The parsed fields; `text`, `html` and `headers` are empty here: use [`Email::text`],
+    /// [`Email::html`] and [`Email::headers`].
+    pub fn summary(&self) -> &ParsedMessage {
+        &self.summary
+    }
+
+    /// The decoded subject.
+    pub fn subject(&self) -> &str {
+        &self.summary.subject
+    }
+
+    /// The plain-text body; "" when none.
+    pub fn text(&self) -> &str {
+        self.text.get(&self.raw)
+    }
+
+    /// The HTML body; "" when none.
+    pub fn html(&self) -> &str {
+        self.html.get(&self.raw)
+    }
+
+    /// The header map, re-read from the raw header block.
+    pub fn headers(&self) -> std::collections::BTreeMap<String, String> {
+        message::headers(&self.raw)
+    }
+
     /// The bytes this message is counted for against [`StoreLimits::max_bytes`]:
-    /// the raw message and every text derived from it.
+    /// the raw message and everything kept beside it.
     pub fn footprint(&self) -> usize {
-        let p = &self.parsed;
+        let p = &self.summary;
         let strings = |v: &[String]| v.iter().map(|s| s.len() + 24).sum::<usize>();
         self.raw.len()
-            + p.text.len()
-            + p.html.len()
+            + self.text.owned_len()
+            + self.html.owned_len()
             + p.subject.len()
-            + p.headers
-                .iter()
-                .map(|(k, v)| k.len() + v.len() + 64)
-                .sum::<usize>()
+            + p.from.as_ref().map_or(0, String::len)
+            + p.date.as_ref().map_or(0, String::len)
+            + p.message_id.as_ref().map_or(0, String::len)
             + strings(&p.links)
             + strings(&p.codes)
             + strings(&p.to_headers)
             + strings(&p.cc)
             + strings(&self.envelope.to)
-            + p.attachments.len() * 96
-            + 512
+            + p.attachments
+                .iter()
+                .map(|a| a.filename.len() + a.content_type.len() + 96)
+                .sum::<usize>()
+            + std::mem::size_of::<Email>()
     }
 
     /// Whether `address` (lower-cased and trimmed) is an envelope recipient or a To or Cc address.
@@ -97,8 +196,8 @@ impl Email {
             }
         };
         self.envelope.to.iter().any(same)
-            || self.parsed.to_headers.iter().any(same)
-            || self.parsed.cc.iter().any(same)
+            || self.summary.to_headers.iter().any(same)
+            || self.summary.cc.iter().any(same)
     }
 }
 
@@ -221,13 +320,7 @@ mod tests {
             raw: raw.as_bytes().to_vec(),
             helo: None,
         });
-        Email {
-            id: ids.next(1000, [1; 10]),
-            received_at_ms: 1000,
-            envelope: prepared.envelope,
-            parsed: prepared.parsed,
-            raw: prepared.raw.into_boxed_slice(),
-        }
+        Email::new(ids.next(1000, [1; 10]), 1000, prepared)
     }
 
     #[test]
@@ -245,7 +338,7 @@ mod tests {
         assert_eq!(store.len(), 2);
         assert_eq!(store.evicted(), 1);
         assert!(store.get(first).is_none());
-        let subjects: Vec<_> = store.iter().map(|e| e.parsed.subject.as_str()).collect();
+        let subjects: Vec<_> = store.iter().map(|e| e.subject()).collect();
         assert_eq!(subjects, ["2", "3"]);
     }
 
@@ -271,7 +364,7 @@ mod tests {
             &["a@x"],
         ));
         assert_eq!(store.len(), 1);
-        assert_eq!(store.iter().next().unwrap().parsed.subject, "big");
+        assert_eq!(store.iter().next().unwrap().subject(), "big");
     }
 
     #[test]
@@ -300,5 +393,47 @@ mod tests {
         assert_eq!(store.after(Some(a)).map(|e| e.id).collect::<Vec<_>>(), [b]);
         assert_eq!(store.clear(), 1);
         assert_eq!(store.bytes(), 0);
+    }
+}
+
+#[cfg(test)]
+mod body_tests {
+    use super::*;
+    use crate::id::IdGenerator;
+
+    fn stored(raw: &str) -> Email {
+        let prepared = Prepared::new(Incoming {
+            envelope: Envelope::default(),
+            raw: raw.as_bytes().to_vec(),
+            helo: None,
+        });
+        Email::new(IdGenerator::new().next(1, [0; 10]), 1, prepared)
+    }
+
+    #[test]
+    fn verbatim_bodies_are_ranges_of_the_raw_bytes() {
+        let raw = "Subject: s\r\nContent-Type: text/plain\r\n\r\nplain body text\r\n";
+        let email = stored(raw);
+        assert_eq!(email.text(), message::parse(raw.as_bytes()).text);
+        assert!(matches!(email.text, Body::InRaw(_)));
+        assert_eq!(email.html(), "");
+    }
+
+    #[test]
+    fn decoded_bodies_are_owned() {
+        let raw = "Subject: s\r\nContent-Type: text/html; charset=utf-8\r\nContent-Transfer-Encoding: quoted-printable\r\n\r\n<p>caf=C3=A9</p>\r\n";
+        let email = stored(raw);
+        assert_eq!(email.html(), message::parse(raw.as_bytes()).html);
+        assert!(email.html().contains("café"));
+        assert!(matches!(email.html, Body::Owned(_)));
+    }
+
+    #[test]
+    fn headers_are_re_read_as_parse_reads_them() {
+        let raw = "Subject: =?utf-8?q?caf=C3=A9?=\r\nX-A: 1\r\nx-a: 2\r\n\r\nbody\r\n";
+        assert_eq!(
+            stored(raw).headers(),
+            message::parse(raw.as_bytes()).headers
+        );
     }
 }

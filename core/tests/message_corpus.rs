@@ -220,3 +220,39 @@ fn corpus_parses_soundly() {
     assert_eq!(PANICS.load(Ordering::SeqCst), 0, "the parser panicked");
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
+
+/// The store keeps bodies as ranges of the raw bytes and re-reads headers on
+/// demand: for every real message it must give back exactly what `parse` gave.
+#[test]
+fn stored_form_gives_back_what_parse_gave() {
+    use mailjar_core::id::IdGenerator;
+    use mailjar_core::smtp::{Envelope, Incoming};
+    use mailjar_core::store::{Email, Prepared};
+
+    let mut all = Vec::new();
+    files(Path::new(CORPUS), &mut all);
+    if all.is_empty() {
+        println!("corpus absent at {CORPUS}, skipping");
+        return;
+    }
+    let mut ids = IdGenerator::new();
+    let mut total = 0usize;
+    for path in &all {
+        let Ok(raw) = std::fs::read(path) else {
+            continue;
+        };
+        let parsed = parse(&raw);
+        let prepared = Prepared::new(Incoming {
+            envelope: Envelope::default(),
+            raw: raw.clone(),
+            helo: None,
+        });
+        let email = Email::new(ids.next(1, [0; 10]), 1, prepared);
+        assert_eq!(email.text(), parsed.text, "{}", path.display());
+        assert_eq!(email.html(), parsed.html, "{}", path.display());
+        assert_eq!(email.headers(), parsed.headers, "{}", path.display());
+        assert_eq!(email.subject(), parsed.subject, "{}", path.display());
+        total += 1;
+    }
+    println!("{total} messages stored and read back");
+}
