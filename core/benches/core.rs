@@ -1,0 +1,154 @@
+//! Micro-benchmarks of the core, each beside a baseline measured in the same run.
+//!
+//! `cargo bench -p mailjar-core --bench core`
+
+use std::hint::black_box;
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use mailjar_core::api::{Api, ApiConfig, Outcome, Request};
+use mailjar_core::filter::{Filter, FilterParams};
+use mailjar_core::smtp::{Config, Envelope, Incoming, Session};
+use mailjar_core::store::Prepared;
+
+/// A 2 KiB-ish message like the ones the system benchmark sends.
+fn message(i: usize) -> Vec<u8> {
+    format!(
+        "From: App <app@example.com>\r\nTo: user{}@local.test\r\nSubject: Order #{i} confirmed\r\n\
+         Date: Sun, 22 Nov 2026 02:42:07 +0000\r\nMessage-ID: <{i}@example.com>\r\n\
+         Content-Type: text/plain; charset=utf-8\r\n\r\n{}Your code is {:06}. https://example.com/o/{i}\r\n",
+        i % 50,
+        "Lorem ipsum dolor sit amet, consectetur adipiscing elit.\r\n".repeat(30),
+        i % 1_000_000
+    )
+    .into_bytes()
+}
+
+fn incoming(i: usize) -> Incoming {
+    Incoming {
+        envelope: Envelope {
+            from: "app@example.com".into(),
+            to: vec![format!("user{}@local.test", i % 50)],
+        },
+        raw: message(i),
+        helo: None,
+    }
+}
+
+fn receive(c: &mut Criterion) {
+    // 8 MiB of message text in 64 KiB reads, as a host hands it over.
+    let line = b"Lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod.\r\n";
+    let mut data = Vec::new();
+    while data.len() < 8 * 1024 * 1024 {
+        data.extend_from_slice(line);
+    }
+    let mut group = c.benchmark_group("smtp_receive_8MiB");
+    group.throughput(Throughput::Bytes(data.len() as u64));
+    group.bench_function("baseline_copy", |b| {
+        b.iter(|| {
+            let mut out = Vec::new();
+            for chunk in data.chunks(64 * 1024) {
+                out.extend_from_slice(black_box(chunk));
+            }
+            out
+        })
+    });
+    group.bench_function("session_receive", |b| {
+        b.iter(|| {
+            let mut session = Session::new(Config::default());
+            session.receive(b"EHLO c\r\nMAIL FROM:<a@b.test>\r\nRCPT TO:<c@d.test>\r\nDATA\r\n");
+            for chunk in data.chunks(64 * 1024) {
+                black_box(session.receive(chunk));
+            }
+            session.receive(b".\r\n")
+        })
+    });
+    group.finish();
+}
+
+fn deliver(c: &mut Criterion) {
+    let raw = message(7);
+    let mut group = c.benchmark_group("deliver_2KiB");
+    group.bench_function("baseline_mail_parser", |b| {
+        b.iter(|| {
+            mail_parser::MessageParser::default()
+                .parse(black_box(&raw))
+                .map(|m| m.parts.len())
+        })
+    });
+    group.bench_function("parse_and_store", |b| {
+        let mut api = Api::new(ApiConfig::default());
+        let mut i = 0u64;
+        b.iter(|| {
+            i += 1;
+            let prepared = Prepared::new(incoming(7));
+            api.deliver(prepared, 1_000_000 + i, [1; 10]).id
+        })
+    });
+    group.finish();
+}
+
+fn stored_api(n: usize) -> Api {
+    let mut api = Api::new(ApiConfig::default());
+    for i in 0..n {
+        api.deliver(Prepared::new(incoming(i)), 1_000_000 + i as u64, [1; 10]);
+    }
+    api
+}
+
+fn filter(c: &mut Criterion) {
+    let api = stored_api(10_000);
+    let mut group = c.benchmark_group("filter_10000");
+    let count = |filter: &Filter| {
+        api.store()
+            .iter()
+            .filter(|e| filter.matches(e).unwrap_or(false))
+            .count()
+    };
+    let none = Filter::new(FilterParams::default()).expect("empty filter");
+    group.bench_function("baseline_no_filter", |b| b.iter(|| count(&none)));
+    let to = Filter::new(FilterParams {
+        to: Some("user7@local.test"),
+        subject: Some("confirmed"),
+        ..Default::default()
+    })
+    .expect("filter");
+    group.bench_function("to_and_subject", |b| b.iter(|| count(&to)));
+    let regex = Filter::new(FilterParams {
+        subject_pattern: Some(r"^Order #\d+7 confirmed$"),
+        subject_flags: Some("i"),
+        ..Default::default()
+    })
+    .expect("filter");
+    group.bench_function("subject_pattern", |b| b.iter(|| count(&regex)));
+    let lookahead = Filter::new(FilterParams {
+        subject_pattern: Some(r"^(?=Order)(?!.*cancel).*#(\d)\d*\1"),
+        ..Default::default()
+    })
+    .expect("filter");
+    group.bench_function("subject_pattern_lookaround", |b| {
+        b.iter(|| count(&lookahead))
+    });
+    group.finish();
+}
+
+fn list(c: &mut Criterion) {
+    let mut api = stored_api(1_000);
+    let mut group = c.benchmark_group("list_100");
+    let raws: Vec<String> = (0..100)
+        .map(|i| String::from_utf8_lossy(&message(i)).into_owned())
+        .collect();
+    group.bench_function("baseline_serialise_raw_strings", |b| {
+        b.iter(|| serde_json::to_string(black_box(&raws)).map(|s| s.len()))
+    });
+    let request = Request::new("GET", "/api/emails?limit=100");
+    group.bench_function("api_list_limit_100", |b| {
+        b.iter(|| match api.handle(&request, 0) {
+            Outcome::Ready(r) => r.body.len(),
+            Outcome::Wait(_) => 0,
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, receive, deliver, filter, list);
+criterion_main!(benches);
