@@ -1,0 +1,49 @@
+//! `Api::handle` with arbitrary methods, paths and queries: never panics,
+//! always answers JSON, and every error is `{"error": ...}` with a 4xx.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use mailjar_core::api::{Api, ApiConfig, Outcome, Request};
+use mailjar_core::smtp::{Envelope, Incoming};
+use mailjar_core::store::Prepared;
+
+fuzz_target!(|data: &[u8]| {
+    let text = String::from_utf8_lossy(data);
+    let mut parts = text.splitn(3, '\n');
+    let method = match parts.next().unwrap_or("").len() % 4 {
+        0 => "GET",
+        1 => "DELETE",
+        2 => "POST",
+        _ => "OPTIONS",
+    };
+    let path = parts.next().unwrap_or("/");
+    let query = parts.next().unwrap_or("");
+    let mut api = Api::new(ApiConfig::default());
+    for (i, subject) in ["Order #12 confirmed", "Reset your password", "Ünïcödé ✓"].iter().enumerate() {
+        let raw = format!("Subject: {subject}\r\nTo: u{i}@local.test\r\n\r\nbody {i}\r\n");
+        api.deliver(
+            Prepared::new(Incoming {
+                envelope: Envelope { from: "a@b".into(), to: vec![format!("u{i}@local.test")] },
+                raw: raw.into_bytes(),
+                helo: None,
+            }),
+            1_000 + i as u64,
+            [i as u8; 10],
+        );
+    }
+    let request = Request { method: method.into(), path: format!("/{path}"), query: query.into() };
+    match api.handle(&request, 5_000) {
+        Outcome::Ready(response) => {
+            let body: serde_json::Value = serde_json::from_str(&response.body).expect("JSON body");
+            if response.status != 200 {
+                assert!((400..500).contains(&response.status), "status {}", response.status);
+                assert!(body["error"].is_string());
+            }
+        }
+        Outcome::Wait(spec) => {
+            assert!(spec.deadline_ms > 5_000);
+            let expired = api.expire(spec.id).expect("parked wait expires");
+            assert_eq!(expired.status, 408);
+        }
+    }
+});
