@@ -184,9 +184,9 @@ fn bdat_then_bdat_zero_last() {
 fn idle_connection_gets_421_after_the_idle_timeout() {
     let server = Server::start_with(&["--idle-timeout", "300ms"]);
     let mut smtp = server.smtp();
-    // Activity keeps the connection open past the timeout.
-    for _ in 0..4 {
-        std::thread::sleep(Duration::from_millis(150));
+    // Activity keeps the connection open past the timeout (600 ms of NOOPs, 100 ms apart).
+    for _ in 0..6 {
+        std::thread::sleep(Duration::from_millis(100));
         smtp.expect("NOOP", 250);
     }
     let start = Instant::now();
