@@ -114,3 +114,48 @@ fn a_hundred_concurrent_waits_each_get_their_own_message() {
     });
     assert_eq!(server.health()["waits"], 0);
 }
+
+/// `receivedAt` must agree with receive order (and with the time in the UUIDv7 ids):
+/// eight connections each pipeline a burst of small messages, so deliveries race.
+#[test]
+fn received_at_never_goes_back_in_receive_order() {
+    const CONNECTIONS: usize = 8;
+    const PER_CONNECTION: usize = 400;
+    let server = Server::start();
+    std::thread::scope(|scope| {
+        for c in 0..CONNECTIONS {
+            let server = &server;
+            scope.spawn(move || {
+                let mut wire = b"EHLO e2e.test\r\n".to_vec();
+                for seq in 0..PER_CONNECTION {
+                    wire.extend(
+                        b"MAIL FROM:<a@example.test>\r\nRCPT TO:<b@example.test>\r\nDATA\r\n",
+                    );
+                    wire.extend(format!("Subject: {c} {seq}\r\n\r\nx\r\n.\r\n").as_bytes());
+                }
+                wire.extend(b"QUIT\r\n");
+                let mut smtp = server.smtp();
+                smtp.write(&wire);
+                let codes: Vec<u16> = std::iter::from_fn(|| smtp.try_reply())
+                    .map(|r| r.code)
+                    .collect();
+                assert_eq!(codes.len(), 2 + 4 * PER_CONNECTION);
+                assert!(codes.iter().all(|&c| c < 400), "{codes:?}");
+            });
+        }
+    });
+    let emails = server.emails("");
+    assert_eq!(emails.len(), CONNECTIONS * PER_CONNECTION);
+    for pair in emails.windows(2) {
+        let (a, b) = (&pair[0], &pair[1]);
+        assert!(a["id"].as_str() < b["id"].as_str());
+        assert!(
+            a["receivedAt"].as_str() <= b["receivedAt"].as_str(),
+            "receivedAt goes back in receive order: {} ({}) then {} ({})",
+            a["receivedAt"],
+            a["id"],
+            b["receivedAt"],
+            b["id"]
+        );
+    }
+}
