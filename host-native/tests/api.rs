@@ -507,3 +507,41 @@ fn dns_rebinding_is_refused_with_403() {
         assert_eq!(response.json()["ok"], true);
     }
 }
+
+#[test]
+fn to_matches_envelope_recipients_and_to_and_cc_headers() {
+    let server = Server::start();
+    // Bcc-style: the envelope names a recipient the headers do not, and the other way round.
+    let raw = b"From: a@example.test\r\nTo: Header To <header.to@example.test>\r\nCc: one@example.test, Two <TWO@example.test>\r\nSubject: cc\r\n\r\nx\r\n";
+    server.send("a@example.test", &["hidden@example.test"], raw);
+    server.send(
+        "a@example.test",
+        &["other@example.test"],
+        &message("a@x", "other@x", "other", "x"),
+    );
+    for to in [
+        "hidden@example.test",
+        "header.to@example.test",
+        "one@example.test",
+        "two@example.test",
+        " TWO@Example.Test ",
+    ] {
+        let found = server.emails(&format!("to={}", enc(to)));
+        assert_eq!(found.len(), 1, "to={to:?}");
+        assert_eq!(found[0]["subject"], "cc", "to={to:?}");
+    }
+    let email = server.latest();
+    assert_eq!(email["subject"], "other");
+    let cc = server.get_ok("/api/emails/latest?to=one@example.test")["email"]["cc"].clone();
+    assert_eq!(
+        cc,
+        serde_json::json!(["one@example.test", "TWO@example.test"])
+    );
+    assert_eq!(
+        server
+            .request("DELETE", "/api/emails?to=header.to@example.test")
+            .json()["deleted"],
+        1
+    );
+    assert_eq!(server.emails("").len(), 1);
+}

@@ -291,12 +291,38 @@ fn sigterm_sends_421_to_idle_clients_and_exits_zero() {
     let mut server = Server::start();
     let mut smtp = server.smtp();
     smtp.expect("EHLO e2e.test", 250);
+    // A client in the middle of DATA, and a parked wait.
+    let mut sending = server.smtp();
+    sending.expect("EHLO e2e.test", 250);
+    sending.expect("MAIL FROM:<a@example.test>", 250);
+    sending.expect("RCPT TO:<b@example.test>", 250);
+    sending.expect("DATA", 354);
+    sending.write(b"Subject: in flight\r\n\r\nfirst half\r\n");
+    let mut wait = std::net::TcpStream::connect(server.http).unwrap();
+    wait.set_read_timeout(Some(common::IO_TIMEOUT)).unwrap();
+    std::io::Write::write_all(
+        &mut wait,
+        b"GET /api/emails/wait?to=never@example.test&timeoutMs=60000 HTTP/1.1\r\nHost: localhost\r\n\r\n",
+    )
+    .unwrap();
+    server.poll_health("waits", 1, Duration::from_secs(5));
+
     let start = Instant::now();
     server.sigterm();
     let reply = smtp.reply();
     assert_eq!(reply.code, 421, "{}", reply.wire);
     assert!(reply.lines[0].starts_with("4.3.2"), "{}", reply.wire);
     assert!(smtp.closed());
+    // The parked wait is answered, not dropped.
+    let response = common::read_http_response(&mut wait);
+    assert_eq!(response.status, 503, "{}", response.body);
+    response.assert_json_contract("wait during shutdown");
+    // The message in flight is finished and acknowledged, then the connection is closed.
+    sending.write(b"second half\r\n.\r\n");
+    let accepted = sending.reply();
+    assert_eq!(accepted.code, 250, "{}", accepted.wire);
+    assert_eq!(sending.reply().code, 421);
+    assert!(sending.closed());
     let status = server
         .wait_exit(Duration::from_secs(2).saturating_sub(start.elapsed()))
         .expect("the process exits within 2 s of SIGTERM");
