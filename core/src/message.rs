@@ -18,7 +18,7 @@
 //! numbers, IP addresses, decimals and grouped numbers), when it lies inside a
 //! URL, or when it follows `©` or `(c)` (the year of a copyright footer).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::ops::Range;
 use std::sync::LazyLock;
 
@@ -633,6 +633,9 @@ fn find_codes(text: &str, codes: &mut Vec<String>) {
     } else {
         Vec::new()
     };
+    // Both lookups stay linear in the text: a message may hold thousands of numbers and URLs.
+    let mut seen: HashSet<String> = codes.iter().cloned().collect();
+    let mut next_url = 0;
     let bytes = text.as_bytes();
     let mut i = 0;
     while i < bytes.len() {
@@ -645,12 +648,16 @@ fn find_codes(text: &str, codes: &mut Vec<String>) {
             i += 1;
         }
         let end = i;
-        if (4..=8).contains(&(end - start))
-            && is_standalone(text, start, end)
-            && !urls.iter().any(|r| r.start <= start && end <= r.end)
-        {
+        // URL matches are sorted and disjoint, and digit runs come in order.
+        while urls.get(next_url).is_some_and(|r| r.end < end) {
+            next_url += 1;
+        }
+        let in_url = urls
+            .get(next_url)
+            .is_some_and(|r| r.start <= start && end <= r.end);
+        if (4..=8).contains(&(end - start)) && is_standalone(text, start, end) && !in_url {
             let code = &text[start..end];
-            if !codes.iter().any(|c| c == code) {
+            if seen.insert(code.to_owned()) {
                 codes.push(code.to_owned());
             }
         }

@@ -78,9 +78,11 @@ impl Shared {
     /// Stores a message and answers the waits it matches; returns its id.
     pub fn deliver(&self, incoming: Incoming) -> MessageId {
         let prepared = Prepared::new(incoming);
-        let (now, entropy) = (now_ms(), entropy());
+        let entropy = entropy();
         let (delivered, senders) = {
             let mut inner = self.lock();
+            // Read under the lock that orders deliveries, so receivedAt follows receive order.
+            let now = now_ms();
             let delivered = inner.api.deliver(prepared, now, entropy);
             let senders: Vec<_> = delivered
                 .woken
