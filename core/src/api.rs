@@ -225,6 +225,7 @@ pub struct Api {
     ids: IdGenerator,
     waits: HashMap<WaitId, PendingWait>,
     next_wait: u64,
+    last_received_ms: u64,
 }
 
 /// The routes of the API.
@@ -255,6 +256,7 @@ impl Api {
             ids: IdGenerator::new(),
             waits: HashMap::new(),
             next_wait: 0,
+            last_received_ms: 0,
         }
     }
 
@@ -473,7 +475,11 @@ impl Api {
     }
 
     /// Stores a message received at `now_ms`, then answers every parked wait it matches.
+    ///
+    /// `receivedAt` never goes back in receive order, even when the host clock does.
     pub fn deliver(&mut self, message: Prepared, now_ms: u64, entropy: Entropy) -> Delivered {
+        let now_ms = now_ms.max(self.last_received_ms);
+        self.last_received_ms = now_ms;
         let id = self.ids.next(now_ms, entropy);
         let email = self.store.push(Email::new(id, now_ms, message));
         let mut woken: Vec<WaitId> = self

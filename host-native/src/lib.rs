@@ -27,13 +27,26 @@ pub struct Server {
 
 use state::Shared;
 
+/// How many connections may wait to be accepted: tests open hundreds at once.
+const ACCEPT_BACKLOG: u32 = 4096;
+
+/// Binds a listener with a deep accept queue, reusing the address of a server just stopped.
+fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(ACCEPT_BACKLOG)
+}
+
 impl Server {
     /// Binds both listeners; fails when an address is taken or not local.
     pub async fn bind(settings: Settings) -> std::io::Result<Server> {
-        let smtp =
-            TcpListener::bind(SocketAddr::new(settings.smtp_host, settings.smtp_port)).await?;
-        let http =
-            TcpListener::bind(SocketAddr::new(settings.http_host, settings.http_port)).await?;
+        let smtp = listen(SocketAddr::new(settings.smtp_host, settings.smtp_port))?;
+        let http = listen(SocketAddr::new(settings.http_host, settings.http_port))?;
         let address = |a: SocketAddr| Address {
             host: a.ip().to_string(),
             port: a.port(),

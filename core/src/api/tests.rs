@@ -334,3 +334,15 @@ fn openapi_document_is_served_and_names_every_route() {
         assert!(doc["paths"].get(path).is_some(), "{path} missing");
     }
 }
+
+#[test]
+fn received_at_never_goes_back() {
+    let mut api = api();
+    api.deliver(message(&["a@x"], "first"), NOW, [1; 10]);
+    api.deliver(message(&["a@x"], "second"), NOW - 5_000, [1; 10]);
+    let (_, body) = get(&mut api, "/api/emails");
+    assert_eq!(
+        body["emails"][0]["receivedAt"],
+        body["emails"][1]["receivedAt"]
+    );
+}
