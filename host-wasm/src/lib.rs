@@ -161,6 +161,14 @@ export interface ApiResponse {
 
 #[wasm_bindgen]
 extern "C" {
+    /// The optional configuration object of `new Session(config)`.
+    #[wasm_bindgen(typescript_type = "SessionConfig")]
+    pub type SessionConfigObject;
+
+    /// The optional configuration object of `new Api(config)`.
+    #[wasm_bindgen(typescript_type = "ApiConfig")]
+    pub type ApiConfigObject;
+
     #[wasm_bindgen(js_namespace = crypto, js_name = getRandomValues, catch)]
     fn get_random_values(buffer: &Uint8Array) -> Result<JsValue, JsValue>;
 
@@ -356,10 +364,9 @@ pub struct Session {
 impl Session {
     /// A session with the default limits, or those `config` gives.
     #[wasm_bindgen(constructor)]
-    pub fn new(
-        #[wasm_bindgen(unchecked_param_type = "SessionConfig")] config: Option<JsValue>,
-    ) -> Result<Session, JsValue> {
+    pub fn new(config: Option<SessionConfigObject>) -> Result<Session, JsValue> {
         install_panic_hook();
+        let config: Option<JsValue> = config.map(Into::into);
         let mut c = smtp::Config::default();
         if let Some(config) = config.filter(|c| !c.is_undefined() && !c.is_null()) {
             let what = "config";
@@ -435,7 +442,15 @@ impl Session {
 }
 
 fn ready_object(response: &api::Response) -> Object {
+    ready_object_of_kind(None, response)
+}
+
+/// `{kind?, status, body, allow?}`.
+fn ready_object_of_kind(kind: Option<&str>, response: &api::Response) -> Object {
     let object = Object::new();
+    if let Some(kind) = kind {
+        set(&object, "kind", kind);
+    }
     set(&object, "status", response.status);
     set(&object, "body", response.body.as_str());
     if let Some(allow) = response.allow {
@@ -445,8 +460,10 @@ fn ready_object(response: &api::Response) -> Object {
 }
 
 fn woken_object(wait: WaitId, response: &api::Response) -> JsValue {
-    let object = ready_object(response);
+    let object = Object::new();
     set(&object, "waitId", wait.0 as f64);
+    set(&object, "status", response.status);
+    set(&object, "body", response.body.as_str());
     object.into()
 }
 
@@ -464,10 +481,9 @@ pub struct Api {
 impl Api {
     /// An API over an empty store, with the defaults or what `config` gives.
     #[wasm_bindgen(constructor)]
-    pub fn new(
-        #[wasm_bindgen(unchecked_param_type = "ApiConfig")] config: Option<JsValue>,
-    ) -> Result<Api, JsValue> {
+    pub fn new(config: Option<ApiConfigObject>) -> Result<Api, JsValue> {
         install_panic_hook();
+        let config: Option<JsValue> = config.map(Into::into);
         let mut c = ApiConfig::default();
         if let Some(config) = config.filter(|c| !c.is_undefined() && !c.is_null()) {
             let what = "config";
@@ -525,11 +541,7 @@ impl Api {
         };
         let now = time_ms(now_ms, "nowMs")?;
         let object = match self.inner.handle(&request, now) {
-            Outcome::Ready(response) => {
-                let object = ready_object(&response);
-                set(&object, "kind", "ready");
-                object
-            }
+            Outcome::Ready(response) => ready_object_of_kind(Some("ready"), &response),
             Outcome::Wait(spec) => {
                 let object = Object::new();
                 set(&object, "kind", "wait");
