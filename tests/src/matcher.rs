@@ -140,7 +140,7 @@ fn json_equal(a: &Value, b: &Value) -> bool {
 
 /// Checks one expectation against the value found at its path.
 fn check_one(found: Option<&Value>, expected: &Value) -> Result<(), String> {
-    let shown = |v: Option<&Value>| v.map_or("nothing".to_owned(), |v| short(v));
+    let shown = |v: Option<&Value>| v.map_or("nothing".to_owned(), short);
     match expected {
         Value::String(s) if s == "$any" => found
             .map(|_| ())

@@ -203,7 +203,7 @@ pub fn bytes(value: &Value, what: &str) -> Result<Vec<u8>, String> {
             only_keys(o, &["hex"], what)?;
             let hex = string(&o["hex"], what)?;
             let hex: Vec<u8> = hex.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
-            if hex.len() % 2 != 0 {
+            if !hex.len().is_multiple_of(2) {
                 return Err(format!("{what}: odd number of hex digits"));
             }
             hex.chunks(2)

@@ -243,7 +243,7 @@ proptest! {
     ) {
         let input = pieces.concat();
         let config = Config { max_message_bytes: 120, max_recipients: 3, max_line_bytes: 64, max_errors: 8, ..Config::default() };
-        let whole = host(config.clone(), &[input.clone()]);
+        let whole = host(config.clone(), std::slice::from_ref(&input));
         let mut chunked = host(config, &chunks(&input, &cuts));
         check_outputs(&chunked.outputs)?;
         prop_assert_eq!(&chunked.outputs, &whole.outputs);
