@@ -27,11 +27,13 @@ if [ -z "$version" ]; then
   echo "wasm-bindgen is not in Cargo.lock" >&2
   exit 1
 fi
+# cargo install puts it here, which may not be on PATH yet.
+export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
 if [ "$(wasm-bindgen --version 2>/dev/null || true)" != "wasm-bindgen $version" ]; then
   echo "installing wasm-bindgen-cli $version (several minutes, once)"
+  # Without --locked: the CLI's own lock file does not resolve against this registry.
   cargo install wasm-bindgen-cli --version "$version"
 fi
-export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
 wasm-bindgen --version
 
 step "build mailjar-wasm (profile wasm-release)"
