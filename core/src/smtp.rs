@@ -552,7 +552,7 @@ impl Session {
             "STARTTLS" => self.ok(Reply::new(454, "4.7.0 TLS not available"), out),
             "" => self.error(Reply::new(500, "5.5.2 Syntax error: empty command"), out),
             _ => {
-                let shown: String = verb.chars().take(32).collect();
+                let shown = shown(verb);
                 self.error(
                     Reply::new(502, format!("5.5.1 Command not recognised: {shown}")),
                     out,
@@ -662,7 +662,7 @@ impl Session {
                 ("SMTPUTF8", None) => smtputf8 = true,
                 ("AUTH", Some(_)) => {}
                 _ => {
-                    let shown: String = key.chars().take(32).collect();
+                    let shown = shown(key);
                     self.error(
                         Reply::new(
                             555,
@@ -709,7 +709,7 @@ impl Session {
         };
         if let Some(param) = params.split_whitespace().next() {
             let key = param.split('=').next().unwrap_or(param);
-            let shown: String = key.chars().take(32).collect();
+            let shown = shown(key);
             self.error(
                 Reply::new(555, format!("5.5.4 Unsupported RCPT TO parameter: {shown}")),
                 out,
@@ -865,6 +865,17 @@ impl Session {
             }
         }
     }
+}
+
+/// Client text echoed in a reply: at most 32 characters, control characters as `?`.
+///
+/// A verb may hold a bare CR (only LF ends a command line), which would break
+/// the reply's framing on the wire.
+fn shown(text: &str) -> String {
+    text.chars()
+        .take(32)
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect()
 }
 
 fn strip_prefix_ignore_case<'a>(s: &'a str, prefix: &str) -> Option<&'a str> {

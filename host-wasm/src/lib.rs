@@ -1,1 +1,664 @@
-//! WebAssembly bindings of mailjar-core.
+//! WebAssembly bindings of mailjar-core for Node and browsers.
+//!
+//! Two classes cross into JavaScript, thin wrappers over the sans-IO core:
+//!
+//! - [`Session`]: the server side of one SMTP connection. Feed it the bytes a
+//!   client sent, get back replies to write, messages to store and a close.
+//! - [`Api`]: the store, the filters and every endpoint of the JSON HTTP API.
+//!   Requests and deliveries take the time from JavaScript (`nowMs`), and
+//!   message ids take their randomness from `crypto.getRandomValues`.
+//!
+//! Everything that comes from JavaScript is checked here: a value of the
+//! wrong type or out of range is a thrown `TypeError` or `RangeError` with a
+//! message that says which, never a panic.
+
+use std::sync::Once;
+
+use js_sys::{Array, Object, Reflect, Uint8Array};
+use mailjar_core::api::{self, Address, ApiConfig, Outcome, WaitId};
+use mailjar_core::id::Entropy;
+use mailjar_core::smtp::{self, Envelope, Incoming, Output, Reply};
+use mailjar_core::store::{Prepared, StoreLimits};
+use wasm_bindgen::JsCast;
+use wasm_bindgen::prelude::*;
+
+#[wasm_bindgen(typescript_custom_section)]
+const TS_TYPES: &'static str = r#"
+/** Limits and names of an SMTP session; every field is optional. */
+export interface SessionConfig {
+  /** The name the server gives itself in the greeting and the EHLO reply (default "mailjar"). */
+  hostname?: string;
+  /** The largest message accepted, in bytes (552 above it; default 25 MiB). */
+  maxMessageBytes?: number;
+  /** The most recipients per message (452 above it; default 1000). */
+  maxRecipients?: number;
+  /** The longest command line in bytes, without CRLF (500 above it; default 4096). */
+  maxLineBytes?: number;
+  /** Bad commands in a row before 421 and close (default 20). */
+  maxErrors?: number;
+}
+
+/** An SMTP reply to write to the client. */
+export interface ReplyOutput {
+  type: "reply";
+  /** The three-digit code. */
+  code: number;
+  /** The text lines joined with "\n". */
+  text: string;
+  /** The text lines, without code or CRLF. */
+  lines: string[];
+  /** The reply as it goes on the wire ("250 ...\r\n"). */
+  wire: string;
+}
+
+/** MAIL FROM and RCPT TO of a message. */
+export interface Envelope {
+  /** The reverse path without angle brackets; "" for the null sender. */
+  from: string;
+  /** The forward paths without angle brackets. */
+  to: string[];
+}
+
+/** A message to store before writing the reply that follows it. */
+export interface MessageOutput {
+  type: "message";
+  envelope: Envelope;
+  /** The message exactly as the client sent it, dot-unstuffed. */
+  raw: Uint8Array;
+  /** What the client said in HELO or EHLO, or null. */
+  helo: string | null;
+}
+
+/** Close the connection after writing the replies before this. */
+export interface CloseOutput {
+  type: "close";
+}
+
+/** What a session asks its host to do. */
+export type SessionOutput = ReplyOutput | MessageOutput | CloseOutput;
+
+/** What the API reports about the server it runs in; every field is optional. */
+export interface ApiConfig {
+  /** The recipient domain (default "local.test"). */
+  domain?: string;
+  /** The HTTP host /health reports (default "127.0.0.1"). */
+  apiHost?: string;
+  /** The HTTP port /health reports (default 8025). */
+  apiPort?: number;
+  /** The SMTP host /health reports (default "127.0.0.1"). */
+  smtpHost?: string;
+  /** The SMTP port /health reports (default 1025). */
+  smtpPort?: number;
+  /** The most messages kept; the oldest are evicted first (default 100000). */
+  maxMessages?: number;
+  /** The most bytes kept (default 512 MiB). */
+  maxStoreBytes?: number;
+  /** The message size limit /health reports (default 25 MiB). */
+  maxMessageBytes?: number;
+  /** The recipient limit /health reports (default 1000). */
+  maxRecipients?: number;
+}
+
+/** An HTTP request as the API sees it. */
+export interface ApiRequest {
+  /** "GET", "DELETE", ... */
+  method: string;
+  /** The path, still percent-encoded; may carry "?query" when `query` is absent. */
+  path: string;
+  /** The query string without "?", still percent-encoded. */
+  query?: string;
+}
+
+/** A response to send now. */
+export interface ReadyOutcome {
+  kind: "ready";
+  status: number;
+  /** The JSON body, as the native server sends it. */
+  body: string;
+  /** The Allow header of a 405. */
+  allow?: string;
+}
+
+/** A parked wait: answered by a delivery (see `Delivered.woken`) or by `expire` at the deadline. */
+export interface WaitOutcome {
+  kind: "wait";
+  waitId: number;
+  /** When to call `expire(waitId)`, in ms since the Unix epoch. */
+  deadline: number;
+}
+
+/** What `Api.handle` decided. */
+export type Outcome = ReadyOutcome | WaitOutcome;
+
+/** A message to store. */
+export interface DeliverMessage {
+  envelope: Envelope;
+  /** The raw message; a string is stored as UTF-8. */
+  raw: Uint8Array | string;
+}
+
+/** The answer to a parked wait. */
+export interface WaitResponse {
+  waitId: number;
+  status: number;
+  body: string;
+}
+
+/** What `Api.deliver` did. */
+export interface Delivered {
+  /** The id the message was stored under. */
+  id: string;
+  /** The parked waits this message answers. */
+  woken: WaitResponse[];
+}
+
+/** A response to a request. */
+export interface ApiResponse {
+  status: number;
+  body: string;
+}
+"#;
+
+#[wasm_bindgen]
+extern "C" {
+    /// The optional configuration object of `new Session(config)`.
+    #[wasm_bindgen(typescript_type = "SessionConfig")]
+    pub type SessionConfigObject;
+
+    /// The optional configuration object of `new Api(config)`.
+    #[wasm_bindgen(typescript_type = "ApiConfig")]
+    pub type ApiConfigObject;
+
+    #[wasm_bindgen(js_namespace = crypto, js_name = getRandomValues, catch)]
+    fn get_random_values(buffer: &Uint8Array) -> Result<JsValue, JsValue>;
+
+    #[wasm_bindgen(js_namespace = console, js_name = error)]
+    fn console_error(message: &str);
+}
+
+/// Logs a panic to `console.error` before the trap that follows it, should one ever happen.
+fn install_panic_hook() {
+    static HOOK: Once = Once::new();
+    HOOK.call_once(|| {
+        std::panic::set_hook(Box::new(|info| {
+            console_error(&format!("mailjar-wasm panicked (a bug): {info}"));
+        }));
+    });
+}
+
+/// The largest integer a JavaScript number holds exactly.
+const MAX_SAFE_INTEGER: f64 = 9_007_199_254_740_991.0;
+
+fn type_error(message: impl AsRef<str>) -> JsValue {
+    js_sys::TypeError::new(message.as_ref()).into()
+}
+
+fn range_error(message: impl AsRef<str>) -> JsValue {
+    js_sys::RangeError::new(message.as_ref()).into()
+}
+
+fn set(object: &Object, key: &str, value: impl Into<JsValue>) {
+    // Setting a plain data property on a fresh plain object cannot fail.
+    let _ = Reflect::set(object, &JsValue::from_str(key), &value.into());
+}
+
+/// Reads `object[key]`; None when it is undefined or null. Fails when `object` is no object.
+fn field(object: &JsValue, key: &str, what: &str) -> Result<Option<JsValue>, JsValue> {
+    if !object.is_object() {
+        return Err(type_error(format!("{what} must be an object")));
+    }
+    let value = Reflect::get(object, &JsValue::from_str(key))?;
+    Ok((!value.is_undefined() && !value.is_null()).then_some(value))
+}
+
+fn string_field(object: &JsValue, key: &str, what: &str) -> Result<Option<String>, JsValue> {
+    match field(object, key, what)? {
+        None => Ok(None),
+        Some(value) => value
+            .as_string()
+            .map(Some)
+            .ok_or_else(|| type_error(format!("{what}.{key} must be a string"))),
+    }
+}
+
+fn required_string(object: &JsValue, key: &str, what: &str) -> Result<String, JsValue> {
+    string_field(object, key, what)?
+        .ok_or_else(|| type_error(format!("{what}.{key} is required (a string)")))
+}
+
+/// A whole number in `min..=max`.
+fn integer(value: &JsValue, name: &str, min: u64, max: u64) -> Result<u64, JsValue> {
+    let Some(n) = value.as_f64() else {
+        return Err(type_error(format!("{name} must be a number")));
+    };
+    if !n.is_finite() || n.fract() != 0.0 || n < min as f64 || n > max as f64 {
+        return Err(range_error(format!(
+            "{name} must be an integer from {min} to {max}, not {n}"
+        )));
+    }
+    Ok(n as u64)
+}
+
+fn usize_field(
+    object: &JsValue,
+    key: &str,
+    what: &str,
+    min: u64,
+) -> Result<Option<usize>, JsValue> {
+    let max = (usize::MAX as u64).min(MAX_SAFE_INTEGER as u64);
+    match field(object, key, what)? {
+        None => Ok(None),
+        Some(value) => {
+            let n = integer(&value, &format!("{what}.{key}"), min, max)?;
+            Ok(Some(usize::try_from(n).unwrap_or(usize::MAX)))
+        }
+    }
+}
+
+/// Milliseconds since the Unix epoch from JavaScript (`Date.now()`, or a fake clock).
+fn time_ms(now_ms: f64, name: &str) -> Result<u64, JsValue> {
+    if !now_ms.is_finite() || !(0.0..=MAX_SAFE_INTEGER).contains(&now_ms) {
+        return Err(range_error(format!(
+            "{name} must be a time in milliseconds since the Unix epoch (a finite number from 0), not {now_ms}"
+        )));
+    }
+    Ok(now_ms.floor() as u64)
+}
+
+fn wait_id(value: &JsValue) -> Result<WaitId, JsValue> {
+    integer(value, "waitId", 0, MAX_SAFE_INTEGER as u64).map(WaitId)
+}
+
+/// Bytes from a Uint8Array (a Node Buffer is one), any other ArrayBuffer view, or an ArrayBuffer.
+fn bytes_of(value: &JsValue, name: &str) -> Result<Vec<u8>, JsValue> {
+    if let Some(array) = value.dyn_ref::<Uint8Array>() {
+        return Ok(array.to_vec());
+    }
+    if let Some(buffer) = value.dyn_ref::<js_sys::ArrayBuffer>() {
+        return Ok(Uint8Array::new(buffer).to_vec());
+    }
+    if js_sys::ArrayBuffer::is_view(value) {
+        let buffer = Reflect::get(value, &JsValue::from_str("buffer"))?;
+        let offset = Reflect::get(value, &JsValue::from_str("byteOffset"))?;
+        let length = Reflect::get(value, &JsValue::from_str("byteLength"))?;
+        if let (Some(offset), Some(length)) = (offset.as_f64(), length.as_f64()) {
+            let view =
+                Uint8Array::new_with_byte_offset_and_length(&buffer, offset as u32, length as u32);
+            return Ok(view.to_vec());
+        }
+    }
+    Err(type_error(format!("{name} must be a Uint8Array")))
+}
+
+fn entropy() -> Entropy {
+    let mut bytes = Entropy::default();
+    let buffer = Uint8Array::new_with_length(bytes.len() as u32);
+    // Without crypto the ids stay unique: the generator counts up within a millisecond.
+    if get_random_values(&buffer).is_ok() {
+        buffer.copy_to(&mut bytes);
+    }
+    bytes
+}
+
+fn reply_object(reply: &Reply) -> JsValue {
+    let object = Object::new();
+    set(&object, "type", "reply");
+    set(&object, "code", reply.code);
+    set(&object, "text", reply.text());
+    let lines: Array = reply.lines.iter().map(|l| JsValue::from_str(l)).collect();
+    set(&object, "lines", lines);
+    set(
+        &object,
+        "wire",
+        String::from_utf8_lossy(&reply.to_bytes()).into_owned(),
+    );
+    object.into()
+}
+
+fn envelope_object(envelope: &Envelope) -> JsValue {
+    let object = Object::new();
+    set(&object, "from", envelope.from.as_str());
+    let to: Array = envelope.to.iter().map(|t| JsValue::from_str(t)).collect();
+    set(&object, "to", to);
+    object.into()
+}
+
+fn output_object(output: &Output) -> JsValue {
+    match output {
+        Output::Reply(reply) => reply_object(reply),
+        Output::Message(message) => {
+            let object = Object::new();
+            set(&object, "type", "message");
+            set(&object, "envelope", envelope_object(&message.envelope));
+            set(&object, "raw", Uint8Array::from(message.raw.as_slice()));
+            set(
+                &object,
+                "helo",
+                message
+                    .helo
+                    .as_deref()
+                    .map_or(JsValue::NULL, JsValue::from_str),
+            );
+            object.into()
+        }
+        Output::Close => {
+            let object = Object::new();
+            set(&object, "type", "close");
+            object.into()
+        }
+    }
+}
+
+/// The server side of one SMTP connection, as a state machine.
+///
+/// Write `greeting()` when the client connects; pass every chunk the client
+/// sends to `receive()`, store each `message` output before writing the reply
+/// that follows it, and close the connection at a `close` output. Any chunking
+/// of the same bytes gives the same outputs.
+#[wasm_bindgen]
+pub struct Session {
+    inner: smtp::Session,
+}
+
+#[wasm_bindgen]
+impl Session {
+    /// A session with the default limits, or those `config` gives.
+    #[wasm_bindgen(constructor)]
+    pub fn new(config: Option<SessionConfigObject>) -> Result<Session, JsValue> {
+        install_panic_hook();
+        let config: Option<JsValue> = config.map(Into::into);
+        let mut c = smtp::Config::default();
+        if let Some(config) = config.filter(|c| !c.is_undefined() && !c.is_null()) {
+            let what = "config";
+            if let Some(hostname) = string_field(&config, "hostname", what)? {
+                if hostname.is_empty() || hostname.contains(|ch: char| ch.is_control()) {
+                    return Err(range_error(
+                        "config.hostname must be a non-empty name without control characters",
+                    ));
+                }
+                c.hostname = hostname;
+            }
+            let limits = [
+                ("maxMessageBytes", &mut c.max_message_bytes),
+                ("maxRecipients", &mut c.max_recipients),
+                ("maxLineBytes", &mut c.max_line_bytes),
+                ("maxErrors", &mut c.max_errors),
+            ];
+            for (key, slot) in limits {
+                if let Some(n) = usize_field(&config, key, what, 1)? {
+                    *slot = n;
+                }
+            }
+        }
+        Ok(Session {
+            inner: smtp::Session::new(c),
+        })
+    }
+
+    /// The 220 greeting to write as soon as the client connects.
+    #[wasm_bindgen(unchecked_return_type = "ReplyOutput")]
+    pub fn greeting(&self) -> JsValue {
+        reply_object(&self.inner.greeting())
+    }
+
+    /// Feeds bytes the client sent; returns what to do, in order.
+    #[wasm_bindgen(unchecked_return_type = "SessionOutput[]")]
+    pub fn receive(
+        &mut self,
+        #[wasm_bindgen(unchecked_param_type = "Uint8Array")] bytes: &JsValue,
+    ) -> Result<Array, JsValue> {
+        let bytes = bytes_of(bytes, "receive(bytes): bytes")?;
+        Ok(self
+            .inner
+            .receive(&bytes)
+            .iter()
+            .map(output_object)
+            .collect())
+    }
+
+    /// The 421 to write when the client was idle too long; the session is closed after it.
+    #[wasm_bindgen(unchecked_return_type = "ReplyOutput")]
+    pub fn timeout(&mut self) -> JsValue {
+        reply_object(&self.inner.timeout())
+    }
+
+    /// The 421 to write when the host shuts down; the session is closed after it.
+    #[wasm_bindgen(unchecked_return_type = "ReplyOutput")]
+    pub fn shutdown(&mut self) -> JsValue {
+        reply_object(&self.inner.shutdown())
+    }
+
+    /// Whether the session has ended; a closed session ignores further input.
+    #[wasm_bindgen(getter)]
+    pub fn closed(&self) -> bool {
+        self.inner.is_closed()
+    }
+
+    /// Whether the session is in the middle of a message (DATA or BDAT).
+    #[wasm_bindgen(getter, js_name = receivingMessage)]
+    pub fn receiving_message(&self) -> bool {
+        self.inner.is_receiving_message()
+    }
+}
+
+fn ready_object(response: &api::Response) -> Object {
+    ready_object_of_kind(None, response)
+}
+
+/// `{kind?, status, body, allow?}`.
+fn ready_object_of_kind(kind: Option<&str>, response: &api::Response) -> Object {
+    let object = Object::new();
+    if let Some(kind) = kind {
+        set(&object, "kind", kind);
+    }
+    set(&object, "status", response.status);
+    set(&object, "body", response.body.as_str());
+    if let Some(allow) = response.allow {
+        set(&object, "allow", allow);
+    }
+    object
+}
+
+fn woken_object(wait: WaitId, response: &api::Response) -> JsValue {
+    let object = Object::new();
+    set(&object, "waitId", wait.0 as f64);
+    set(&object, "status", response.status);
+    set(&object, "body", response.body.as_str());
+    object.into()
+}
+
+/// The JSON HTTP API: the message store, the filters, every endpoint and the parked waits.
+///
+/// Time comes in as `nowMs` (milliseconds since the Unix epoch); the host
+/// keeps a timer per parked wait and calls `expire` at its deadline, or
+/// `expireDue(now)` from time to time.
+#[wasm_bindgen]
+pub struct Api {
+    inner: api::Api,
+}
+
+#[wasm_bindgen]
+impl Api {
+    /// An API over an empty store, with the defaults or what `config` gives.
+    #[wasm_bindgen(constructor)]
+    pub fn new(config: Option<ApiConfigObject>) -> Result<Api, JsValue> {
+        install_panic_hook();
+        let config: Option<JsValue> = config.map(Into::into);
+        let mut c = ApiConfig::default();
+        if let Some(config) = config.filter(|c| !c.is_undefined() && !c.is_null()) {
+            let what = "config";
+            if let Some(domain) = string_field(&config, "domain", what)? {
+                c.domain = domain;
+            }
+            let address = |address: &mut Address, host: &str, port: &str| -> Result<(), JsValue> {
+                if let Some(h) = string_field(&config, host, what)? {
+                    address.host = h;
+                }
+                if let Some(p) = field(&config, port, what)? {
+                    address.port = integer(&p, &format!("{what}.{port}"), 0, 65535)? as u16;
+                }
+                Ok(())
+            };
+            address(&mut c.api, "apiHost", "apiPort")?;
+            address(&mut c.smtp, "smtpHost", "smtpPort")?;
+            let mut store = StoreLimits::default();
+            if let Some(n) = usize_field(&config, "maxMessages", what, 1)? {
+                store.max_messages = n;
+            }
+            if let Some(n) = usize_field(&config, "maxStoreBytes", what, 1)? {
+                store.max_bytes = n;
+            }
+            c.store = store;
+            if let Some(n) = usize_field(&config, "maxMessageBytes", what, 1)? {
+                c.max_message_bytes = n;
+            }
+            if let Some(n) = usize_field(&config, "maxRecipients", what, 1)? {
+                c.max_recipients = n;
+            }
+        }
+        Ok(Api {
+            inner: api::Api::new(c),
+        })
+    }
+
+    /// Answers a request now (`kind: "ready"`), or parks it as a wait (`kind: "wait"`).
+    #[wasm_bindgen(unchecked_return_type = "Outcome")]
+    pub fn handle(
+        &mut self,
+        #[wasm_bindgen(unchecked_param_type = "ApiRequest")] request: &JsValue,
+        #[wasm_bindgen(js_name = nowMs)] now_ms: f64,
+    ) -> Result<JsValue, JsValue> {
+        let what = "request";
+        let method = required_string(request, "method", what)?;
+        let path = required_string(request, "path", what)?;
+        let request = match string_field(request, "query", what)? {
+            Some(query) => api::Request {
+                method,
+                path,
+                query: query.strip_prefix('?').unwrap_or(&query).to_owned(),
+            },
+            None => api::Request::new(&method, &path),
+        };
+        let now = time_ms(now_ms, "nowMs")?;
+        let object = match self.inner.handle(&request, now) {
+            Outcome::Ready(response) => ready_object_of_kind(Some("ready"), &response),
+            Outcome::Wait(spec) => {
+                let object = Object::new();
+                set(&object, "kind", "wait");
+                set(&object, "waitId", spec.id.0 as f64);
+                set(&object, "deadline", spec.deadline_ms as f64);
+                object
+            }
+        };
+        Ok(object.into())
+    }
+
+    /// Stores a message received at `nowMs`, then answers every parked wait it matches.
+    #[wasm_bindgen(unchecked_return_type = "Delivered")]
+    pub fn deliver(
+        &mut self,
+        #[wasm_bindgen(unchecked_param_type = "DeliverMessage")] message: &JsValue,
+        #[wasm_bindgen(js_name = nowMs)] now_ms: f64,
+    ) -> Result<JsValue, JsValue> {
+        let what = "message";
+        let envelope = field(message, "envelope", what)?
+            .ok_or_else(|| type_error("message.envelope is required ({from, to})"))?;
+        let from = string_field(&envelope, "from", "message.envelope")?.unwrap_or_default();
+        let to_value = field(&envelope, "to", "message.envelope")?
+            .ok_or_else(|| type_error("message.envelope.to is required (an array of strings)"))?;
+        let to_array = to_value
+            .dyn_ref::<Array>()
+            .ok_or_else(|| type_error("message.envelope.to must be an array of strings"))?;
+        let to = to_array
+            .iter()
+            .map(|t| {
+                t.as_string()
+                    .ok_or_else(|| type_error("message.envelope.to must be an array of strings"))
+            })
+            .collect::<Result<Vec<String>, JsValue>>()?;
+        let raw_value = field(message, "raw", what)?
+            .ok_or_else(|| type_error("message.raw is required (a Uint8Array or a string)"))?;
+        let raw = match raw_value.as_string() {
+            Some(text) => text.into_bytes(),
+            None => bytes_of(&raw_value, "message.raw")?,
+        };
+        let helo = string_field(message, "helo", what)?;
+        let now = time_ms(now_ms, "nowMs")?;
+        let prepared = Prepared::new(Incoming {
+            envelope: Envelope { from, to },
+            raw,
+            helo,
+        });
+        let delivered = self.inner.deliver(prepared, now, entropy());
+        let object = Object::new();
+        set(&object, "id", delivered.id.to_string());
+        let woken: Array = delivered
+            .woken
+            .iter()
+            .map(|(wait, response)| woken_object(*wait, response))
+            .collect();
+        set(&object, "woken", woken);
+        Ok(object.into())
+    }
+
+    /// Ends a parked wait at its deadline with its 408; undefined when it was already answered or cancelled.
+    #[wasm_bindgen(unchecked_return_type = "ApiResponse | undefined")]
+    pub fn expire(
+        &mut self,
+        #[wasm_bindgen(js_name = waitId, unchecked_param_type = "number")] wait: &JsValue,
+    ) -> Result<JsValue, JsValue> {
+        let wait = wait_id(wait)?;
+        Ok(self
+            .inner
+            .expire(wait)
+            .map_or(JsValue::UNDEFINED, |r| ready_object(&r).into()))
+    }
+
+    /// Ends with a 408 every parked wait whose deadline is at or before `nowMs`.
+    #[wasm_bindgen(js_name = expireDue, unchecked_return_type = "WaitResponse[]")]
+    pub fn expire_due(
+        &mut self,
+        #[wasm_bindgen(js_name = nowMs)] now_ms: f64,
+    ) -> Result<Array, JsValue> {
+        let now = time_ms(now_ms, "nowMs")?;
+        Ok(self
+            .inner
+            .expire_due(now)
+            .iter()
+            .map(|(wait, response)| woken_object(*wait, response))
+            .collect())
+    }
+
+    /// The earliest deadline among the parked waits, or undefined when none is parked.
+    #[wasm_bindgen(js_name = nextDeadline)]
+    pub fn next_deadline(&self) -> Option<f64> {
+        self.inner.next_deadline().map(|d| d as f64)
+    }
+
+    /// Forgets a parked wait whose client went away; false when it was not parked.
+    pub fn cancel(
+        &mut self,
+        #[wasm_bindgen(js_name = waitId, unchecked_param_type = "number")] wait: &JsValue,
+    ) -> Result<bool, JsValue> {
+        let wait = wait_id(wait)?;
+        Ok(self.inner.cancel(wait))
+    }
+
+    /// How many waits are parked.
+    #[wasm_bindgen(getter, js_name = pendingWaits)]
+    pub fn pending_waits(&self) -> usize {
+        self.inner.pending_waits()
+    }
+
+    /// How many messages are stored.
+    #[wasm_bindgen(getter, js_name = messageCount)]
+    pub fn message_count(&self) -> usize {
+        self.inner.store().len()
+    }
+}
+
+/// The version of mailjar-wasm.
+#[wasm_bindgen]
+pub fn version() -> String {
+    env!("CARGO_PKG_VERSION").to_owned()
+}

@@ -378,6 +378,16 @@ fn mail_parameters() {
 }
 
 #[test]
+fn control_characters_are_not_echoed_in_replies() {
+    let out = run(b"\raEHLO c\r\nMAIL FROM:<a@b> X\x1b=1\r\n");
+    assert_eq!(
+        render(&out),
+        "502 5.5.1 Command not recognised: ?aEHLO\r\n\
+         555 5.5.4 Unsupported MAIL FROM parameter: X?\r\n"
+    );
+}
+
+#[test]
 fn invalid_utf8_command_is_a_syntax_error() {
     let out = run(b"NOOP \xff\xfe\r\nNOOP\r\n");
     assert_eq!(codes(&out), [500, 250]);

@@ -1,0 +1,105 @@
+// Types of mailjar.mjs: a socket-free mailjar for tests.
+
+/** A reply of the SMTP server. */
+export interface SmtpReply {
+  type: "reply";
+  /** The three-digit code. */
+  code: number;
+  /** The text lines joined with "\n". */
+  text: string;
+  /** The text lines. */
+  lines: string[];
+  /** The reply as on the wire ("250 ...\r\n"). */
+  wire: string;
+  /** On the reply that acknowledges a message: the id it was stored under. */
+  messageId?: string;
+}
+
+/** Limits of the SMTP side. */
+export interface SmtpOptions {
+  /** Host name in the greeting (default: the API domain, "local.test"). */
+  hostname?: string;
+  maxMessageBytes?: number;
+  maxRecipients?: number;
+  maxLineBytes?: number;
+  maxErrors?: number;
+}
+
+/** What /health reports and how much the store keeps. */
+export interface ApiOptions {
+  domain?: string;
+  apiHost?: string;
+  apiPort?: number;
+  smtpHost?: string;
+  smtpPort?: number;
+  maxMessages?: number;
+  maxStoreBytes?: number;
+  maxMessageBytes?: number;
+  maxRecipients?: number;
+}
+
+/** Options of a MailServer; the clock functions default to Date.now and the real timers. */
+export interface MailServerOptions {
+  api?: ApiOptions;
+  smtp?: SmtpOptions;
+  /** Milliseconds since the Unix epoch. */
+  now?: () => number;
+  setTimeout?: (fn: () => void, ms: number) => unknown;
+  clearTimeout?: (timer: any) => void;
+}
+
+/** A response as the HTTP API sends it. */
+export interface MailResponse {
+  status: number;
+  /** The JSON body, exactly as the native server sends it. */
+  body: string;
+  /** The body, parsed. */
+  json: any;
+  /** content-type, and allow on a 405. */
+  headers: { "content-type": "application/json"; allow?: string };
+}
+
+/** One SMTP connection without a socket. */
+export class SmtpConnection {
+  private constructor();
+  /** The 220 greeting. */
+  readonly greeting: SmtpReply;
+  /** Ids of the messages this connection stored. */
+  readonly messageIds: string[];
+  /** Feeds client bytes; messages are stored before the replies are returned. */
+  send(data: string | Uint8Array | ArrayBufferView | ArrayBuffer): SmtpReply[];
+  /** Whether the server side closed the connection. */
+  readonly closed: boolean;
+  /** The idle timer fired: the 421, and the session is closed. */
+  timeout(): SmtpReply;
+  /** Replies as they appear on the wire. */
+  static wire(replies: SmtpReply[]): string;
+}
+
+/** A mail server for tests, without sockets. */
+export class MailServer {
+  constructor(bindings: unknown, options?: MailServerOptions);
+  /** The low-level Api of the bindings. */
+  readonly api: any;
+  readonly messageCount: number;
+  readonly pendingWaits: number;
+  connect(): SmtpConnection;
+  /** Stores a raw message; returns its id. */
+  deliverRaw(raw: string | Uint8Array, envelope?: { from?: string; to?: string | string[] }): string;
+  /** Like the HTTP API: waits resolve on delivery or at their deadline (408). */
+  request(method: string, url: string, options?: { signal?: AbortSignal }): Promise<MailResponse>;
+  /** Ends the waits whose deadline has passed by now(); returns how many. */
+  expireDue(): number;
+  /** Every pending wait gets a 503; later calls throw. */
+  close(): void;
+}
+
+/** A manual clock: pass `{now, setTimeout, clearTimeout}` of it to a MailServer. */
+export class FakeClock {
+  constructor(startMs?: number);
+  now(): number;
+  setTimeout(fn: () => void, ms?: number): number;
+  clearTimeout(id: number): void;
+  /** Moves time forward, running the timers that come due. */
+  advance(ms: number): void;
+}

@@ -1,0 +1,274 @@
+// A socket-free mailjar for tests, on top of the wasm bindings of mailjar-core.
+//
+// This module does not load the bindings itself: `node.mjs` (Node) and
+// `web.mjs` (browsers) do, and hand them to `MailServer`. Everything that
+// decides (SMTP replies, what is stored, filters, responses) happens in the
+// core; this file only moves bytes, time and promises.
+
+const encoder = new TextEncoder();
+
+/** Bytes from a string (UTF-8), a Uint8Array, another ArrayBuffer view, or an ArrayBuffer. */
+function toBytes(data, name) {
+  if (typeof data === "string") return encoder.encode(data);
+  if (data instanceof Uint8Array) return data;
+  if (ArrayBuffer.isView(data)) return new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
+  if (data instanceof ArrayBuffer) return new Uint8Array(data);
+  throw new TypeError(`${name} must be a string or a Uint8Array`);
+}
+
+/** Splits a URL or a path into the raw (still percent-encoded) path and query. */
+function splitTarget(url) {
+  if (typeof url !== "string") throw new TypeError("url must be a string");
+  let target = url;
+  const origin = /^[a-zA-Z][a-zA-Z0-9+.-]*:\/\/[^/?#]*/.exec(target);
+  if (origin) target = target.slice(origin[0].length);
+  const hash = target.indexOf("#");
+  if (hash >= 0) target = target.slice(0, hash);
+  if (!target.startsWith("/")) target = `/${target}`;
+  const q = target.indexOf("?");
+  return q < 0 ? { path: target, query: "" } : { path: target.slice(0, q), query: target.slice(q + 1) };
+}
+
+/** A response as the HTTP API would send it, plus its parsed body. */
+function response(status, body, allow) {
+  const headers = { "content-type": "application/json" };
+  if (allow !== undefined) headers.allow = allow;
+  return { status, body, json: JSON.parse(body), headers };
+}
+
+const SHUTDOWN_BODY = JSON.stringify({ error: "the server is shutting down" });
+
+/**
+ * One SMTP connection without a socket: `send()` client bytes, get the replies.
+ * Messages are stored in the server before the reply that acknowledges them
+ * is returned; that reply carries the stored id as `messageId`.
+ */
+export class SmtpConnection {
+  #server;
+  #session;
+
+  /** Use `MailServer.connect()`. */
+  constructor(server, session) {
+    this.#server = server;
+    this.#session = session;
+    /** The 220 greeting the server sent when the client connected. */
+    this.greeting = session.greeting();
+    /** The ids of the messages this connection stored, in order. */
+    this.messageIds = [];
+  }
+
+  /** Feeds client bytes (a string is sent as UTF-8); returns the replies, in order. */
+  send(data) {
+    const bytes = toBytes(data, "data");
+    const replies = [];
+    let stored;
+    for (const output of this.#session.receive(bytes)) {
+      if (output.type === "message") {
+        stored = this.#server.deliverRaw(output.raw, output.envelope);
+        this.messageIds.push(stored);
+      } else if (output.type === "reply") {
+        if (stored !== undefined) {
+          output.messageId = stored;
+          stored = undefined;
+        }
+        replies.push(output);
+      }
+    }
+    return replies;
+  }
+
+  /** The replies as they would appear on the wire. */
+  static wire(replies) {
+    return replies.map((r) => r.wire).join("");
+  }
+
+  /** Whether the server side closed the connection (QUIT, too many errors, timeout). */
+  get closed() {
+    return this.#session.closed;
+  }
+
+  /** The client was idle too long: the 421 the server sends before it closes. */
+  timeout() {
+    return this.#session.timeout();
+  }
+}
+
+/**
+ * A mail server for tests, without sockets: SMTP sessions, deliveries and
+ * the HTTP API, all in memory.
+ */
+export class MailServer {
+  #bindings;
+  #api;
+  #smtp;
+  #now;
+  #setTimeout;
+  #clearTimeout;
+  /** waitId -> { resolve, timer, cleanup } */
+  #waits = new Map();
+  #closed = false;
+
+  /**
+   * @param bindings the wasm-bindgen module (`Session`, `Api`)
+   * @param options `{ api, smtp, now, setTimeout, clearTimeout }`
+   */
+  constructor(bindings, options = {}) {
+    if (options === null || typeof options !== "object") throw new TypeError("options must be an object");
+    const { api = {}, smtp = {}, now, setTimeout: set, clearTimeout: clear } = options;
+    this.#bindings = bindings;
+    this.#api = new bindings.Api(api);
+    this.#smtp = { hostname: api.domain ?? "local.test", ...smtp };
+    // Validates the SMTP config now rather than at the first connect().
+    new bindings.Session(this.#smtp).free();
+    this.#now = now ?? (() => Date.now());
+    this.#setTimeout = set ?? ((fn, ms) => globalThis.setTimeout(fn, ms));
+    this.#clearTimeout = clear ?? ((t) => globalThis.clearTimeout(t));
+    for (const [name, fn] of [["now", this.#now], ["setTimeout", this.#setTimeout], ["clearTimeout", this.#clearTimeout]]) {
+      if (typeof fn !== "function") throw new TypeError(`options.${name} must be a function`);
+    }
+  }
+
+  /** The low-level `Api` of the bindings, for what this class does not cover. */
+  get api() {
+    return this.#api;
+  }
+
+  /** How many messages are stored. */
+  get messageCount() {
+    return this.#api.messageCount;
+  }
+
+  /** How many requests are waiting. */
+  get pendingWaits() {
+    return this.#waits.size;
+  }
+
+  /** Opens an SMTP connection. */
+  connect() {
+    this.#open();
+    return new SmtpConnection(this, new this.#bindings.Session(this.#smtp));
+  }
+
+  /** Stores a raw message (a string is stored as UTF-8) as if it came over SMTP; returns its id. */
+  deliverRaw(raw, envelope = {}) {
+    this.#open();
+    if (envelope === null || typeof envelope !== "object") throw new TypeError("envelope must be an object");
+    const { from = "", to = [] } = envelope;
+    const message = { envelope: { from, to: typeof to === "string" ? [to] : to }, raw: toBytes(raw, "raw") };
+    const delivered = this.#api.deliver(message, this.#now());
+    for (const { waitId, status, body } of delivered.woken) this.#answer(waitId, response(status, body));
+    return delivered.id;
+  }
+
+  /**
+   * Answers like the HTTP API: `request("GET", "/api/emails/wait?to=a@b.test")`
+   * resolves to `{status, body, json, headers}`. A wait resolves when a
+   * matching message is delivered or at its deadline (408). An aborted
+   * `signal` cancels the wait and rejects with its reason.
+   */
+  request(method, url, { signal } = {}) {
+    try {
+      this.#open();
+      if (typeof method !== "string") throw new TypeError("method must be a string");
+      signal?.throwIfAborted();
+      const { path, query } = splitTarget(url);
+      const outcome = this.#api.handle({ method, path, query }, this.#now());
+      if (outcome.kind === "ready") return Promise.resolve(response(outcome.status, outcome.body, outcome.allow));
+      return this.#park(outcome, signal);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+
+  /** Ends every wait whose deadline has passed by `now()`; for clocks that do not run timers. */
+  expireDue() {
+    const due = this.#api.expireDue(this.#now());
+    for (const { waitId, status, body } of due) this.#answer(waitId, response(status, body));
+    return due.length;
+  }
+
+  /** Stops: every pending wait gets a 503, as when the native server shuts down. */
+  close() {
+    if (this.#closed) return;
+    this.#closed = true;
+    for (const waitId of [...this.#waits.keys()]) {
+      this.#api.cancel(waitId);
+      this.#answer(waitId, response(503, SHUTDOWN_BODY));
+    }
+  }
+
+  #open() {
+    if (this.#closed) throw new Error("the mail server is closed");
+  }
+
+  #park({ waitId, deadline }, signal) {
+    return new Promise((resolve, reject) => {
+      const entry = { resolve, timer: undefined, cleanup: () => {} };
+      this.#waits.set(waitId, entry);
+      entry.timer = this.#setTimeout(() => {
+        const timedOut = this.#api.expire(waitId);
+        if (timedOut) this.#answer(waitId, response(timedOut.status, timedOut.body));
+      }, Math.max(0, deadline - this.#now()));
+      if (signal) {
+        const abort = () => {
+          this.#api.cancel(waitId);
+          this.#forget(waitId);
+          reject(signal.reason);
+        };
+        signal.addEventListener("abort", abort, { once: true });
+        entry.cleanup = () => signal.removeEventListener("abort", abort);
+      }
+    });
+  }
+
+  #forget(waitId) {
+    const entry = this.#waits.get(waitId);
+    if (!entry) return undefined;
+    this.#waits.delete(waitId);
+    this.#clearTimeout(entry.timer);
+    entry.cleanup();
+    return entry;
+  }
+
+  #answer(waitId, answer) {
+    this.#forget(waitId)?.resolve(answer);
+  }
+}
+
+/**
+ * A manual clock for fake time: `now()`, `setTimeout`, `clearTimeout`, and
+ * `advance(ms)` that runs the timers that come due, in order.
+ */
+export class FakeClock {
+  #now;
+  #timers = new Map();
+  #next = 1;
+
+  /** A clock that starts at `startMs` (milliseconds since the Unix epoch). */
+  constructor(startMs = 1_763_779_327_000) {
+    this.#now = startMs;
+    this.now = () => this.#now;
+    this.setTimeout = (fn, ms = 0) => {
+      const id = this.#next++;
+      this.#timers.set(id, { at: this.#now + Math.max(0, Number(ms) || 0), fn });
+      return id;
+    };
+    this.clearTimeout = (id) => {
+      this.#timers.delete(id);
+    };
+  }
+
+  /** Moves time forward by `ms`, running each timer that comes due at its own time. */
+  advance(ms) {
+    const end = this.#now + ms;
+    for (;;) {
+      let first;
+      for (const [id, t] of this.#timers) if (t.at <= end && (!first || t.at < first[1].at)) first = [id, t];
+      if (!first) break;
+      this.#timers.delete(first[0]);
+      this.#now = Math.max(this.#now, first[1].at);
+      first[1].fn();
+    }
+    this.#now = end;
+  }
+}

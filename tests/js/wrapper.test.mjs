@@ -1,0 +1,207 @@
+// The wasm bindings at their boundary (bad input is a thrown TypeError or
+// RangeError, never a trap) and the MailServer wrapper (URLs, real and fake
+// timers, abort, close, ids from crypto.getRandomValues).
+import assert from "node:assert/strict";
+import { describe, test } from "node:test";
+
+import { FakeClock, SmtpConnection, bindings, createMailServer } from "../../host-wasm/js/node.mjs";
+
+const message = "From: App <app@app.test>\r\nSubject: Your code 123456\r\n\r\nhello\r\n";
+
+describe("bindings", () => {
+  test("bad input from JavaScript is a TypeError or RangeError with the reason", () => {
+    const session = new bindings.Session();
+    const api = new bindings.Api();
+    const cases = [
+      [() => new bindings.Session(5), TypeError, /config must be an object/],
+      [() => new bindings.Session({ maxErrors: 0 }), RangeError, /config\.maxErrors must be an integer from 1/],
+      [() => new bindings.Session({ maxMessageBytes: 1.5 }), RangeError, /maxMessageBytes/],
+      [() => new bindings.Session({ hostname: 7 }), TypeError, /config\.hostname must be a string/],
+      [() => new bindings.Session({ hostname: "a\r\nb" }), RangeError, /hostname/],
+      [() => new bindings.Api({ apiPort: 70000 }), RangeError, /apiPort/],
+      [() => new bindings.Api({ maxMessages: "10" }), TypeError, /maxMessages must be a number/],
+      [() => session.receive("EHLO c\r\n"), TypeError, /must be a Uint8Array/],
+      [() => session.receive(undefined), TypeError, /must be a Uint8Array/],
+      [() => api.handle(null, 1), TypeError, /request must be an object/],
+      [() => api.handle({ method: "GET" }, 1), TypeError, /request\.path is required/],
+      [() => api.handle({ method: "GET", path: "/health", query: 5 }, 1), TypeError, /request\.query must be a string/],
+      [() => api.handle({ method: "GET", path: "/health" }, Number.NaN), RangeError, /nowMs/],
+      [() => api.handle({ method: "GET", path: "/health" }, -1), RangeError, /nowMs/],
+      [() => api.deliver({ raw: "x" }, 1), TypeError, /message\.envelope is required/],
+      [() => api.deliver({ envelope: { to: "a@b" }, raw: "x" }, 1), TypeError, /array of strings/],
+      [() => api.deliver({ envelope: { to: [1] }, raw: "x" }, 1), TypeError, /array of strings/],
+      [() => api.deliver({ envelope: { to: [] }, raw: 5 }, 1), TypeError, /message\.raw must be a Uint8Array/],
+      [() => api.deliver({ envelope: { to: [] } }, 1), TypeError, /message\.raw is required/],
+      [() => api.expire(-1), RangeError, /waitId/],
+      [() => api.expire(1.5), RangeError, /waitId/],
+      [() => api.cancel("1"), TypeError, /waitId must be a number/],
+      [() => api.expireDue(Infinity), RangeError, /nowMs/],
+    ];
+    for (const [call, type, text] of cases) {
+      assert.throws(call, (e) => e instanceof type && text.test(e.message), String(call));
+    }
+    // The objects still work after refusing bad input.
+    assert.equal(session.receive(new TextEncoder().encode("NOOP\r\n"))[0].code, 250);
+    assert.equal(api.handle({ method: "GET", path: "/health" }, 1).status, 200);
+  });
+
+  test("raw bytes may be a Buffer, a DataView or an ArrayBuffer, and are kept exactly", () => {
+    const api = new bindings.Api();
+    const bytes = Uint8Array.of(0xff, 0x00, 0x0d, 0x0a, 0x80);
+    for (const raw of [Buffer.from(bytes), new DataView(bytes.buffer), bytes.buffer]) {
+      const { id } = api.deliver({ envelope: { from: "", to: ["a@b.test"] }, raw }, 1000);
+      const got = JSON.parse(api.handle({ method: "GET", path: `/api/emails/${id}` }, 1000).body);
+      assert.equal(got.email.size, 5);
+    }
+  });
+
+  test("ids take their randomness from crypto.getRandomValues", () => {
+    const ids = [new bindings.Api(), new bindings.Api()].map((api) => api.deliver({ envelope: { from: "", to: ["a@b.test"] }, raw: "x" }, 1_763_779_327_000).id);
+    // Same millisecond, fresh generators: only the random bits can tell them apart.
+    assert.notEqual(ids[0], ids[1]);
+    assert.equal(ids[0].slice(0, 13), ids[1].slice(0, 13));
+    assert.match(ids[0], /^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
+  });
+
+  test("handle splits a path with a query when no query is given", () => {
+    const api = new bindings.Api();
+    const r = api.handle({ method: "GET", path: "/api/emails?limit=0" }, 1);
+    assert.equal(r.kind, "ready");
+    assert.equal(r.status, 400);
+    const w = api.handle({ method: "GET", path: "/api/emails/wait", query: "?timeoutMs=10" }, 1000);
+    assert.deepEqual(w, { kind: "wait", waitId: 0, deadline: 1010 });
+    assert.equal(api.nextDeadline(), 1010);
+    assert.deepEqual(api.expireDue(1009), []);
+    assert.equal(api.expireDue(1010)[0].status, 408);
+    assert.equal(api.nextDeadline(), undefined);
+    assert.equal(api.expire(0), undefined);
+    assert.equal(api.cancel(0), false);
+  });
+
+  test("a session reports closed and receivingMessage", () => {
+    const s = new bindings.Session({ hostname: "mx.test" });
+    assert.equal(s.greeting().wire, "220 mx.test ESMTP mailjar ready\r\n");
+    s.receive(new TextEncoder().encode("MAIL FROM:<a@b.test>\r\nRCPT TO:<c@d.test>\r\nDATA\r\nabc"));
+    assert.equal(s.receivingMessage, true);
+    assert.equal(s.timeout().code, 421);
+    assert.equal(s.closed, true);
+    assert.deepEqual(s.receive(new TextEncoder().encode("NOOP\r\n")), []);
+  });
+});
+
+describe("MailServer", () => {
+  test("SMTP through connect(): messages are stored before the 250 comes back", async () => {
+    const server = createMailServer();
+    const c = server.connect();
+    assert.equal(c.greeting.code, 220);
+    assert.match(c.greeting.text, /^local\.test ESMTP/);
+    const replies = c.send("EHLO c\r\nMAIL FROM:<app@app.test>\r\nRCPT TO:<user@local.test>\r\nDATA\r\n");
+    assert.deepEqual(replies.map((r) => r.code), [250, 250, 250, 354]);
+    const [accepted] = c.send(`${message}.\r\n`);
+    assert.equal(accepted.code, 250);
+    assert.equal(server.messageCount, 1);
+    const r = await server.request("GET", `/api/emails/${accepted.messageId}`);
+    assert.equal(r.status, 200);
+    assert.equal(r.json.email.subject, "Your code 123456");
+    assert.deepEqual(r.json.email.codes, ["123456"]);
+    assert.equal(SmtpConnection.wire(c.send("QUIT\r\n")), "221 2.0.0 Bye\r\n");
+    assert.equal(c.closed, true);
+    assert.deepEqual(c.messageIds, [accepted.messageId]);
+  });
+
+  test("request() takes full URLs and paths; bodies are the native server's JSON", async () => {
+    const server = createMailServer({ api: { domain: "mail.test" } });
+    server.deliverRaw(message, { from: "app@app.test", to: "user@mail.test" });
+    for (const url of ["http://127.0.0.1:8025/api/emails?to=user%40mail.test#frag", "/api/emails?to=user@mail.test", "api/emails"]) {
+      const r = await server.request("GET", url);
+      assert.equal(r.status, 200, url);
+      assert.equal(r.json.emails.length, 1, url);
+      assert.equal(r.headers["content-type"], "application/json");
+      assert.equal(JSON.stringify(r.json), r.body);
+    }
+    const health = await server.request("GET", "/health");
+    assert.equal(health.json.domain, "mail.test");
+    const notAllowed = await server.request("POST", "/api/emails");
+    assert.equal(notAllowed.status, 405);
+    assert.equal(notAllowed.headers.allow, "GET, DELETE");
+    await assert.rejects(server.request(5, "/health"), TypeError);
+    await assert.rejects(server.request("GET", 5), TypeError);
+  });
+
+  test("a wait times out on real timers", async () => {
+    const server = createMailServer();
+    const started = Date.now();
+    const r = await server.request("GET", "/api/emails/wait?timeoutMs=50");
+    assert.equal(r.status, 408);
+    assert.ok(Date.now() - started >= 45, "not before its deadline");
+    assert.equal(server.pendingWaits, 0);
+  });
+
+  test("a wait is resolved by a delivery on real timers, and its timer is cleared", async () => {
+    const server = createMailServer();
+    const waiting = server.request("GET", "/api/emails/wait?subject=code&timeoutMs=60000");
+    assert.equal(server.pendingWaits, 1);
+    setTimeout(() => server.deliverRaw(message, { from: "a@app.test", to: ["u@local.test"] }), 20);
+    const r = await waiting;
+    assert.equal(r.status, 200);
+    assert.equal(r.json.email.subject, "Your code 123456");
+    assert.equal(server.pendingWaits, 0);
+    // Nothing keeps the process alive for the remaining 60 s: node --test would hang otherwise.
+  });
+
+  test("fake time: injected timers decide when a wait times out", async () => {
+    const clock = new FakeClock(1_000_000);
+    const server = createMailServer({ now: clock.now, setTimeout: clock.setTimeout, clearTimeout: clock.clearTimeout });
+    let answer;
+    server.request("GET", "/api/emails/wait?timeoutMs=1000").then((r) => (answer = r));
+    clock.advance(999);
+    await new Promise(setImmediate);
+    assert.equal(answer, undefined);
+    clock.advance(1);
+    await new Promise(setImmediate);
+    assert.equal(answer.status, 408);
+    assert.equal(answer.json.error, "no matching message arrived within 1000 ms");
+  });
+
+  test("fake time without timers: expireDue() ends the waits that are due", async () => {
+    let now = 5_000;
+    const server = createMailServer({ now: () => now, setTimeout: () => 0, clearTimeout: () => {} });
+    const waiting = server.request("GET", "/api/emails/wait?timeoutMs=100");
+    now += 99;
+    assert.equal(server.expireDue(), 0);
+    now += 1;
+    assert.equal(server.expireDue(), 1);
+    assert.equal((await waiting).status, 408);
+  });
+
+  test("an aborted request cancels its wait", async () => {
+    const server = createMailServer();
+    const controller = new AbortController();
+    const waiting = server.request("GET", "/api/emails/wait?timeoutMs=60000", { signal: controller.signal });
+    assert.equal(server.api.pendingWaits, 1);
+    controller.abort(new Error("gone"));
+    await assert.rejects(waiting, /gone/);
+    assert.equal(server.pendingWaits, 0);
+    assert.equal(server.api.pendingWaits, 0);
+    await assert.rejects(server.request("GET", "/health", { signal: controller.signal }), /gone/);
+  });
+
+  test("close() answers pending waits with 503 and refuses further use", async () => {
+    const server = createMailServer();
+    const waiting = server.request("GET", "/api/emails/wait?timeoutMs=60000");
+    server.close();
+    const r = await waiting;
+    assert.equal(r.status, 503);
+    assert.equal(r.json.error, "the server is shutting down");
+    assert.throws(() => server.connect(), /closed/);
+    assert.throws(() => server.deliverRaw("x", { to: ["a@b.test"] }), /closed/);
+    await assert.rejects(server.request("GET", "/health"), /closed/);
+  });
+
+  test("options are checked", () => {
+    assert.throws(() => createMailServer({ now: 5 }), TypeError);
+    assert.throws(() => createMailServer({ smtp: { maxErrors: -1 } }), RangeError);
+    assert.throws(() => createMailServer({ api: { maxMessages: 0 } }), RangeError);
+    assert.throws(() => createMailServer(null), TypeError);
+  });
+});

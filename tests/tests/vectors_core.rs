@@ -1,0 +1,268 @@
+//! The conformance vectors against `mailjar-core` directly: no sockets, fake time.
+//!
+//! SMTP transcripts are also replayed in other chunkings (byte by byte, in one
+//! piece, and split at every point) and must give the same result; each
+//! message must come out before the 250 that acknowledges it.
+
+use std::collections::HashMap;
+
+use mailjar_core::api::{Api, ApiConfig, Outcome, Request, Response, WaitId};
+use mailjar_core::smtp::{Config, Envelope, Incoming, Output, Session};
+use mailjar_core::store::{Prepared, StoreLimits};
+use mailjar_tests::matcher::{Vars, substitute};
+use mailjar_tests::vectors::{
+    self, ApiVector, DOMAIN, SmtpVector, Step, check_listed, check_replies, check_response,
+};
+
+/// The fake clock's start: any fixed time works.
+const START_MS: u64 = 1_763_779_327_000;
+
+fn session_config(v: &SmtpVector) -> Config {
+    let d = Config::default();
+    let l = &v.limits;
+    Config {
+        hostname: DOMAIN.to_owned(),
+        max_message_bytes: l.max_message_bytes.unwrap_or(d.max_message_bytes),
+        max_recipients: l.max_recipients.unwrap_or(d.max_recipients),
+        max_line_bytes: l.max_line_bytes.unwrap_or(d.max_line_bytes),
+        max_errors: l.max_errors.unwrap_or(d.max_errors),
+    }
+}
+
+/// Feeds `chunks` to a fresh session and checks everything the vector expects.
+fn run_smtp(v: &SmtpVector, chunks: &[Vec<u8>]) -> Result<(), String> {
+    let mut session = Session::new(session_config(v));
+    let greeting = session.greeting();
+    let mut outputs = vec![Output::Reply(greeting)];
+    for chunk in chunks {
+        outputs.extend(session.receive(chunk));
+    }
+    if v.idle_timeout {
+        outputs.push(Output::Reply(session.timeout()));
+        outputs.push(Output::Close);
+    }
+    let mut replies = Vec::new();
+    let mut messages = Vec::new();
+    let mut closed = false;
+    for (i, output) in outputs.iter().enumerate() {
+        match output {
+            Output::Reply(r) => replies.push((r.code, r.lines.clone())),
+            Output::Message(m) => {
+                match outputs.get(i + 1) {
+                    Some(Output::Reply(r)) if r.code == 250 => {}
+                    other => {
+                        return Err(format!("a message is followed by {other:?}, not its 250"));
+                    }
+                }
+                messages.push(m.clone());
+            }
+            Output::Close => {
+                if i + 1 != outputs.len() {
+                    return Err("outputs after Close".to_owned());
+                }
+                closed = true;
+            }
+        }
+    }
+    check_replies(&replies, &v.replies)?;
+    if closed != v.closed {
+        return Err(format!("closed is {closed}, expected {}", v.closed));
+    }
+    if !closed && session.is_receiving_message() {
+        return Err("the vector ends inside a message without closing: the native runner cannot end it with QUIT".to_owned());
+    }
+    let got: Vec<_> = messages
+        .iter()
+        .map(|m| {
+            (
+                m.envelope.from.clone(),
+                m.envelope.to.clone(),
+                m.raw.clone(),
+            )
+        })
+        .collect();
+    let want: Vec<_> = v
+        .messages
+        .iter()
+        .map(|m| (m.from.clone(), m.to.clone(), m.raw.clone()))
+        .collect();
+    if got != want {
+        return Err(format!(
+            "stored messages differ:\n got: {got:?}\nwant: {want:?}"
+        ));
+    }
+    // Stored through the API, the list shows them as the native host's does.
+    let mut api = Api::new(ApiConfig::default());
+    for (n, m) in messages.into_iter().enumerate() {
+        api.deliver(Prepared::new(m), START_MS, [n as u8; 10]);
+    }
+    match api.handle(&Request::new("GET", "/api/emails"), START_MS) {
+        Outcome::Ready(r) => {
+            let list = serde_json::from_str(&r.body).map_err(|e| e.to_string())?;
+            check_listed(&list, &v.messages)
+        }
+        Outcome::Wait(_) => Err("the list parked".to_owned()),
+    }
+}
+
+/// The vector as given, then in other chunkings of the same bytes.
+fn run_smtp_chunkings(v: &SmtpVector) -> Result<(), String> {
+    run_smtp(v, &v.input)?;
+    let all: Vec<u8> = v.input.concat();
+    let again =
+        |chunks: Vec<Vec<u8>>, how: &str| run_smtp(v, &chunks).map_err(|e| format!("{how}: {e}"));
+    again(vec![all.clone()], "in one chunk")?;
+    again(all.iter().map(|b| vec![*b]).collect(), "byte by byte")?;
+    let step = (all.len() / 300).max(1);
+    for split in (1..all.len()).step_by(step) {
+        again(
+            vec![all[..split].to_vec(), all[split..].to_vec()],
+            &format!("split at {split}"),
+        )?;
+    }
+    Ok(())
+}
+
+#[test]
+fn smtp_vectors_against_the_core() {
+    let vectors = vectors::smtp().unwrap_or_else(|e| panic!("{e}"));
+    vectors::run_all(
+        "core SMTP",
+        &vectors,
+        |v| format!("{}: {}", v.file, v.name),
+        run_smtp_chunkings,
+    );
+}
+
+/// One API vector's state on the core: the API, the fake clock, and what waits got.
+struct CoreRun {
+    api: Api,
+    now: u64,
+    vars: Vars,
+    waits: HashMap<String, WaitId>,
+    answered: HashMap<WaitId, Response>,
+    deliveries: u8,
+}
+
+impl CoreRun {
+    fn step(&mut self, step: &Step) -> Result<(), String> {
+        match step {
+            Step::Deliver {
+                from,
+                to,
+                raw,
+                bind,
+            } => {
+                self.deliveries = self.deliveries.wrapping_add(1);
+                let incoming = Incoming {
+                    envelope: Envelope {
+                        from: from.clone(),
+                        to: to.clone(),
+                    },
+                    raw: raw.clone(),
+                    helo: Some("vectors".to_owned()),
+                };
+                let delivered =
+                    self.api
+                        .deliver(Prepared::new(incoming), self.now, [self.deliveries; 10]);
+                self.answered.extend(delivered.woken);
+                if let Some(name) = bind {
+                    self.vars.insert(name.clone(), delivered.id.to_string());
+                }
+            }
+            Step::Request {
+                method,
+                target,
+                expect,
+            } => {
+                let target = substitute(target, &self.vars)?;
+                match self.api.handle(&Request::new(method, &target), self.now) {
+                    Outcome::Ready(r) => {
+                        check_response(r.status, r.allow, &r.body, expect, &self.vars)
+                            .map_err(|e| format!("{method} {target}: {e}"))?;
+                    }
+                    Outcome::Wait(_) => {
+                        return Err(format!("{method} {target} parked; use a wait step"));
+                    }
+                }
+            }
+            Step::Wait {
+                method,
+                target,
+                name,
+            } => {
+                let target = substitute(target, &self.vars)?;
+                match self.api.handle(&Request::new(method, &target), self.now) {
+                    Outcome::Wait(spec) => {
+                        self.waits.insert(name.clone(), spec.id);
+                    }
+                    Outcome::Ready(r) => {
+                        return Err(format!(
+                            "{method} {target} did not park: {} {}",
+                            r.status, r.body
+                        ));
+                    }
+                }
+            }
+            Step::Advance(ms) => {
+                self.now += ms;
+                self.answered.extend(self.api.expire_due(self.now));
+            }
+            Step::Resolve { name, expect } => {
+                let id = self
+                    .waits
+                    .get(name)
+                    .ok_or(format!("no wait named {name}"))?;
+                let r = self
+                    .answered
+                    .remove(id)
+                    .ok_or(format!("wait {name} is still pending"))?;
+                check_response(r.status, r.allow, &r.body, expect, &self.vars)
+                    .map_err(|e| format!("wait {name}: {e}"))?;
+            }
+            Step::Pending(name) => {
+                let id = self
+                    .waits
+                    .get(name)
+                    .ok_or(format!("no wait named {name}"))?;
+                if let Some(r) = self.answered.get(id) {
+                    return Err(format!("wait {name} was answered: {} {}", r.status, r.body));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn run_api(v: &ApiVector) -> Result<(), String> {
+    let mut store = StoreLimits::default();
+    if let Some(n) = v.limits.max_messages {
+        store.max_messages = n;
+    }
+    let mut run = CoreRun {
+        api: Api::new(ApiConfig {
+            store,
+            ..ApiConfig::default()
+        }),
+        now: START_MS,
+        vars: Vars::new(),
+        waits: HashMap::new(),
+        answered: HashMap::new(),
+        deliveries: 0,
+    };
+    for (i, step) in v.steps.iter().enumerate() {
+        run.step(step).map_err(|e| format!("step {}: {e}", i + 1))?;
+    }
+    Ok(())
+}
+
+#[test]
+fn api_vectors_against_the_core() {
+    let vectors = vectors::api().unwrap_or_else(|e| panic!("{e}"));
+    vectors::run_all(
+        "core API",
+        &vectors,
+        |v| format!("{}: {}", v.file, v.name),
+        run_api,
+    );
+}
