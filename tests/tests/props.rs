@@ -187,7 +187,7 @@ fn check_outputs(outputs: &[Output]) -> Result<(), TestCaseError> {
 
 /// The API stores exactly what the session handed out, and lists it so.
 fn check_stored(hosted: &mut Hosted) -> Result<(), TestCaseError> {
-    let raws: Vec<&[u8]> = hosted.api.store().iter().map(|e| &*e.raw).collect();
+    let raws: Vec<&[u8]> = hosted.api.store().iter().map(|e| e.raw()).collect();
     let want: Vec<&[u8]> = hosted.stored.iter().map(|m| m.raw.as_slice()).collect();
     prop_assert_eq!(raws, want);
     let Outcome::Ready(list) = hosted.api.handle(&Request::new("GET", "/api/emails"), NOW) else {
