@@ -5,7 +5,6 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hyper_util::rt::{TokioIo, TokioTimer};
 use mailjar_core::api::{Request, Response, WaitId};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -46,7 +45,10 @@ pub fn routes(
                 let context = context.clone();
                 async move {
                     let cors = cors_origin(&context, &headers);
-                    let mut response = match refuse(&context, &path, &query, &headers) {
+                    let refusal = refuse(&context, &path, &query, &headers);
+                    // A parked wait should not keep a copy of the headers alive.
+                    drop(headers);
+                    let mut response = match refusal {
                         Some(refusal) => json(refusal),
                         None if method == http::Method::OPTIONS && cors.is_some() => preflight(),
                         None => {
@@ -71,7 +73,7 @@ pub fn routes(
 
 /// The longest request target (path and query) served, in bytes.
 pub const MAX_URL_BYTES: usize = 8 * 1024;
-/// The most header bytes served (names and values); hyper itself refuses heads over 64 KiB.
+/// The most header bytes served (names and values); heads over 64 KiB are refused before parsing.
 pub const MAX_HEADER_BYTES: usize = 16 * 1024;
 
 fn error(status: u16, text: &str) -> Response {
@@ -238,6 +240,8 @@ fn json(response: Response) -> http::Response<String> {
 }
 
 /// Serves HTTP/1.1 until shutdown; open connections finish their current request.
+///
+/// Each connection is driven by [`crate::http1`], which hands requests to the warp filter.
 pub async fn serve(listener: TcpListener, context: HttpContext) {
     let mut shutdown = context.shutdown.clone();
     let service = warp::service(routes(context));
@@ -254,28 +258,20 @@ pub async fn serve(listener: TcpListener, context: HttpContext) {
             _ = stopped(&mut shutdown) => break,
         };
         let _ = stream.set_nodelay(true);
-        let service = hyper_util::service::TowerToHyperService::new(service.clone());
-        let mut shutdown = shutdown.clone();
+        let service = service.clone();
+        let shutdown = shutdown.clone();
         tokio::spawn(async move {
-            let connection = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(Duration::from_secs(10))
-                .max_buf_size(64 * 1024)
-                .serve_connection(TokioIo::new(stream), service);
-            let mut connection = std::pin::pin!(connection);
-            let result = tokio::select! {
-                result = connection.as_mut() => result,
-                _ = stopped(&mut shutdown) => {
-                    connection.as_mut().graceful_shutdown();
-                    connection.await
-                }
-            };
-            if let Err(e) = result {
+            let connection =
+                crate::http1::serve_connection(stream, service, shutdown, HEAD_TIMEOUT);
+            if let Err(e) = connection.await {
                 tracing::debug!(%peer, "HTTP connection ended: {e}");
             }
         });
     }
 }
+
+/// How long a client may take to send a request head once it has started.
+const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[cfg(test)]
 mod tests {

@@ -2,6 +2,7 @@
 //! the HTTP API, both driving the sans-IO core in `mailjar-core`.
 
 pub mod config;
+pub mod http1;
 pub mod http_server;
 pub mod smtp_server;
 pub mod state;
