@@ -93,13 +93,39 @@ pub fn parse(raw: &[u8]) -> ParsedMessage {
     std::panic::catch_unwind(|| parse_unguarded(raw)).unwrap_or_else(|_| unparsed(raw))
 }
 
-/// The header map of `raw` as [`ParsedMessage::headers`] has it, read from the header block alone.
-pub fn headers(raw: &[u8]) -> BTreeMap<String, String> {
+/// The fields of a message that come from its header block alone.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HeaderFields {
+    /// As [`ParsedMessage::headers`].
+    pub headers: BTreeMap<String, String>,
+    /// As [`ParsedMessage::from`].
+    pub from: Option<String>,
+    /// As [`ParsedMessage::date`].
+    pub date: Option<String>,
+    /// As [`ParsedMessage::message_id`].
+    pub message_id: Option<String>,
+}
+
+/// Reads the header block of `raw` again, giving the same header-derived
+/// fields as [`parse`]. The store keeps only the raw bytes and calls this when
+/// a message is shown.
+pub fn header_fields(raw: &[u8]) -> HeaderFields {
     std::panic::catch_unwind(|| {
-        PARSER
-            .parse_headers(raw)
-            .and_then(|m| m.parts.first().map(|root| header_map(&root.headers, raw)))
-            .unwrap_or_default()
+        let Some(message) = PARSER.parse_headers(raw) else {
+            return HeaderFields::default();
+        };
+        let Some(root) = message.parts.first() else {
+            return HeaderFields::default();
+        };
+        let headers = &root.headers;
+        HeaderFields {
+            headers: header_map(headers, raw),
+            from: first(headers, HeaderName::From)
+                .and_then(HeaderValue::as_address)
+                .and_then(display_addresses),
+            date: first(headers, HeaderName::Date).and_then(rfc3339),
+            message_id: first(headers, HeaderName::MessageId).and_then(message_id),
+        }
     })
     .unwrap_or_default()
 }

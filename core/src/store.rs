@@ -3,7 +3,7 @@
 use std::collections::VecDeque;
 
 use crate::id::MessageId;
-use crate::message::{self, ParsedMessage};
+use crate::message::{self, AttachmentInfo, HeaderFields, ParsedMessage};
 use crate::smtp::{Envelope, Incoming};
 
 /// How much the store keeps before it evicts the oldest messages.
@@ -50,10 +50,12 @@ impl Prepared {
 
 /// One stored message.
 ///
-/// The text and HTML bodies are kept as a range of the raw bytes whenever they
-/// appear there verbatim (no transfer encoding, UTF-8 or ASCII), and the
-/// header map is re-read from the raw header block when asked for, so a
-/// typical message costs little more than its raw bytes.
+/// A message costs little more than its raw bytes: the text and HTML bodies
+/// are kept as a range of the raw bytes whenever they appear there verbatim
+/// (no transfer encoding, UTF-8 or ASCII), and the fields that come from the
+/// header block alone (the header map, From, Date, Message-ID) are read again
+/// from the raw bytes when the message is shown. What filters need, and what
+/// takes a MIME parse to find, is kept.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Email {
     /// Its id; ids increase in receive order.
@@ -62,12 +64,26 @@ pub struct Email {
     pub received_at_ms: u64,
     /// MAIL FROM and RCPT TO.
     pub envelope: Envelope,
-    /// The parsed fields but `text`, `html` and `headers`, which are left empty.
     /// Boxed to keep the store's ring of messages small.
-    summary: Box<ParsedMessage>,
+    kept: Box<Kept>,
     text: Body,
     html: Body,
     raw: Box<[u8]>,
+}
+
+/// The parsed fields a stored message keeps, in their smallest form.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Kept {
+    subject: Box<str>,
+    to_headers: Box<[Box<str>]>,
+    cc: Box<[Box<str>]>,
+    links: Box<[Box<str>]>,
+    codes: Box<[Box<str>]>,
+    attachments: Box<[AttachmentInfo]>,
+}
+
+fn boxed(strings: Vec<String>) -> Box<[Box<str>]> {
+    strings.into_iter().map(String::into_boxed_str).collect()
 }
 
 /// A decoded body: where it stands in the raw bytes, or its own copy.
@@ -112,18 +128,24 @@ impl Email {
     pub fn new(id: MessageId, received_at_ms: u64, prepared: Prepared) -> Email {
         let Prepared {
             envelope,
-            mut parsed,
+            parsed,
             raw,
         } = prepared;
         let raw = raw.into_boxed_slice();
-        let text = Body::new(std::mem::take(&mut parsed.text), &raw);
-        let html = Body::new(std::mem::take(&mut parsed.html), &raw);
-        parsed.headers = Default::default();
+        let text = Body::new(parsed.text, &raw);
+        let html = Body::new(parsed.html, &raw);
         Email {
             id,
             received_at_ms,
             envelope,
-            summary: Box::new(parsed),
+            kept: Box::new(Kept {
+                subject: parsed.subject.into_boxed_str(),
+                to_headers: boxed(parsed.to_headers),
+                cc: boxed(parsed.cc),
+                links: boxed(parsed.links),
+                codes: boxed(parsed.codes),
+                attachments: parsed.attachments.into_boxed_slice(),
+            }),
             text,
             html,
             raw,
@@ -135,15 +157,34 @@ impl Email {
         &self.raw
     }
 
-    /// The parsed fields; `text`, `html` and `headers` are empty here: use [`Email::text`],
-    /// [`Email::html`] and [`Email::headers`].
-    pub fn summary(&self) -> &ParsedMessage {
-        &self.summary
+    /// The decoded subject; "" when none.
+    pub fn subject(&self) -> &str {
+        &self.kept.subject
     }
 
-    /// The decoded subject.
-    pub fn subject(&self) -> &str {
-        &self.summary.subject
+    /// The addresses of the To headers.
+    pub fn to_headers(&self) -> &[Box<str>] {
+        &self.kept.to_headers
+    }
+
+    /// The addresses of the Cc headers.
+    pub fn cc(&self) -> &[Box<str>] {
+        &self.kept.cc
+    }
+
+    /// The http(s) links of the bodies.
+    pub fn links(&self) -> &[Box<str>] {
+        &self.kept.links
+    }
+
+    /// The one-time codes of the subject and body.
+    pub fn codes(&self) -> &[Box<str>] {
+        &self.kept.codes
+    }
+
+    /// The attachments' metadata.
+    pub fn attachments(&self) -> &[AttachmentInfo] {
+        &self.kept.attachments
     }
 
     /// The plain-text body; "" when none.
@@ -156,38 +197,37 @@ impl Email {
         self.html.get(&self.raw)
     }
 
-    /// The header map, re-read from the raw header block.
-    pub fn headers(&self) -> std::collections::BTreeMap<String, String> {
-        message::headers(&self.raw)
+    /// The header map, From, Date and Message-ID, read again from the raw header block.
+    pub fn header_fields(&self) -> HeaderFields {
+        message::header_fields(&self.raw)
     }
 
     /// The bytes this message is counted for against [`StoreLimits::max_bytes`]:
     /// the raw message and everything kept beside it.
     pub fn footprint(&self) -> usize {
-        let p = &self.summary;
-        let strings = |v: &[String]| v.iter().map(|s| s.len() + 24).sum::<usize>();
+        let k = &self.kept;
+        let strings = |v: &[Box<str>]| v.iter().map(|s| s.len() + 16).sum::<usize>();
         self.raw.len()
             + self.text.owned_len()
             + self.html.owned_len()
-            + p.subject.len()
-            + p.from.as_ref().map_or(0, String::len)
-            + p.date.as_ref().map_or(0, String::len)
-            + p.message_id.as_ref().map_or(0, String::len)
-            + strings(&p.links)
-            + strings(&p.codes)
-            + strings(&p.to_headers)
-            + strings(&p.cc)
-            + strings(&self.envelope.to)
-            + p.attachments
+            + k.subject.len()
+            + strings(&k.links)
+            + strings(&k.codes)
+            + strings(&k.to_headers)
+            + strings(&k.cc)
+            + self.envelope.from.len()
+            + self.envelope.to.iter().map(|s| s.len() + 24).sum::<usize>()
+            + k.attachments
                 .iter()
                 .map(|a| a.filename.len() + a.content_type.len() + 96)
                 .sum::<usize>()
             + std::mem::size_of::<Email>()
+            + std::mem::size_of::<Kept>()
     }
 
     /// Whether `address` (lower-cased and trimmed) is an envelope recipient or a To or Cc address.
     pub fn is_addressed_to(&self, address: &str) -> bool {
-        let same = |a: &String| {
+        let same = |a: &str| {
             let a = a.trim();
             if a.is_ascii() {
                 a.eq_ignore_ascii_case(address)
@@ -195,9 +235,9 @@ impl Email {
                 a.to_lowercase() == address
             }
         };
-        self.envelope.to.iter().any(same)
-            || self.summary.to_headers.iter().any(same)
-            || self.summary.cc.iter().any(same)
+        self.envelope.to.iter().any(|a| same(a))
+            || self.kept.to_headers.iter().any(|a| same(a))
+            || self.kept.cc.iter().any(|a| same(a))
     }
 }
 
@@ -431,9 +471,11 @@ mod body_tests {
     #[test]
     fn headers_are_re_read_as_parse_reads_them() {
         let raw = "Subject: =?utf-8?q?caf=C3=A9?=\r\nX-A: 1\r\nx-a: 2\r\n\r\nbody\r\n";
-        assert_eq!(
-            stored(raw).headers(),
-            message::parse(raw.as_bytes()).headers
-        );
+        let parsed = message::parse(raw.as_bytes());
+        let fields = stored(raw).header_fields();
+        assert_eq!(fields.headers, parsed.headers);
+        assert_eq!(fields.from, parsed.from);
+        assert_eq!(fields.date, parsed.date);
+        assert_eq!(fields.message_id, parsed.message_id);
     }
 }

@@ -250,7 +250,27 @@ fn stored_form_gives_back_what_parse_gave() {
         let email = Email::new(ids.next(1, [0; 10]), 1, prepared);
         assert_eq!(email.text(), parsed.text, "{}", path.display());
         assert_eq!(email.html(), parsed.html, "{}", path.display());
-        assert_eq!(email.headers(), parsed.headers, "{}", path.display());
+        let fields = email.header_fields();
+        assert_eq!(fields.headers, parsed.headers, "{}", path.display());
+        assert_eq!(fields.from, parsed.from, "{}", path.display());
+        assert_eq!(fields.date, parsed.date, "{}", path.display());
+        assert_eq!(fields.message_id, parsed.message_id, "{}", path.display());
+        let boxed = |v: &[Box<str>]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            boxed(email.to_headers()),
+            parsed.to_headers,
+            "{}",
+            path.display()
+        );
+        assert_eq!(boxed(email.cc()), parsed.cc, "{}", path.display());
+        assert_eq!(boxed(email.links()), parsed.links, "{}", path.display());
+        assert_eq!(boxed(email.codes()), parsed.codes, "{}", path.display());
+        assert_eq!(
+            email.attachments(),
+            parsed.attachments,
+            "{}",
+            path.display()
+        );
         assert_eq!(email.subject(), parsed.subject, "{}", path.display());
         total += 1;
     }
