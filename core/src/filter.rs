@@ -13,7 +13,8 @@ pub struct Filter {
     to: Option<String>,
     /// A subject substring, lower-cased.
     subject: Option<String>,
-    pattern: Option<JsRegex>,
+    /// Boxed: a parked wait keeps its filter, and most have no pattern.
+    pattern: Option<Box<JsRegex>>,
     after: Option<MessageId>,
 }
 
@@ -53,10 +54,10 @@ impl Filter {
                         "subjectPattern is longer than {MAX_PATTERN_BYTES} bytes"
                     )));
                 }
-                Some(
+                Some(Box::new(
                     JsRegex::new(p, flags.unwrap_or(""))
                         .map_err(|e| ApiError::BadRequest(e.to_string()))?,
-                )
+                ))
             }
             (None, Some(_)) => {
                 return Err(ApiError::BadRequest(

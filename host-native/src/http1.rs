@@ -31,6 +31,17 @@ pub const MAX_HEAD_BYTES: usize = 64 * 1024;
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
 /// The most header fields in one request (431 above it).
 const MAX_HEADERS: usize = 100;
+/// The request headers the API looks at; the others are not handed to the filter.
+const FORWARDED_HEADERS: [&str; 4] = [
+    "host",
+    "origin",
+    "access-control-request-method",
+    "access-control-request-headers",
+];
+/// The longest request target (path and query) served, in bytes (414 above it).
+pub const MAX_URL_BYTES: usize = 8 * 1024;
+/// The most header bytes served, names and values (431 above it).
+pub const MAX_HEADER_BYTES: usize = 16 * 1024;
 
 /// Serves one connection until the client closes it, a request asks to close,
 /// a protocol error ends it, or the server shuts down while it is idle.
@@ -62,6 +73,10 @@ where
             expect_continue,
         } = *head;
         buf.drain(..consumed);
+        if buf.is_empty() {
+            // A parked wait should not hold a read buffer.
+            buf = Vec::new();
+        }
         if body_length > MAX_BODY_BYTES {
             write_error(&mut stream, 413, "request bodies are not accepted").await?;
             return Ok(());
@@ -238,6 +253,7 @@ fn parse_head(buf: &[u8]) -> Parsed {
     let mut keep_alive = version == 1;
     let mut body_length = 0usize;
     let mut expect_continue = false;
+    let mut header_bytes = 0usize;
     for header in parsed.headers.iter() {
         let name = header.name;
         if name.eq_ignore_ascii_case("connection") {
@@ -263,7 +279,23 @@ fn parse_head(buf: &[u8]) -> Parsed {
         } else if name.eq_ignore_ascii_case("expect") {
             expect_continue = header.value.eq_ignore_ascii_case(b"100-continue");
         }
-        request = request.header(name, header.value);
+        // The filter reads only these; a parked wait keeps its request, so the rest is not copied.
+        if FORWARDED_HEADERS
+            .iter()
+            .any(|f| name.eq_ignore_ascii_case(f))
+        {
+            request = request.header(name, header.value);
+        }
+        header_bytes += name.len() + header.value.len() + 4;
+    }
+    if path.len() > MAX_URL_BYTES {
+        return Parsed::Error(414, format!("the URL is longer than {MAX_URL_BYTES} bytes"));
+    }
+    if header_bytes > MAX_HEADER_BYTES {
+        return Parsed::Error(
+            431,
+            format!("the request headers are larger than {MAX_HEADER_BYTES} bytes"),
+        );
     }
     match request.body(Empty::new()) {
         Ok(request) => Parsed::Complete(Box::new(Head1 {

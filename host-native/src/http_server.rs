@@ -45,7 +45,7 @@ pub fn routes(
                 let context = context.clone();
                 async move {
                     let cors = cors_origin(&context, &headers);
-                    let refusal = refuse(&context, &path, &query, &headers);
+                    let refusal = refuse(&context, &headers);
                     // A parked wait should not keep a copy of the headers alive.
                     drop(headers);
                     let mut response = match refusal {
@@ -71,11 +71,6 @@ pub fn routes(
         )
 }
 
-/// The longest request target (path and query) served, in bytes.
-pub const MAX_URL_BYTES: usize = 8 * 1024;
-/// The most header bytes served (names and values); heads over 64 KiB are refused before parsing.
-pub const MAX_HEADER_BYTES: usize = 16 * 1024;
-
 fn error(status: u16, text: &str) -> Response {
     Response {
         status,
@@ -85,12 +80,7 @@ fn error(status: u16, text: &str) -> Response {
 }
 
 /// Why a request is refused before it reaches the API, if it is.
-fn refuse(
-    context: &HttpContext,
-    path: &warp::path::FullPath,
-    query: &str,
-    headers: &http::HeaderMap,
-) -> Option<Response> {
+fn refuse(context: &HttpContext, headers: &http::HeaderMap) -> Option<Response> {
     let host = headers
         .get(http::header::HOST)
         .and_then(|h| h.to_str().ok());
@@ -98,22 +88,6 @@ fn refuse(
         return Some(error(
             403,
             "this server only answers requests addressed to localhost (the Host header is not a loopback name; see --allowed-host)",
-        ));
-    }
-    if path.as_str().len() + query.len() > MAX_URL_BYTES {
-        return Some(error(
-            414,
-            &format!("the URL is longer than {MAX_URL_BYTES} bytes"),
-        ));
-    }
-    let header_bytes: usize = headers
-        .iter()
-        .map(|(n, v)| n.as_str().len() + v.len() + 4)
-        .sum();
-    if header_bytes > MAX_HEADER_BYTES {
-        return Some(error(
-            431,
-            &format!("the request headers are larger than {MAX_HEADER_BYTES} bytes"),
         ));
     }
     None
