@@ -16,6 +16,7 @@ fn main() -> std::process::ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_target(false)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
         .init();
     if let Err(why) = settings.validate() {
         eprintln!("mailjar: {why}");
