@@ -39,7 +39,9 @@ fn open_transaction(server: &Server) -> TcpStream {
     };
     read_until(&mut stream, b"220 ");
     stream
-        .write_all(b"EHLO vanish.test\r\nMAIL FROM:<a@example.test>\r\nRCPT TO:<b@example.test>\r\n")
+        .write_all(
+            b"EHLO vanish.test\r\nMAIL FROM:<a@example.test>\r\nRCPT TO:<b@example.test>\r\n",
+        )
         .unwrap();
     read_until(&mut stream, b"250 2.1.5");
     stream
@@ -110,8 +112,7 @@ fn disconnect_mid_data_or_mid_bdat_stores_nothing_and_frees_the_slot() {
         }
         drop(stream);
         // The only slot comes back once the server has seen the disconnect.
-        let (mut smtp, freed_in) =
-            timed(|| connect_when_free(server.smtp, Duration::from_secs(5)));
+        let (mut smtp, freed_in) = timed(|| connect_when_free(server.smtp, Duration::from_secs(5)));
         println!("{what}: slot freed after {freed_in:?}");
         let health = server.health();
         assert_eq!(health["messages"], 0, "{what}: nothing stored: {health}");
@@ -198,7 +199,10 @@ fn slow_smtp_client_keeps_its_session_a_stalled_one_gets_421_others_are_not_held
             slowest = slowest.max(took);
             let (response, took) = timed(|| http.get("/api/emails/latest?to=b@example.test"));
             assert_eq!(response.status, 200);
-            assert_eq!(response.json()["email"]["subject"], format!("fast {rounds}"));
+            assert_eq!(
+                response.json()["email"]["subject"],
+                format!("fast {rounds}")
+            );
             slowest = slowest.max(took);
             rounds += 1;
             std::thread::sleep(Duration::from_millis(50));
@@ -229,7 +233,7 @@ fn slow_http_head_is_cut_off_by_the_header_timeout_without_blocking_others() {
     let start = Instant::now();
     let mut writer = stream.try_clone().unwrap();
     let trickler = std::thread::spawn(move || {
-        let head = format!("GET /health HTTP/1.1\r\nHost: localhost\r\nX-Slow: ");
+        let head = "GET /health HTTP/1.1\r\nHost: localhost\r\nX-Slow: ";
         if writer.write_all(head.as_bytes()).is_err() {
             return;
         }
@@ -378,18 +382,20 @@ fn store_full_by_count_evicts_the_oldest_and_keeps_accepting() {
 #[test]
 fn store_full_by_bytes_evicts_the_oldest_and_keeps_accepting() {
     const STORE: u64 = 64 * 1024;
-    let server = Server::start_with(&[
-        "--max-store-bytes",
-        "64KiB",
-        "--max-message-bytes",
-        "16KiB",
-    ]);
-    let body = |n: usize| "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.\n".repeat(n);
+    let server =
+        Server::start_with(&["--max-store-bytes", "64KiB", "--max-message-bytes", "16KiB"]);
+    let body =
+        |n: usize| "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.\n".repeat(n);
     let mut smtp = server.smtp();
     smtp.expect("EHLO e2e.test", 250);
     const SENT: u64 = 20;
     for i in 0..SENT {
-        let raw = message("a@example.test", "b@example.test", &format!("big {i}"), &body(190));
+        let raw = message(
+            "a@example.test",
+            "b@example.test",
+            &format!("big {i}"),
+            &body(190),
+        );
         assert!(raw.len() > 12 * 1024 && raw.len() < 13 * 1024);
         let reply = smtp.transaction("a@example.test", &["b@example.test"], &raw);
         assert_eq!(reply.code, 250, "message {i}: {}", reply.wire);

@@ -23,8 +23,7 @@ const QUICK: Duration = Duration::from_secs(1);
 /// A request with a `Host` header of our choosing (None: no Host header at all).
 fn request_with(server: &Server, version: &str, host: Option<&str>, extra: &str) -> Http {
     let host = host.map_or(String::new(), |h| format!("Host: {h}\r\n"));
-    let request =
-        format!("GET /health HTTP/{version}\r\n{host}{extra}Connection: close\r\n\r\n");
+    let request = format!("GET /health HTTP/{version}\r\n{host}{extra}Connection: close\r\n\r\n");
     http_exchange(server.http, request.as_bytes())
 }
 
@@ -57,7 +56,14 @@ fn smuggling_variants_never_split_a_message_even_with_pipelined_commands() {
     let server = Server::start();
     for (name, end) in SMUGGLING {
         for chunked in [false, true] {
-            let what = format!("{name} ({})", if chunked { "3-byte writes" } else { "one write" });
+            let what = format!(
+                "{name} ({})",
+                if chunked {
+                    "3-byte writes"
+                } else {
+                    "one write"
+                }
+            );
             let mut data = b"From: a@example.test\r\nSubject: smuggling\r\n\r\nbefore".to_vec();
             data.extend_from_slice(end);
             data.extend_from_slice(
@@ -75,7 +81,9 @@ fn smuggling_variants_never_split_a_message_even_with_pipelined_commands() {
             let second = message("c@example.test", "d@example.test", "second", "legit");
             let mut wire = b"EHLO e2e.test\r\nMAIL FROM:<a@example.test>\r\nRCPT TO:<b@example.test>\r\nDATA\r\n".to_vec();
             wire.extend_from_slice(&data);
-            wire.extend_from_slice(b".\r\nMAIL FROM:<c@example.test>\r\nRCPT TO:<d@example.test>\r\nDATA\r\n");
+            wire.extend_from_slice(
+                b".\r\nMAIL FROM:<c@example.test>\r\nRCPT TO:<d@example.test>\r\nDATA\r\n",
+            );
             wire.extend(common::dot_stuff(&second));
             wire.extend_from_slice(b".\r\nQUIT\r\n");
 
@@ -142,7 +150,9 @@ fn url_and_header_size_limits_are_json_errors() {
         assert!(response.error().contains("16384"), "{}", response.body);
     }
     // Headers count together (90 of them: hyper itself refuses more than 100, see below).
-    let many: String = (0..90).map(|i| format!("X-H{i}: {}\r\n", "c".repeat(200))).collect();
+    let many: String = (0..90)
+        .map(|i| format!("X-H{i}: {}\r\n", "c".repeat(200)))
+        .collect();
     let response = http_exchange(
         server.http,
         format!("GET /health HTTP/1.1\r\nHost: localhost\r\n{many}Connection: close\r\n\r\n")
@@ -162,7 +172,8 @@ fn url_and_header_size_limits_are_json_errors() {
 fn requests_refused_by_hyper_are_json_too() {
     let server = Server::start();
     let many: String = (0..101).map(|i| format!("X-H{i}: c\r\n")).collect();
-    let many = format!("GET /health HTTP/1.1\r\nHost: localhost\r\n{many}Connection: close\r\n\r\n");
+    let many =
+        format!("GET /health HTTP/1.1\r\nHost: localhost\r\n{many}Connection: close\r\n\r\n");
     let huge = format!(
         "GET /api/emails?subject={} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
         "a".repeat(70_000)
@@ -209,7 +220,10 @@ fn subject_patterns_too_long_too_large_or_too_slow_are_400_and_bounded() {
             response.status,
             response.body
         );
-        assert!(took < BOUNDED, "{pattern:?}/{flags} on {endpoint:?} took {took:?}");
+        assert!(
+            took < BOUNDED,
+            "{pattern:?}/{flags} on {endpoint:?} took {took:?}"
+        );
         (response, took)
     };
     // Too long: over 1 KiB of pattern; exactly 1 KiB is fine.
@@ -229,8 +243,16 @@ fn subject_patterns_too_long_too_large_or_too_slow_are_400_and_bounded() {
     for (pattern, flags) in too_large {
         for endpoint in ["", "/latest", "/wait"] {
             let (response, took) = query(endpoint, pattern, flags);
-            assert_eq!(response.status, 400, "{pattern:?} on {endpoint:?}: {}", response.body);
-            assert!(response.error().contains("subjectPattern"), "{}", response.body);
+            assert_eq!(
+                response.status, 400,
+                "{pattern:?} on {endpoint:?}: {}",
+                response.body
+            );
+            assert!(
+                response.error().contains("subjectPattern"),
+                "{}",
+                response.body
+            );
             println!("{pattern:?}/{flags} on {endpoint:?}: 400 in {took:?}");
         }
     }
@@ -246,9 +268,20 @@ fn subject_patterns_too_long_too_large_or_too_slow_are_400_and_bounded() {
     for pattern in [r"^(a+)+\1b$", r"^(?=(a+)+\1b)", r"^(a|aa)+\1$(?<!!)"] {
         for endpoint in ["", "/latest", "/wait"] {
             let (response, took) = query(endpoint, pattern, "");
-            println!("{pattern:?} on {endpoint:?}: {} in {took:?}", response.status);
-            assert_eq!(response.status, 400, "{pattern:?} on {endpoint:?}: {}", response.body);
-            assert!(response.error().contains("backtracking"), "{}", response.body);
+            println!(
+                "{pattern:?} on {endpoint:?}: {} in {took:?}",
+                response.status
+            );
+            assert_eq!(
+                response.status, 400,
+                "{pattern:?} on {endpoint:?}: {}",
+                response.body
+            );
+            assert!(
+                response.error().contains("backtracking"),
+                "{}",
+                response.body
+            );
         }
     }
     // Catastrophic for a backtracking engine without a backreference: either engine answers quickly.
@@ -297,7 +330,11 @@ fn a_parked_wait_whose_pattern_gives_up_on_a_delivery_is_answered_400_and_costs_
         for wait in waits {
             let (response, took) = wait.join().unwrap();
             assert_eq!(response.status, 400, "{}", response.body);
-            assert!(response.error().contains("backtracking"), "{}", response.body);
+            assert!(
+                response.error().contains("backtracking"),
+                "{}",
+                response.body
+            );
             assert!(took < Duration::from_secs(10), "{took:?}");
         }
         assert_eq!(server.health()["waits"], 0);
@@ -335,7 +372,11 @@ fn dns_rebinding_hosts_are_refused_and_loopback_and_allowed_names_served() {
     ] {
         let response = request_with(&server, version, host.as_deref(), "");
         response.assert_json_contract(&format!("{host:?}"));
-        assert_eq!(response.status, 403, "HTTP/{version} Host {host:?}: {}", response.body);
+        assert_eq!(
+            response.status, 403,
+            "HTTP/{version} Host {host:?}: {}",
+            response.body
+        );
         assert!(response.error().contains("Host"), "{}", response.body);
     }
     for host in [
@@ -349,11 +390,19 @@ fn dns_rebinding_hosts_are_refused_and_loopback_and_allowed_names_served() {
         assert_eq!(response.status, 200, "Host {host}: {}", response.body);
     }
     // HTTP/1.0 with a loopback Host is fine too.
-    assert_eq!(request_with(&server, "1.0", Some("localhost"), "").status, 200);
+    assert_eq!(
+        request_with(&server, "1.0", Some("localhost"), "").status,
+        200
+    );
 
     let server = Server::start_with(&["--allowed-host", "mailjar"]);
     let port = server.http.port();
-    for host in [format!("mailjar:{port}"), "mailjar".into(), "MAILJAR".into(), format!("127.0.0.1:{port}")] {
+    for host in [
+        format!("mailjar:{port}"),
+        "mailjar".into(),
+        "MAILJAR".into(),
+        format!("127.0.0.1:{port}"),
+    ] {
         let response = request_with(&server, "1.1", Some(&host), "");
         assert_eq!(response.status, 200, "Host {host}: {}", response.body);
     }
@@ -391,9 +440,17 @@ fn cors_is_off_by_default_and_on_only_for_the_named_origin() {
     let server = Server::start_with(&["--cors-origin", "http://app.test"]);
     let response = cors_request(&server, "OPTIONS", "/api/emails", preflight);
     assert_eq!(response.status, 204, "{}", response.body);
-    assert_eq!(response.header("access-control-allow-origin"), Some("http://app.test"));
-    let methods = response.header("access-control-allow-methods").unwrap_or("");
-    assert!(methods.contains("GET") && methods.contains("DELETE"), "{methods}");
+    assert_eq!(
+        response.header("access-control-allow-origin"),
+        Some("http://app.test")
+    );
+    let methods = response
+        .header("access-control-allow-methods")
+        .unwrap_or("");
+    assert!(
+        methods.contains("GET") && methods.contains("DELETE"),
+        "{methods}"
+    );
     assert_eq!(response.header("vary"), Some("Origin"));
     for target in ["/api/emails", "/health", "/api/emails/latest"] {
         let response = cors_request(&server, "GET", target, "Origin: http://app.test\r\n");
@@ -456,7 +513,12 @@ fn html_bodies_are_data_and_nothing_is_served_as_html() {
     ] {
         let response = check("GET", &target, "");
         assert_eq!(response.status, 200, "{target}: {}", response.body);
-        assert!(response.body.contains("<script>alert(document.cookie)</script>"), "{target}");
+        assert!(
+            response
+                .body
+                .contains("<script>alert(document.cookie)</script>"),
+            "{target}"
+        );
     }
     // Errors, other paths and methods, and refused requests.
     for (method, target, extra) in [
@@ -470,11 +532,16 @@ fn html_bodies_are_data_and_nothing_is_served_as_html() {
         ("GET", "/health", ""),
     ] {
         let response = check(method, target, extra);
-        assert_ne!(response.header("content-type"), Some("text/html"), "{method} {target}");
+        assert_ne!(
+            response.header("content-type"),
+            Some("text/html"),
+            "{method} {target}"
+        );
     }
     let refused = http_exchange(
         server.http,
-        format!("GET /api/emails HTTP/1.1\r\nHost: evil.test\r\n{accept}Connection: close\r\n\r\n").as_bytes(),
+        format!("GET /api/emails HTTP/1.1\r\nHost: evil.test\r\n{accept}Connection: close\r\n\r\n")
+            .as_bytes(),
     );
     assert_eq!(refused.status, 403);
     refused.assert_json_contract("refused");

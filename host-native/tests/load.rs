@@ -102,7 +102,7 @@ fn sender(server: &Server, shared: &Shared, s: usize) -> Vec<String> {
         let stopping = shared.stop.load(Ordering::Relaxed);
         // One message in three is filler (one in nine for the trash) while the run lasts; the
         // others go to the waits' recipients.
-        let filler = !stopping && seq % 3 == 0;
+        let filler = !stopping && seq.is_multiple_of(3);
         let target = if filler {
             None
         } else {
@@ -111,7 +111,7 @@ fn sender(server: &Server, shared: &Shared, s: usize) -> Vec<String> {
         let to = match target {
             Some(to) => to,
             None if !stopping => {
-                if seq % 9 == 0 {
+                if seq.is_multiple_of(9) {
                     TRASH.to_owned()
                 } else {
                     format!("bulk{s}@load.test")
@@ -136,7 +136,7 @@ fn sender(server: &Server, shared: &Shared, s: usize) -> Vec<String> {
             acked.push(subject);
         }
         seq += 1;
-        if seq % PER_CONNECTION == 0
+        if seq.is_multiple_of(PER_CONNECTION)
             && let Some(mut old) = smtp.take()
         {
             old.expect("QUIT", 221);
@@ -172,10 +172,9 @@ fn waiter(server: &Server, shared: &Shared, w: usize, nonce: u64) {
                 lock(&shared.answered).push((to, subject));
             }
             408 => lock(&shared.waits_408).push((to, issued)),
-            status => lock(&shared.wait_errors).push(format!(
-                "wait for {to}: {status} {}",
-                response.body
-            )),
+            status => {
+                lock(&shared.wait_errors).push(format!("wait for {to}: {status} {}", response.body))
+            }
         }
     }
     shared.waiters_alive.fetch_sub(1, Ordering::Relaxed);
@@ -244,11 +243,9 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 
 #[test]
 fn senders_waits_and_queries_under_load_lose_nothing() {
-    let run = Duration::from_secs(
-        std::env::var("MAILJAR_LOAD_SECS")
-            .ok()
-            .map_or(10, |s| s.parse().expect("MAILJAR_LOAD_SECS is a number of seconds")),
-    );
+    let run = Duration::from_secs(std::env::var("MAILJAR_LOAD_SECS").ok().map_or(10, |s| {
+        s.parse().expect("MAILJAR_LOAD_SECS is a number of seconds")
+    }));
     // The default store bounds hold well over what a minute of this load delivers; evictions
     // are counted anyway.
     let server = Server::start();
@@ -365,13 +362,34 @@ fn senders_waits_and_queries_under_load_lose_nothing() {
         smtp_errors.len(),
         wait_errors.len(),
     );
-    assert!(server_errors.is_empty(), "5xx: {:?}", &server_errors[..server_errors.len().min(10)]);
-    assert!(smtp_errors.is_empty(), "SMTP: {:?}", &smtp_errors[..smtp_errors.len().min(10)]);
-    assert!(wait_errors.is_empty(), "waits: {:?}", &wait_errors[..wait_errors.len().min(10)]);
-    assert_eq!(lost, 0, "lost (first few): {:?}", &missing[..missing.len().min(10)]);
+    assert!(
+        server_errors.is_empty(),
+        "5xx: {:?}",
+        &server_errors[..server_errors.len().min(10)]
+    );
+    assert!(
+        smtp_errors.is_empty(),
+        "SMTP: {:?}",
+        &smtp_errors[..smtp_errors.len().min(10)]
+    );
+    assert!(
+        wait_errors.is_empty(),
+        "waits: {:?}",
+        &wait_errors[..wait_errors.len().min(10)]
+    );
+    assert_eq!(
+        lost,
+        0,
+        "lost (first few): {:?}",
+        &missing[..missing.len().min(10)]
+    );
     assert!(unacked.is_empty(), "stored without a 250: {unacked:?}");
     assert!(acked.len() > 100, "only {} messages sent", acked.len());
-    assert!(answered.len() >= WAITERS, "only {} waits answered", answered.len());
+    assert!(
+        answered.len() >= WAITERS,
+        "only {} waits answered",
+        answered.len()
+    );
     assert!(queries > 100, "only {queries} queries");
     assert!(peak_mib < MAX_RSS_MIB, "peak RSS {peak_mib} MiB");
     assert_eq!(health["waits"], 0, "no wait left parked: {health}");

@@ -217,7 +217,10 @@ fn wait_parks_until_a_matching_delivery() {
 fn a_wait_whose_pattern_gives_up_on_a_delivery_ends_with_400() {
     let mut api = api();
     let Outcome::Wait(spec) = api.handle(
-        &Request::new("GET", "/api/emails/wait?subjectPattern=%5E(a%2B)%2B%5C1b%24"),
+        &Request::new(
+            "GET",
+            "/api/emails/wait?subjectPattern=%5E(a%2B)%2B%5C1b%24",
+        ),
         NOW,
     ) else {
         panic!("should park");
