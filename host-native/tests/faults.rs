@@ -23,27 +23,43 @@ fn timed<T>(f: impl FnOnce() -> T) -> (T, Duration) {
     (value, start.elapsed())
 }
 
-/// A raw SMTP conversation up to the point where the client vanishes.
+/// Reads from `stream` until what has been read contains `want`.
+fn read_until(stream: &mut TcpStream, seen: &mut Vec<u8>, want: &[u8]) {
+    let mut buf = [0u8; 4096];
+    while !seen.windows(want.len()).any(|w| w == want) {
+        let n = stream.read(&mut buf).expect("read a reply");
+        assert!(n > 0, "closed early: {:?}", String::from_utf8_lossy(seen));
+        seen.extend_from_slice(&buf[..n]);
+    }
+}
+
+/// A raw SMTP conversation up to the point where the client vanishes. The server runs with one
+/// slot: the connection before may still hold it for a moment after it closed, so a 421 is
+/// retried until a deadline.
 fn open_transaction(server: &Server) -> TcpStream {
-    let mut stream = TcpStream::connect(server.smtp).unwrap();
-    stream.set_read_timeout(Some(common::IO_TIMEOUT)).unwrap();
-    // Greeting, EHLO, MAIL and RCPT, read as they come.
-    let mut seen = Vec::new();
-    let mut read_until = |stream: &mut TcpStream, want: &[u8]| {
-        let mut buf = [0u8; 4096];
-        while !seen.windows(want.len()).any(|w| w == want) {
-            let n = stream.read(&mut buf).expect("read a reply");
-            assert!(n > 0, "closed early: {:?}", String::from_utf8_lossy(&seen));
-            seen.extend_from_slice(&buf[..n]);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let (mut stream, mut seen) = loop {
+        let mut stream = TcpStream::connect(server.smtp).unwrap();
+        stream.set_read_timeout(Some(common::IO_TIMEOUT)).unwrap();
+        let mut seen = Vec::new();
+        read_until(&mut stream, &mut seen, b"\r\n");
+        if seen.starts_with(b"220 ") {
+            break (stream, seen);
         }
+        assert!(
+            seen.starts_with(b"421 "),
+            "{:?}",
+            String::from_utf8_lossy(&seen)
+        );
+        assert!(Instant::now() < deadline, "no slot freed within 5 s");
+        std::thread::sleep(Duration::from_millis(20));
     };
-    read_until(&mut stream, b"220 ");
     stream
         .write_all(
             b"EHLO vanish.test\r\nMAIL FROM:<a@example.test>\r\nRCPT TO:<b@example.test>\r\n",
         )
         .unwrap();
-    read_until(&mut stream, b"250 2.1.5");
+    read_until(&mut stream, &mut seen, b"250 2.1.5");
     stream
 }
 
