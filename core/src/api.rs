@@ -482,20 +482,24 @@ impl Api {
         self.last_received_ms = now_ms;
         let id = self.ids.next(now_ms, entropy);
         let email = self.store.push(Email::new(id, now_ms, message));
-        let mut woken: Vec<WaitId> = self
+        // A wait whose pattern gives up on this subject ends with the 400 a list would give:
+        // left parked, it would spend a whole backtracking budget on every later delivery.
+        let mut woken: Vec<(WaitId, Option<Response>)> = self
             .waits
             .iter()
-            // A pattern that gives up on this subject is no match for a wait.
-            .filter(|(_, w)| w.filter.matches(email).unwrap_or(false))
-            .map(|(id, _)| *id)
+            .filter_map(|(id, w)| match w.filter.matches(email) {
+                Ok(true) => Some((*id, None)),
+                Ok(false) => None,
+                Err(e) => Some((*id, Some(e.response()))),
+            })
             .collect();
-        woken.sort_unstable();
+        woken.sort_unstable_by_key(|(id, _)| *id);
         let mut responses = Vec::with_capacity(woken.len());
         if !woken.is_empty() {
             let response = one(email);
-            for wait in woken {
+            for (wait, failed) in woken {
                 self.waits.remove(&wait);
-                responses.push((wait, response.clone()));
+                responses.push((wait, failed.unwrap_or_else(|| response.clone())));
             }
         }
         Delivered {

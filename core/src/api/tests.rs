@@ -214,6 +214,33 @@ fn wait_parks_until_a_matching_delivery() {
 }
 
 #[test]
+fn a_wait_whose_pattern_gives_up_on_a_delivery_ends_with_400() {
+    let mut api = api();
+    let Outcome::Wait(spec) = api.handle(
+        &Request::new(
+            "GET",
+            "/api/emails/wait?subjectPattern=%5E(a%2B)%2B%5C1b%24",
+        ),
+        NOW,
+    ) else {
+        panic!("should park");
+    };
+    // An ordinary subject: no match, still parked.
+    assert!(deliver(&mut api, &["a@x"], "hello").woken.is_empty());
+    assert_eq!(api.pending_waits(), 1);
+    // A subject the pattern gives up on: answered with the 400 a list gives, and gone.
+    let delivered = deliver(&mut api, &["a@x"], &"a".repeat(40));
+    assert_eq!(delivered.woken.len(), 1);
+    let (id, response) = &delivered.woken[0];
+    assert_eq!(*id, spec.id);
+    assert_eq!(response.status, 400);
+    assert!(response.body.contains("backtracking"), "{}", response.body);
+    assert_eq!(api.pending_waits(), 0);
+    let (status, _) = get(&mut api, "/api/emails?subjectPattern=%5E(a%2B)%2B%5C1b%24");
+    assert_eq!(status, 400);
+}
+
+#[test]
 fn wait_times_out_with_408_and_cancels() {
     let mut api = api();
     let Outcome::Wait(spec) = api.handle(&Request::new("GET", "/api/emails/wait"), NOW) else {

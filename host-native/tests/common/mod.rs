@@ -486,6 +486,11 @@ impl Smtp {
         self.reply()
     }
 
+    /// Sends every write at once instead of coalescing small ones (Nagle off).
+    pub fn set_nodelay(&self) {
+        self.writer.set_nodelay(true).expect("set TCP_NODELAY");
+    }
+
     /// Half-closes the writing side.
     pub fn shutdown_write(&mut self) {
         let _ = self.writer.shutdown(Shutdown::Write);
@@ -725,4 +730,144 @@ pub fn run_ok(command: &mut Command) -> String {
         String::from_utf8_lossy(&output.stderr)
     );
     stdout
+}
+
+/// Connects until the server greets with 220 (a freed slot), or panics at the deadline.
+pub fn connect_when_free(addr: SocketAddr, timeout: Duration) -> Smtp {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let (mut smtp, reply) = Smtp::connect(addr);
+        if reply.code == 220 {
+            return smtp;
+        }
+        assert_eq!(reply.code, 421, "refusal: {}", reply.wire);
+        assert!(smtp.closed(), "a refused connection is closed");
+        assert!(
+            Instant::now() < deadline,
+            "no SMTP slot was freed within {timeout:?}: {}",
+            reply.wire
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The resident set size of a process in KiB (`VmRSS` of `/proc/PID/status`), if readable.
+pub fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|kib| kib.parse().ok())
+}
+
+/// Samples the RSS of a process every `every` on a thread until dropped; keeps the peak.
+pub struct RssSampler {
+    peak: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl RssSampler {
+    /// Starts sampling `pid`.
+    pub fn start(pid: u32, every: Duration) -> RssSampler {
+        use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+        let peak = std::sync::Arc::new(AtomicU64::new(rss_kib(pid).unwrap_or(0)));
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let thread = {
+            let (peak, stop) = (peak.clone(), stop.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    if let Some(kib) = rss_kib(pid) {
+                        peak.fetch_max(kib, Ordering::Relaxed);
+                    }
+                    std::thread::sleep(every);
+                }
+            })
+        };
+        RssSampler {
+            peak,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// The highest RSS seen so far, in KiB.
+    pub fn peak_kib(&self) -> u64 {
+        self.peak.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+impl Drop for RssSampler {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// An HTTP/1.1 client that keeps its connection alive between requests (reconnecting when the
+/// server closes it), so that thousands of requests do not use up loopback ports.
+pub struct KeepAlive {
+    addr: SocketAddr,
+    stream: Option<TcpStream>,
+}
+
+impl KeepAlive {
+    /// A client for the server at `addr`; connects on first use.
+    pub fn new(addr: SocketAddr) -> KeepAlive {
+        KeepAlive { addr, stream: None }
+    }
+
+    /// `METHOD target` with a loopback `Host`; the JSON contract is checked like [`Server::request`].
+    pub fn request(&mut self, method: &str, target: &str) -> Http {
+        let request = format!(
+            "{method} {target} HTTP/1.1\r\nHost: {}\r\nContent-Length: 0\r\n\r\n",
+            self.addr
+        );
+        // A kept connection the server has closed in the meantime fails at once: retry once, fresh.
+        for attempt in 0..2 {
+            let fresh = self.stream.is_none();
+            let stream = self.stream.get_or_insert_with(|| {
+                let s = TcpStream::connect(self.addr).expect("connect to the HTTP port");
+                s.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+                let _ = s.set_nodelay(true);
+                s
+            });
+            if stream.write_all(request.as_bytes()).is_ok()
+                && let Some(response) = try_read_http_response(stream)
+            {
+                if response
+                    .header("connection")
+                    .is_some_and(|c| c.eq_ignore_ascii_case("close"))
+                {
+                    self.stream = None;
+                }
+                response.assert_json_contract(&format!("{method} {target}"));
+                return response;
+            }
+            self.stream = None;
+            assert!(
+                !fresh || attempt == 0,
+                "{method} {target}: no response on a fresh connection"
+            );
+        }
+        panic!("{method} {target}: no response after a reconnect");
+    }
+
+    /// `GET target`.
+    pub fn get(&mut self, target: &str) -> Http {
+        self.request("GET", target)
+    }
+}
+
+/// Like [`read_http_response`], but None when the connection is closed before a status line.
+pub fn try_read_http_response(stream: &mut TcpStream) -> Option<Http> {
+    let mut first = [0u8; 1];
+    match stream.peek(&mut first) {
+        Ok(0) | Err(_) => return None,
+        Ok(_) => {}
+    }
+    Some(read_http_response(stream))
 }
