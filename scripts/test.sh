@@ -30,9 +30,10 @@ cargo clippy --workspace --all-targets -- -D warnings
 step "cargo test"
 cargo test --workspace
 
-if [ -f scripts/test-wasm.sh ]; then
-  step "wasm host"
-  bash scripts/test-wasm.sh
-fi
+step "wasm host"
+bash scripts/test-wasm.sh
+
+step "OpenAPI document against the live server (schemathesis)"
+bash scripts/test-schemathesis.sh
 
 step "all suites passed"

@@ -65,6 +65,12 @@ pub struct ParsedMessage {
     pub codes: Vec<String>,
     /// The attachments and inline parts that are not the text or HTML body.
     pub attachments: Vec<AttachmentInfo>,
+    /// Where `text` stands verbatim in the raw bytes, when it needed no decoding.
+    #[serde(skip)]
+    pub text_span: Option<Range<usize>>,
+    /// Where `html` stands verbatim in the raw bytes, when it needed no decoding.
+    #[serde(skip)]
+    pub html_span: Option<Range<usize>>,
 }
 
 /// Metadata of one attachment or inline part; the content itself is not copied.
@@ -134,6 +140,7 @@ pub fn header_fields(raw: &[u8]) -> HeaderFields {
 fn unparsed(raw: &[u8]) -> ParsedMessage {
     let text = String::from_utf8_lossy(raw).into_owned();
     let mut parsed = ParsedMessage {
+        text_span: (text.len() == raw.len()).then_some(0..raw.len()),
         text,
         ..ParsedMessage::default()
     };
@@ -154,8 +161,8 @@ fn parse_unguarded(raw: &[u8]) -> ParsedMessage {
     };
     let headers = &root.headers;
 
-    let text = body(&message, &message.text_body, false);
-    let html = body(&message, &message.html_body, true);
+    let (text, text_span) = body(&message, raw, &message.text_body, false);
+    let (html, html_span) = body(&message, raw, &message.html_body, true);
     // mail-parser takes a line without a colon for a header name.
     let no_headers = !headers.iter().any(|h| is_field_name(h.name()));
     if no_headers && text.is_empty() && html.is_empty() && message.attachments.is_empty() {
@@ -196,6 +203,8 @@ fn parse_unguarded(raw: &[u8]) -> ParsedMessage {
         links,
         codes,
         attachments: message.attachments().map(attachment_info).collect(),
+        text_span,
+        html_span,
     }
 }
 
@@ -208,18 +217,38 @@ fn first<'a, 'x>(headers: &'a [Header<'x>], name: HeaderName<'_>) -> Option<&'a 
 /// `ids`. mail-parser lists the HTML part among the text bodies when there is
 /// no text part (and the other way round), and lists inline parts of other
 /// text types too; those are skipped.
-fn body(message: &Message<'_>, ids: &[u32], want_html: bool) -> String {
+///
+/// Also says where the body stands in `raw` when mail-parser left it
+/// undecoded there, so the store can keep a range instead of a copy.
+fn body(
+    message: &Message<'_>,
+    raw: &[u8],
+    ids: &[u32],
+    want_html: bool,
+) -> (String, Option<Range<usize>>) {
     for &id in ids {
         let Some(part) = message.parts.get(id as usize) else {
             continue;
         };
         match &part.body {
-            PartType::Html(html) if want_html => return owned(html),
-            PartType::Text(text) if !want_html && is_plain(part) => return owned(text),
+            PartType::Html(html) if want_html => return (owned(html), span_in(raw, html)),
+            PartType::Text(text) if !want_html && is_plain(part) => {
+                return (owned(text), span_in(raw, text));
+            }
             _ => {}
         }
     }
-    String::new()
+    (String::new(), None)
+}
+
+/// The range of `raw` that `text` borrows, when it borrows from `raw`.
+fn span_in(raw: &[u8], text: &std::borrow::Cow<'_, str>) -> Option<Range<usize>> {
+    let std::borrow::Cow::Borrowed(text) = text else {
+        return None;
+    };
+    let start = (text.as_ptr() as usize).checked_sub(raw.as_ptr() as usize)?;
+    let span = start..start.checked_add(text.len())?;
+    (raw.get(span.clone())? == text.as_bytes()).then_some(span)
 }
 
 fn owned(s: &str) -> String {

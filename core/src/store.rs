@@ -94,13 +94,14 @@ enum Body {
 }
 
 impl Body {
-    fn new(text: String, raw: &[u8]) -> Body {
+    /// A range of `raw` when the parser found the body there verbatim, else a copy.
+    fn new(text: String, span: Option<std::ops::Range<usize>>, raw: &[u8]) -> Body {
         if text.is_empty() {
             return Body::InRaw(0..0);
         }
-        match memchr::memmem::find(raw, text.as_bytes()) {
-            Some(start) => Body::InRaw(start..start + text.len()),
-            None => Body::Owned(text.into_boxed_str()),
+        match span {
+            Some(span) if raw.get(span.clone()) == Some(text.as_bytes()) => Body::InRaw(span),
+            _ => Body::Owned(text.into_boxed_str()),
         }
     }
 
@@ -132,8 +133,8 @@ impl Email {
             raw,
         } = prepared;
         let raw = raw.into_boxed_slice();
-        let text = Body::new(parsed.text, &raw);
-        let html = Body::new(parsed.html, &raw);
+        let text = Body::new(parsed.text, parsed.text_span, &raw);
+        let html = Body::new(parsed.html, parsed.html_span, &raw);
         Email {
             id,
             received_at_ms,

@@ -288,7 +288,8 @@ fn parse_head(buf: &[u8]) -> Parsed {
         }
         header_bytes += name.len() + header.value.len() + 4;
     }
-    if path.len() > MAX_URL_BYTES {
+    // Path and query, the `?` between them not counted.
+    if path.len() - usize::from(path.contains('?')) > MAX_URL_BYTES {
         return Parsed::Error(414, format!("the URL is longer than {MAX_URL_BYTES} bytes"));
     }
     if header_bytes > MAX_HEADER_BYTES {
