@@ -241,11 +241,8 @@ fn body(
     (String::new(), None)
 }
 
-/// The range of `raw` that `text` borrows, when it borrows from `raw`.
-fn span_in(raw: &[u8], text: &std::borrow::Cow<'_, str>) -> Option<Range<usize>> {
-    let std::borrow::Cow::Borrowed(text) = text else {
-        return None;
-    };
+/// The range of `raw` that `text` borrows, when it points into `raw` (a decoded copy does not).
+fn span_in(raw: &[u8], text: &str) -> Option<Range<usize>> {
     let start = (text.as_ptr() as usize).checked_sub(raw.as_ptr() as usize)?;
     let span = start..start.checked_add(text.len())?;
     (raw.get(span.clone())? == text.as_bytes()).then_some(span)
