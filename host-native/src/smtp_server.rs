@@ -64,19 +64,30 @@ pub async fn serve(listener: TcpListener, slots: Arc<Semaphore>, mut context: Sm
     }
 }
 
+/// How much one read takes at most.
+const READ_BUFFER_BYTES: usize = 16 * 1024;
+
+/// Reads what is there into `buffer` (emptied first); 0 at end of stream.
+async fn read_some(stream: &mut TcpStream, buffer: &mut Vec<u8>) -> std::io::Result<usize> {
+    buffer.clear();
+    stream.read_buf(buffer).await
+}
+
 /// Drives one session until the client quits, goes idle, or the server shuts down.
 async fn connection(mut stream: TcpStream, mut context: SmtpContext) -> std::io::Result<()> {
     let mut session = Session::new(context.config.clone());
     let mut out = session.greeting().to_bytes();
     stream.write_all(&out).await?;
-    let mut buffer = vec![0u8; 64 * 1024];
+    // Not zeroed, and small: thousands of short connections come and go, and
+    // the session copies what it keeps, so a read buffer is scratch space.
+    let mut buffer: Vec<u8> = Vec::with_capacity(READ_BUFFER_BYTES);
     loop {
         if *context.shutdown.borrow() && !session.is_receiving_message() {
             stream.write_all(&session.shutdown().to_bytes()).await?;
             break;
         }
         let read = tokio::select! {
-            read = tokio::time::timeout(context.idle_timeout, stream.read(&mut buffer)) => read,
+            read = tokio::time::timeout(context.idle_timeout, read_some(&mut stream, &mut buffer)) => read,
             changed = context.shutdown.changed(), if !*context.shutdown.borrow() => {
                 if changed.is_err() {
                     break; // The server is gone.
