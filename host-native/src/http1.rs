@@ -7,7 +7,8 @@
 //! to the warp filter, and writes the response itself. Every refusal it makes
 //! is JSON, like the API's own.
 //!
-//! What it does: keep-alive (HTTP/1.1 by default, HTTP/1.0 on request),
+//! What it does: keep-alive (HTTP/1.1 by default, HTTP/1.0 on request;
+//! [`IDLE_TIMEOUT`] between requests),
 //! pipelined requests answered in order, a deadline for a head once its first
 //! byte has arrived, a cap on head size, request bodies up to
 //! [`MAX_BODY_BYTES`] read and ignored, `Expect: 100-continue`, HEAD answered
@@ -29,6 +30,8 @@ use warp::http::{self, HeaderValue};
 pub const MAX_HEAD_BYTES: usize = 64 * 1024;
 /// The largest request body read and ignored (413 above it).
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
+/// How long a connection may sit between requests before it is closed.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 /// The most header fields in one request (431 above it).
 const MAX_HEADERS: usize = 100;
 /// The request headers the API looks at; the others are not handed to the filter.
@@ -207,6 +210,8 @@ async fn read_head(
                 return Ok(Head::Refused(408, "the request head did not arrive in time".to_owned()));
             }
             _ = crate::http_server::stopped(shutdown), if buf.is_empty() => return Ok(Head::Closed),
+            // A kept-alive connection with nothing to ask is let go after a while.
+            _ = tokio::time::sleep(IDLE_TIMEOUT), if buf.is_empty() => return Ok(Head::Closed),
         };
         if read == 0 {
             return Ok(Head::Closed);
