@@ -96,7 +96,14 @@ pub struct AttachmentInfo {
 pub fn parse(raw: &[u8]) -> ParsedMessage {
     // mail-parser promises not to panic; this guard keeps one bad message from
     // taking the delivery path down should it break that promise.
-    std::panic::catch_unwind(|| parse_unguarded(raw)).unwrap_or_else(|_| unparsed(raw))
+    std::panic::catch_unwind(|| parse_unguarded(raw, true)).unwrap_or_else(|_| unparsed(raw))
+}
+
+/// As [`parse`], but `headers`, `from`, `date` and `message_id` are left
+/// empty: the store reads them again with [`header_fields`] when a message is
+/// shown, so decoding them at delivery would be work thrown away.
+pub fn parse_for_store(raw: &[u8]) -> ParsedMessage {
+    std::panic::catch_unwind(|| parse_unguarded(raw, false)).unwrap_or_else(|_| unparsed(raw))
 }
 
 /// The fields of a message that come from its header block alone.
@@ -123,17 +130,20 @@ pub fn header_fields(raw: &[u8]) -> HeaderFields {
         let Some(root) = message.parts.first() else {
             return HeaderFields::default();
         };
-        let headers = &root.headers;
-        HeaderFields {
-            headers: header_map(headers, raw),
-            from: first(headers, HeaderName::From)
-                .and_then(HeaderValue::as_address)
-                .and_then(display_addresses),
-            date: first(headers, HeaderName::Date).and_then(rfc3339),
-            message_id: first(headers, HeaderName::MessageId).and_then(message_id),
-        }
+        fields_of(&root.headers, raw)
     })
     .unwrap_or_default()
+}
+
+fn fields_of(headers: &[Header<'_>], raw: &[u8]) -> HeaderFields {
+    HeaderFields {
+        headers: header_map(headers, raw),
+        from: first(headers, HeaderName::From)
+            .and_then(HeaderValue::as_address)
+            .and_then(display_addresses),
+        date: first(headers, HeaderName::Date).and_then(rfc3339),
+        message_id: first(headers, HeaderName::MessageId).and_then(message_id),
+    }
 }
 
 /// The result for bytes that have no recognisable message structure.
@@ -152,7 +162,7 @@ fn unparsed(raw: &[u8]) -> ParsedMessage {
 
 static PARSER: LazyLock<MessageParser> = LazyLock::new(MessageParser::new);
 
-fn parse_unguarded(raw: &[u8]) -> ParsedMessage {
+fn parse_unguarded(raw: &[u8], with_header_fields: bool) -> ParsedMessage {
     let Some(message) = PARSER.parse(raw) else {
         return unparsed(raw);
     };
@@ -188,16 +198,24 @@ fn parse_unguarded(raw: &[u8]) -> ParsedMessage {
         find_codes(&html_visible_text(&html), &mut codes);
     }
 
+    let HeaderFields {
+        headers: header_map,
+        from,
+        date,
+        message_id,
+    } = if with_header_fields {
+        fields_of(headers, raw)
+    } else {
+        HeaderFields::default()
+    };
     ParsedMessage {
-        from: first(headers, HeaderName::From)
-            .and_then(HeaderValue::as_address)
-            .and_then(display_addresses),
+        from,
         to_headers: addresses(headers, HeaderName::To),
         cc: addresses(headers, HeaderName::Cc),
         subject,
-        date: first(headers, HeaderName::Date).and_then(rfc3339),
-        message_id: first(headers, HeaderName::MessageId).and_then(message_id),
-        headers: header_map(headers, raw),
+        date,
+        message_id,
+        headers: header_map,
         text,
         html,
         links,

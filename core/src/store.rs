@@ -37,9 +37,9 @@ pub struct Prepared {
 }
 
 impl Prepared {
-    /// Parses an accepted message.
+    /// Parses an accepted message (all but the fields [`Email::header_fields`] reads again).
     pub fn new(incoming: Incoming) -> Prepared {
-        let parsed = message::parse(&incoming.raw);
+        let parsed = message::parse_for_store(&incoming.raw);
         Prepared {
             envelope: incoming.envelope,
             parsed,
