@@ -39,6 +39,9 @@ pub struct Settings {
     /// Idle time after which an SMTP connection is closed with 421.
     #[arg(long, env = "MAILJAR_IDLE_TIMEOUT", default_value = "5m", value_parser = humantime::parse_duration)]
     pub idle_timeout: Duration,
+    /// How long an HTTP client may take to send a request head once it has started (408 after).
+    #[arg(long, env = "MAILJAR_HTTP_HEAD_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub http_head_timeout: Duration,
     /// Most SMTP connections open at once (421 at accept above it).
     #[arg(long, env = "MAILJAR_MAX_CONNECTIONS", default_value_t = 1000)]
     pub max_connections: usize,
@@ -104,6 +107,9 @@ impl Settings {
         }
         if self.idle_timeout.is_zero() {
             return Err("--idle-timeout must be greater than 0".to_owned());
+        }
+        if self.http_head_timeout.is_zero() {
+            return Err("--http-head-timeout must be greater than 0".to_owned());
         }
         Ok(())
     }

@@ -20,6 +20,8 @@ pub struct HttpContext {
     pub shared: Arc<Shared>,
     /// Whether the listener is bound to loopback: then only loopback `Host` names are served.
     pub loopback_only: bool,
+    /// How long a client may take to send a request head once it has started.
+    pub head_timeout: Duration,
     /// Host names served besides loopback ones, lower-cased.
     pub allowed_hosts: Vec<String>,
     /// Origins given CORS access; `*` for any. Empty: no CORS.
@@ -218,6 +220,7 @@ fn json(response: Response) -> http::Response<String> {
 /// Each connection is driven by [`crate::http1`], which hands requests to the warp filter.
 pub async fn serve(listener: TcpListener, context: HttpContext) {
     let mut shutdown = context.shutdown.clone();
+    let head_timeout = context.head_timeout;
     let service = warp::service(routes(context));
     loop {
         let (stream, peer) = tokio::select! {
@@ -236,16 +239,13 @@ pub async fn serve(listener: TcpListener, context: HttpContext) {
         let shutdown = shutdown.clone();
         tokio::spawn(async move {
             let connection =
-                crate::http1::serve_connection(stream, service, shutdown, HEAD_TIMEOUT);
+                crate::http1::serve_connection(stream, service, shutdown, head_timeout);
             if let Err(e) = connection.await {
                 tracing::debug!(%peer, "HTTP connection ended: {e}");
             }
         });
     }
 }
-
-/// How long a client may take to send a request head once it has started.
-const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[cfg(test)]
 mod tests {

@@ -107,6 +107,7 @@ impl Server {
         let http_context = http_server::HttpContext {
             shared: self.shared.clone(),
             loopback_only: self.settings.http_host.is_loopback(),
+            head_timeout: self.settings.http_head_timeout,
             allowed_hosts: self
                 .settings
                 .allowed_hosts
