@@ -83,16 +83,6 @@ impl Reply {
         Reply::new(421, "4.7.0 Too many connections, try again later")
     }
 
-    /// The reply a host sends in place of an acceptance when it could not store a message.
-    pub fn local_error() -> Reply {
-        Reply::new(451, "4.3.0 Could not store the message, try again later")
-    }
-
-    /// Whether the code is 2xx.
-    pub fn is_positive(&self) -> bool {
-        (200..300).contains(&self.code)
-    }
-
     /// The text lines joined with `\n`.
     pub fn text(&self) -> String {
         self.lines.join("\n")
