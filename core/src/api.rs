@@ -18,8 +18,10 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use serde::Serialize;
 
+pub use crate::error::ApiError;
 use crate::filter::{Filter, FilterParams};
 use crate::id::{Entropy, IdGenerator, MessageId};
+pub use crate::response::Response;
 use crate::smtp::Envelope;
 use crate::store::{Email, Prepared, Store, StoreLimits};
 
@@ -42,29 +44,6 @@ impl Request {
             method: method.to_owned(),
             path: path.to_owned(),
             query: query.to_owned(),
-        }
-    }
-}
-
-/// An HTTP response: a status and a JSON body.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Response {
-    /// The HTTP status code.
-    pub status: u16,
-    /// The JSON body.
-    pub body: String,
-    /// The methods a path allows, for the `Allow` header of a 405.
-    pub allow: Option<&'static str>,
-}
-
-impl Response {
-    fn json(status: u16, body: &impl Serialize) -> Response {
-        Response {
-            status,
-            body: serde_json::to_string(body).unwrap_or_else(|e| {
-                format!("{{\"error\":\"could not serialise the response: {e}\"}}")
-            }),
-            allow: None,
         }
     }
 }
@@ -98,59 +77,6 @@ pub struct Delivered {
     pub id: MessageId,
     /// The waits this message answers, each with its response.
     pub woken: Vec<(WaitId, Response)>,
-}
-
-/// A request the API refuses, with the status it deserves.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ApiError {
-    /// 400: the request is malformed; the text says what to fix.
-    #[error("{0}")]
-    BadRequest(String),
-    /// 404: no such route or message.
-    #[error("{0}")]
-    NotFound(String),
-    /// 405: the path exists but not with this method.
-    #[error("method {method} is not allowed here; allowed: {allow}")]
-    MethodNotAllowed {
-        /// The method that was used.
-        method: String,
-        /// The methods that are allowed.
-        allow: &'static str,
-    },
-    /// 408: a wait ended without a matching message.
-    #[error("no matching message arrived within {0} ms")]
-    Timeout(u64),
-}
-
-impl ApiError {
-    /// The HTTP status of this error.
-    pub fn status(&self) -> u16 {
-        match self {
-            ApiError::BadRequest(_) => 400,
-            ApiError::NotFound(_) => 404,
-            ApiError::MethodNotAllowed { .. } => 405,
-            ApiError::Timeout(_) => 408,
-        }
-    }
-
-    /// The `{"error": ...}` response.
-    pub fn response(&self) -> Response {
-        let mut response = Response::json(
-            self.status(),
-            &ErrorBody {
-                error: self.to_string(),
-            },
-        );
-        if let ApiError::MethodNotAllowed { allow, .. } = self {
-            response.allow = Some(allow);
-        }
-        response
-    }
-}
-
-#[derive(Serialize)]
-struct ErrorBody {
-    error: String,
 }
 
 /// A bound address, as `/health` reports it.

@@ -1,7 +1,7 @@
 //! Which stored messages a request asks for: the `to`, `subject`,
 //! `subjectPattern`/`subjectFlags` and `afterId` filters, all ANDed.
 
-use crate::api::ApiError;
+use crate::error::ApiError;
 use crate::id::MessageId;
 use crate::jsregex::JsRegex;
 use crate::store::Email;

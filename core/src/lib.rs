@@ -7,10 +7,15 @@
 //! generator: hosts pass bytes, time and entropy in, and carry replies and
 //! responses out.
 
+#![forbid(unsafe_code)]
+
 pub mod api;
+pub mod email;
+pub mod error;
 pub mod filter;
 pub mod id;
 pub mod jsregex;
 pub mod message;
+pub mod response;
 pub mod smtp;
 pub mod store;

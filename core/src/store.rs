@@ -2,9 +2,8 @@
 
 use std::collections::VecDeque;
 
+pub use crate::email::{Email, Prepared};
 use crate::id::MessageId;
-use crate::message::{self, AttachmentInfo, HeaderFields, ParsedMessage};
-use crate::smtp::{Envelope, Incoming};
 
 /// How much the store keeps before it evicts the oldest messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,223 +24,6 @@ impl Default for StoreLimits {
     }
 }
 
-/// A message parsed and ready to store; parsing needs no lock, so hosts do it first.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Prepared {
-    /// MAIL FROM and RCPT TO.
-    pub envelope: Envelope,
-    /// What the message says about itself.
-    pub parsed: ParsedMessage,
-    /// The message exactly as received.
-    pub raw: Vec<u8>,
-}
-
-impl Prepared {
-    /// Parses an accepted message (all but the fields [`Email::header_fields`] reads again).
-    pub fn new(incoming: Incoming) -> Prepared {
-        let parsed = message::parse_for_store(&incoming.raw);
-        Prepared {
-            envelope: incoming.envelope,
-            parsed,
-            raw: incoming.raw,
-        }
-    }
-}
-
-/// One stored message.
-///
-/// A message costs little more than its raw bytes: the text and HTML bodies
-/// are kept as a range of the raw bytes whenever they appear there verbatim
-/// (no transfer encoding, UTF-8 or ASCII), and the fields that come from the
-/// header block alone (the header map, From, Date, Message-ID) are read again
-/// from the raw bytes when the message is shown. What filters need, and what
-/// takes a MIME parse to find, is kept.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Email {
-    /// Its id; ids increase in receive order.
-    pub id: MessageId,
-    /// When it was received, in milliseconds since the Unix epoch.
-    pub received_at_ms: u64,
-    /// MAIL FROM and RCPT TO.
-    pub envelope: Envelope,
-    /// Boxed to keep the store's ring of messages small.
-    kept: Box<Kept>,
-    text: Body,
-    html: Body,
-    raw: Box<[u8]>,
-}
-
-/// The parsed fields a stored message keeps, in their smallest form.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Kept {
-    subject: Box<str>,
-    to_headers: Box<[Box<str>]>,
-    cc: Box<[Box<str>]>,
-    links: Box<[Box<str>]>,
-    codes: Box<[Box<str>]>,
-    attachments: Box<[AttachmentInfo]>,
-}
-
-fn boxed(strings: Vec<String>) -> Box<[Box<str>]> {
-    strings.into_iter().map(String::into_boxed_str).collect()
-}
-
-/// A decoded body: where it stands in the raw bytes, or its own copy.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Body {
-    InRaw(std::ops::Range<usize>),
-    Owned(Box<str>),
-}
-
-impl Body {
-    /// A range of `raw` when the parser found the body there verbatim, else a copy.
-    fn new(text: String, span: Option<std::ops::Range<usize>>, raw: &[u8]) -> Body {
-        if text.is_empty() {
-            return Body::InRaw(0..0);
-        }
-        match span {
-            Some(span) if raw.get(span.clone()) == Some(text.as_bytes()) => Body::InRaw(span),
-            _ => Body::Owned(text.into_boxed_str()),
-        }
-    }
-
-    fn get<'a>(&'a self, raw: &'a [u8]) -> &'a str {
-        match self {
-            // The range was found by matching a valid string, so it is valid UTF-8.
-            Body::InRaw(range) => raw
-                .get(range.clone())
-                .and_then(|b| std::str::from_utf8(b).ok())
-                .unwrap_or(""),
-            Body::Owned(text) => text,
-        }
-    }
-
-    fn owned_len(&self) -> usize {
-        match self {
-            Body::InRaw(_) => 0,
-            Body::Owned(text) => text.len(),
-        }
-    }
-}
-
-impl Email {
-    /// Stores a prepared message under `id`.
-    pub fn new(id: MessageId, received_at_ms: u64, prepared: Prepared) -> Email {
-        let Prepared {
-            envelope,
-            parsed,
-            raw,
-        } = prepared;
-        let raw = raw.into_boxed_slice();
-        let text = Body::new(parsed.text, parsed.text_span, &raw);
-        let html = Body::new(parsed.html, parsed.html_span, &raw);
-        Email {
-            id,
-            received_at_ms,
-            envelope,
-            kept: Box::new(Kept {
-                subject: parsed.subject.into_boxed_str(),
-                to_headers: boxed(parsed.to_headers),
-                cc: boxed(parsed.cc),
-                links: boxed(parsed.links),
-                codes: boxed(parsed.codes),
-                attachments: parsed.attachments.into_boxed_slice(),
-            }),
-            text,
-            html,
-            raw,
-        }
-    }
-
-    /// The message exactly as received.
-    pub fn raw(&self) -> &[u8] {
-        &self.raw
-    }
-
-    /// The decoded subject; "" when none.
-    pub fn subject(&self) -> &str {
-        &self.kept.subject
-    }
-
-    /// The addresses of the To headers.
-    pub fn to_headers(&self) -> &[Box<str>] {
-        &self.kept.to_headers
-    }
-
-    /// The addresses of the Cc headers.
-    pub fn cc(&self) -> &[Box<str>] {
-        &self.kept.cc
-    }
-
-    /// The http(s) links of the bodies.
-    pub fn links(&self) -> &[Box<str>] {
-        &self.kept.links
-    }
-
-    /// The one-time codes of the subject and body.
-    pub fn codes(&self) -> &[Box<str>] {
-        &self.kept.codes
-    }
-
-    /// The attachments' metadata.
-    pub fn attachments(&self) -> &[AttachmentInfo] {
-        &self.kept.attachments
-    }
-
-    /// The plain-text body; "" when none.
-    pub fn text(&self) -> &str {
-        self.text.get(&self.raw)
-    }
-
-    /// The HTML body; "" when none.
-    pub fn html(&self) -> &str {
-        self.html.get(&self.raw)
-    }
-
-    /// The header map, From, Date and Message-ID, read again from the raw header block.
-    pub fn header_fields(&self) -> HeaderFields {
-        message::header_fields(&self.raw)
-    }
-
-    /// The bytes this message is counted for against [`StoreLimits::max_bytes`]:
-    /// the raw message and everything kept beside it.
-    pub fn footprint(&self) -> usize {
-        let k = &self.kept;
-        let strings = |v: &[Box<str>]| v.iter().map(|s| s.len() + 16).sum::<usize>();
-        self.raw.len()
-            + self.text.owned_len()
-            + self.html.owned_len()
-            + k.subject.len()
-            + strings(&k.links)
-            + strings(&k.codes)
-            + strings(&k.to_headers)
-            + strings(&k.cc)
-            + self.envelope.from.len()
-            + self.envelope.to.iter().map(|s| s.len() + 24).sum::<usize>()
-            + k.attachments
-                .iter()
-                .map(|a| a.filename.len() + a.content_type.len() + 96)
-                .sum::<usize>()
-            + std::mem::size_of::<Email>()
-            + std::mem::size_of::<Kept>()
-    }
-
-    /// Whether `address` (lower-cased and trimmed) is an envelope recipient or a To or Cc address.
-    pub fn is_addressed_to(&self, address: &str) -> bool {
-        let same = |a: &str| {
-            let a = a.trim();
-            if a.is_ascii() {
-                a.eq_ignore_ascii_case(address)
-            } else {
-                a.to_lowercase() == address
-            }
-        };
-        self.envelope.to.iter().any(|a| same(a))
-            || self.kept.to_headers.iter().any(|a| same(a))
-            || self.kept.cc.iter().any(|a| same(a))
-    }
-}
-
 /// The stored messages, oldest first.
 #[derive(Debug, Clone, Default)]
 pub struct Store {
@@ -258,11 +40,6 @@ impl Store {
             limits,
             ..Store::default()
         }
-    }
-
-    /// The limits it keeps to.
-    pub fn limits(&self) -> StoreLimits {
-        self.limits
     }
 
     /// Adds a message as the newest, then evicts the oldest until the limits hold.
@@ -351,6 +128,7 @@ impl Store {
 mod tests {
     use super::*;
     use crate::id::IdGenerator;
+    use crate::smtp::{Envelope, Incoming};
 
     fn email(ids: &mut IdGenerator, raw: &str, to: &[&str]) -> Email {
         let prepared = Prepared::new(Incoming {
@@ -434,49 +212,5 @@ mod tests {
         assert_eq!(store.after(Some(a)).map(|e| e.id).collect::<Vec<_>>(), [b]);
         assert_eq!(store.clear(), 1);
         assert_eq!(store.bytes(), 0);
-    }
-}
-
-#[cfg(test)]
-mod body_tests {
-    use super::*;
-    use crate::id::IdGenerator;
-
-    fn stored(raw: &str) -> Email {
-        let prepared = Prepared::new(Incoming {
-            envelope: Envelope::default(),
-            raw: raw.as_bytes().to_vec(),
-            helo: None,
-        });
-        Email::new(IdGenerator::new().next(1, [0; 10]), 1, prepared)
-    }
-
-    #[test]
-    fn verbatim_bodies_are_ranges_of_the_raw_bytes() {
-        let raw = "Subject: s\r\nContent-Type: text/plain\r\n\r\nplain body text\r\n";
-        let email = stored(raw);
-        assert_eq!(email.text(), message::parse(raw.as_bytes()).text);
-        assert!(matches!(email.text, Body::InRaw(_)));
-        assert_eq!(email.html(), "");
-    }
-
-    #[test]
-    fn decoded_bodies_are_owned() {
-        let raw = "Subject: s\r\nContent-Type: text/html; charset=utf-8\r\nContent-Transfer-Encoding: quoted-printable\r\n\r\n<p>caf=C3=A9</p>\r\n";
-        let email = stored(raw);
-        assert_eq!(email.html(), message::parse(raw.as_bytes()).html);
-        assert!(email.html().contains("café"));
-        assert!(matches!(email.html, Body::Owned(_)));
-    }
-
-    #[test]
-    fn headers_are_re_read_as_parse_reads_them() {
-        let raw = "Subject: =?utf-8?q?caf=C3=A9?=\r\nX-A: 1\r\nx-a: 2\r\n\r\nbody\r\n";
-        let parsed = message::parse(raw.as_bytes());
-        let fields = stored(raw).header_fields();
-        assert_eq!(fields.headers, parsed.headers);
-        assert_eq!(fields.from, parsed.from);
-        assert_eq!(fields.date, parsed.date);
-        assert_eq!(fields.message_id, parsed.message_id);
     }
 }

@@ -1,0 +1,58 @@
+//! The errors an API request can end in, each with the HTTP status it deserves.
+
+use serde::Serialize;
+
+use crate::response::Response;
+
+/// A request the API refuses, with the status it deserves.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ApiError {
+    /// 400: the request is malformed; the text says what to fix.
+    #[error("{0}")]
+    BadRequest(String),
+    /// 404: no such route or message.
+    #[error("{0}")]
+    NotFound(String),
+    /// 405: the path exists but not with this method.
+    #[error("method {method} is not allowed here; allowed: {allow}")]
+    MethodNotAllowed {
+        /// The method that was used.
+        method: String,
+        /// The methods that are allowed.
+        allow: &'static str,
+    },
+    /// 408: a wait ended without a matching message.
+    #[error("no matching message arrived within {0} ms")]
+    Timeout(u64),
+}
+
+impl ApiError {
+    /// The HTTP status of this error.
+    pub fn status(&self) -> u16 {
+        match self {
+            ApiError::BadRequest(_) => 400,
+            ApiError::NotFound(_) => 404,
+            ApiError::MethodNotAllowed { .. } => 405,
+            ApiError::Timeout(_) => 408,
+        }
+    }
+
+    /// The `{"error": ...}` response.
+    pub fn response(&self) -> Response {
+        let mut response = Response::json(
+            self.status(),
+            &ErrorBody {
+                error: self.to_string(),
+            },
+        );
+        if let ApiError::MethodNotAllowed { allow, .. } = self {
+            response.allow = Some(allow);
+        }
+        response
+    }
+}
+
+#[derive(Serialize)]
+pub(crate) struct ErrorBody {
+    pub(crate) error: String,
+}
