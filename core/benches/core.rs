@@ -6,7 +6,9 @@ use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use mailjar_core::api::{Api, ApiConfig, Outcome, Request};
-use mailjar_core::filter::{Filter, FilterParams};
+use mailjar_core::budget::{Budget, StoppedClock};
+use mailjar_core::filter::{Filter, FilterParams, FilterSpec};
+use mailjar_core::patterns::PatternCache;
 use mailjar_core::smtp::{Config, Envelope, Incoming, Session};
 use mailjar_core::store::Prepared;
 
@@ -98,29 +100,38 @@ fn stored_api(n: usize) -> Api {
 fn filter(c: &mut Criterion) {
     let api = stored_api(10_000);
     let mut group = c.benchmark_group("filter_10000");
+    let snapshot = api.store().snapshot();
     let count = |filter: &Filter| {
-        api.store()
+        let mut budget = Budget::new(u64::MAX);
+        snapshot
             .iter()
-            .filter(|e| filter.matches(e).unwrap_or(false))
+            .filter(|e| {
+                filter
+                    .matches(e, &mut budget, &StoppedClock)
+                    .unwrap_or(false)
+            })
             .count()
     };
-    let none = Filter::new(FilterParams::default()).expect("empty filter");
+    let cache = PatternCache::default();
+    let compile =
+        |params: FilterParams| FilterSpec::new(params).and_then(|spec| spec.compile(&cache));
+    let none = compile(FilterParams::default()).expect("empty filter");
     group.bench_function("baseline_no_filter", |b| b.iter(|| count(&none)));
-    let to = Filter::new(FilterParams {
+    let to = compile(FilterParams {
         to: Some("user7@local.test"),
         subject: Some("confirmed"),
         ..Default::default()
     })
     .expect("filter");
     group.bench_function("to_and_subject", |b| b.iter(|| count(&to)));
-    let regex = Filter::new(FilterParams {
+    let regex = compile(FilterParams {
         subject_pattern: Some(r"^Order #\d+7 confirmed$"),
         subject_flags: Some("i"),
         ..Default::default()
     })
     .expect("filter");
     group.bench_function("subject_pattern", |b| b.iter(|| count(&regex)));
-    let lookahead = Filter::new(FilterParams {
+    let lookahead = compile(FilterParams {
         subject_pattern: Some(r"^(?=Order)(?!.*cancel).*#(\d)\d*\1"),
         ..Default::default()
     })
@@ -142,8 +153,8 @@ fn list(c: &mut Criterion) {
     });
     let request = Request::new("GET", "/api/emails?limit=100");
     group.bench_function("api_list_limit_100", |b| {
-        b.iter(|| match api.handle(&request, 0) {
-            Outcome::Ready(r) => r.body.len(),
+        b.iter(|| match api.answer(&request, 0, &StoppedClock) {
+            Outcome::Ready(r) => r.body.collect().len(),
             Outcome::Wait(_) => 0,
         })
     });

@@ -1,29 +1,46 @@
 //! The JSON HTTP API as a state machine: requests in, responses out.
 //!
-//! [`Api`] owns the [`Store`] and the pending waits and is the only place
-//! that changes them. A host turns each HTTP request into a [`Request`] and
-//! calls [`Api::handle`]; most requests are answered at once
-//! ([`Outcome::Ready`]). A wait that finds no match yet is parked
-//! ([`Outcome::Wait`]): the host keeps the client waiting until
-//! [`Api::deliver`] wakes it with a response, or until its deadline, when the
-//! host calls [`Api::expire`] for the 408. A client that goes away is
-//! forgotten with [`Api::cancel`].
+//! [`Api`] owns the [`Store`] and the parked waits and is the only place that
+//! changes them. A host keeps it behind one lock and calls it for O(1) or
+//! O(log n) steps only; everything that grows with the input runs outside
+//! the lock:
 //!
-//! Time comes in as milliseconds since the Unix epoch, and the randomness of
-//! message ids as bytes from the host.
+//! - [`Api::handle`] answers a request at once ([`Step::Ready`]), or hands out
+//!   a [`Job`] (filtering, pattern matching) for the host to [`Job::run`]
+//!   outside the lock, whose [`Commit`] (if any) comes back through
+//!   [`Api::complete`]. A wait that finds nothing is parked
+//!   ([`Step::Wait`]); the host holds the client until a delivery resolves
+//!   it or [`Api::expire`] gives the 408. A client that goes away is
+//!   forgotten with [`Api::cancel`].
+//! - [`Api::deliver`] stores a message. Which parked waits it answers is
+//!   found by a [`MatchBatch`] ([`Api::match_batch`]), run outside the lock,
+//!   whose [`Matches`] [`Api::resolve`] turns into responses: so a message is
+//!   acknowledged before any pattern runs on it, and each wait is answered
+//!   once.
+//!
+//! Hosts that run everything on one thread (the wasm host, tests) use
+//! [`Api::answer`] and [`Api::deliver_and_wake`], which do all the steps in
+//! a row.
+//!
+//! Time comes in as milliseconds since the Unix epoch (and a [`Clock`] for
+//! pattern budgets), and the randomness of message ids as bytes from the host.
 
-use std::borrow::Cow;
-use std::collections::{BTreeMap, HashMap};
-use std::time::{Duration, UNIX_EPOCH};
+use std::sync::Arc;
 
 use serde::Serialize;
 
+use crate::budget::{Budget, Clock};
+use crate::email::Email;
 pub use crate::error::ApiError;
-use crate::filter::{Filter, FilterParams};
 use crate::id::{Entropy, IdGenerator, MessageId};
+pub use crate::job::{Commit, Done, Job};
+use crate::job::{CommitKind, JobKind, WaitFilter, WaitWork, one};
+use crate::patterns::PatternCache;
+use crate::query::{Query, percent_decode, truncate};
 pub use crate::response::Response;
-use crate::smtp::Envelope;
-use crate::store::{Email, Prepared, Store, StoreLimits};
+use crate::store::{Prepared, Snapshot, Store, StoreLimits};
+pub use crate::waits::{MatchBatch, Matches, WaitId, WaitSpec};
+use crate::waits::{PendingWait, Waits};
 
 /// An HTTP request, as much of it as the API looks at.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,37 +63,6 @@ impl Request {
             query: query.to_owned(),
         }
     }
-}
-
-/// What [`Api::handle`] decided.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
-    /// Send this response now.
-    Ready(Response),
-    /// Hold the request open: [`Api::deliver`] or [`Api::expire`] answers it.
-    Wait(WaitSpec),
-}
-
-/// A parked wait.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct WaitSpec {
-    /// Names the wait in [`Api::expire`], [`Api::cancel`] and [`Delivered::woken`].
-    pub id: WaitId,
-    /// When to call [`Api::expire`], in milliseconds since the Unix epoch.
-    pub deadline_ms: u64,
-}
-
-/// The name of one parked wait.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct WaitId(pub u64);
-
-/// What [`Api::deliver`] did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Delivered {
-    /// The id the message was stored under.
-    pub id: MessageId,
-    /// The waits this message answers, each with its response.
-    pub woken: Vec<(WaitId, Response)>,
 }
 
 /// A bound address, as `/health` reports it.
@@ -103,6 +89,12 @@ pub struct ApiConfig {
     pub max_message_bytes: usize,
     /// The most recipients per message the SMTP side accepts.
     pub max_recipients: usize,
+    /// The most waits parked at once (503 past it).
+    pub max_waits: usize,
+    /// The most matching time one request's `subjectPattern` may cost, in milliseconds.
+    pub pattern_budget_ms: u64,
+    /// Limits the host enforces itself, reported under `limits` in `/health` (camelCase names).
+    pub host_limits: Vec<(&'static str, u64)>,
 }
 
 impl Default for ApiConfig {
@@ -120,6 +112,9 @@ impl Default for ApiConfig {
             store: StoreLimits::default(),
             max_message_bytes: 25 * 1024 * 1024,
             max_recipients: 1000,
+            max_waits: DEFAULT_MAX_WAITS,
+            pattern_budget_ms: DEFAULT_PATTERN_BUDGET_MS,
+            host_limits: Vec::new(),
         }
     }
 }
@@ -134,24 +129,91 @@ pub const MAX_WAIT_MS: u64 = 60_000;
 /// The most results `limit` may ask for.
 pub const MAX_LIMIT: u64 = 100;
 
-#[derive(Debug, Clone)]
-struct PendingWait {
-    filter: Filter,
-    timeout_ms: u64,
-    deadline_ms: u64,
+/// The default of `--max-waits`.
+pub const DEFAULT_MAX_WAITS: usize = 10_000;
+/// The default of `--pattern-budget`, in milliseconds.
+pub const DEFAULT_PATTERN_BUDGET_MS: u64 = 250;
+
+/// What [`Api::handle`] and [`Api::complete`] decided.
+#[derive(Debug)]
+pub enum Step {
+    /// Send this response now.
+    Ready(Response),
+    /// Run this outside the lock ([`Job::run`]), then pass a [`Commit`] to [`Api::complete`].
+    Work(Job),
+    /// Hold the request open: [`Api::resolve`] or [`Api::expire`] answers it.
+    Wait(WaitSpec),
 }
 
-/// The API: the store, the pending waits, and every endpoint.
+/// What [`Api::answer`] decided: a response now, or a parked wait.
+#[derive(Debug)]
+pub enum Outcome {
+    /// Send this response now.
+    Ready(Response),
+    /// Hold the request open until a delivery or [`Api::expire`] answers it.
+    Wait(WaitSpec),
+}
+
+/// What [`Api::deliver`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stored {
+    /// The id the message was stored under.
+    pub id: MessageId,
+    /// Whether waits are parked: then a [`MatchBatch`] has work.
+    pub waits_parked: bool,
+}
+
+/// What [`Api::deliver_and_wake`] did.
+#[derive(Debug)]
+pub struct Delivered {
+    /// The id the message was stored under.
+    pub id: MessageId,
+    /// The waits this message answers, each with its response, in wait order.
+    pub woken: Vec<(WaitId, Response)>,
+}
+
+/// Messages and snapshots the API let go of: drop them after releasing the lock.
+#[derive(Debug, Default)]
+#[must_use = "drop it outside the lock"]
+pub struct Trash {
+    emails: Vec<Arc<Email>>,
+    snapshots: Vec<Snapshot>,
+}
+
+impl Trash {
+    /// Whether there is nothing to free.
+    pub fn is_empty(&self) -> bool {
+        self.emails.is_empty() && self.snapshots.is_empty()
+    }
+}
+
+/// Live counts the host reports in `/health` (camelCase names), read when it is asked.
+pub type LiveCounts = Box<dyn Fn() -> Vec<(&'static str, u64)> + Send + Sync>;
+
+/// The API: the store, the parked waits, and every endpoint.
 ///
 /// See the [module documentation](self).
-#[derive(Debug)]
 pub struct Api {
     config: ApiConfig,
     store: Store,
     ids: IdGenerator,
-    waits: HashMap<WaitId, PendingWait>,
-    next_wait: u64,
+    waits: Waits,
+    patterns: Arc<PatternCache>,
+    /// The newest message a [`MatchBatch`] has been made of.
+    match_cursor: Option<MessageId>,
     last_received_ms: u64,
+    live: Option<LiveCounts>,
+    trash: Trash,
+}
+
+impl std::fmt::Debug for Api {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Api")
+            .field("config", &self.config)
+            .field("messages", &self.store.len())
+            .field("waits", &self.waits.len())
+            .finish_non_exhaustive()
+    }
 }
 
 /// The routes of the API.
@@ -180,10 +242,18 @@ impl Api {
             store: Store::new(config.store),
             config,
             ids: IdGenerator::new(),
-            waits: HashMap::new(),
-            next_wait: 0,
+            waits: Waits::default(),
+            patterns: Arc::new(PatternCache::default()),
+            match_cursor: None,
             last_received_ms: 0,
+            live: None,
+            trash: Trash::default(),
         }
+    }
+
+    /// Lets `/health` report the host's live counts (connections, bytes in flight).
+    pub fn set_live_counts(&mut self, live: LiveCounts) {
+        self.live = Some(live);
     }
 
     /// The store, to read.
@@ -196,15 +266,91 @@ impl Api {
         self.waits.len()
     }
 
-    /// Answers a request now, or parks it as a wait.
-    pub fn handle(&mut self, request: &Request, now_ms: u64) -> Outcome {
+    /// What the API let go of since the last call: drop it outside the lock.
+    pub fn take_trash(&mut self) -> Trash {
+        std::mem::take(&mut self.trash)
+    }
+
+    /// Answers a request now, hands out its work, or parks it as a wait.
+    pub fn handle(&mut self, request: &Request, now_ms: u64) -> Step {
         match self.route(request, now_ms) {
-            Ok(outcome) => outcome,
-            Err(e) => Outcome::Ready(e.response()),
+            Ok(step) => step,
+            Err(e) => Step::Ready(e.response()),
         }
     }
 
-    fn route(&mut self, request: &Request, now_ms: u64) -> Result<Outcome, ApiError> {
+    /// Makes the change a [`Job`] asked for.
+    pub fn complete(&mut self, commit: Commit, now_ms: u64) -> Step {
+        let _ = now_ms;
+        match commit.0 {
+            CommitKind::Remove(ids) => {
+                let removed = self.store.remove_ids(&ids);
+                let count = removed.len();
+                self.trash.emails.extend(removed);
+                Step::Ready(deleted_response(count))
+            }
+            CommitKind::Park {
+                filter,
+                upto,
+                timeout_ms,
+                deadline_ms,
+                budget,
+            } => {
+                let newest = self.store.newest();
+                if newest > upto {
+                    // Messages arrived while the job looked: look at them too.
+                    let from = upto.max(filter.after());
+                    return Step::Work(self.job(JobKind::Wait(WaitWork {
+                        filter: WaitFilter::Compiled(filter),
+                        messages: self.store.snapshot().after(from),
+                        upto: newest,
+                        timeout_ms,
+                        deadline_ms,
+                        budget,
+                    })));
+                }
+                if self.waits.len() >= self.config.max_waits {
+                    return Step::Ready(ApiError::TooManyWaits.response());
+                }
+                Step::Wait(self.waits.park(PendingWait {
+                    filter,
+                    timeout_ms,
+                    deadline_ms,
+                    seen: upto,
+                    budget_ns: budget.remaining_ns().into(),
+                }))
+            }
+        }
+    }
+
+    /// Answers a request, running its work on this thread: for hosts
+    /// without a lock to keep short (the wasm host, tests).
+    pub fn answer(&mut self, request: &Request, now_ms: u64, clock: &dyn Clock) -> Outcome {
+        let mut step = self.handle(request, now_ms);
+        loop {
+            step = match step {
+                Step::Ready(response) => return Outcome::Ready(response),
+                Step::Wait(spec) => return Outcome::Wait(spec),
+                Step::Work(job) => match job.run(clock) {
+                    Done::Response(response) => return Outcome::Ready(response),
+                    Done::Commit(commit) => self.complete(commit, now_ms),
+                },
+            }
+        }
+    }
+
+    fn job(&self, kind: JobKind) -> Job {
+        Job {
+            kind: Box::new(kind),
+            patterns: self.patterns.clone(),
+        }
+    }
+
+    fn budget(&self) -> Budget {
+        Budget::new(self.config.pattern_budget_ms.saturating_mul(1_000_000))
+    }
+
+    fn route(&mut self, request: &Request, now_ms: u64) -> Result<Step, ApiError> {
         let path = request.path.as_str();
         let path = path
             .strip_suffix('/')
@@ -226,25 +372,25 @@ impl Api {
             _ => {
                 return Err(ApiError::NotFound(format!(
                     "no such endpoint: {} {}",
-                    request.method,
+                    truncate(&request.method, 20),
                     truncate(&request.path, 200)
                 )));
             }
         };
         let query = Query::parse(&request.query)?;
-        let ready = |r: Result<Response, ApiError>| r.map(Outcome::Ready);
+        let ready = |r: Result<Response, ApiError>| r.map(Step::Ready);
         match (request.method.as_str(), route) {
             ("GET", Route::Health) => ready(query.only(&[]).map(|_| self.health())),
-            ("GET", Route::OpenApi) => ready(query.only(&[]).map(|_| Response {
-                status: 200,
-                body: OPENAPI.to_owned(),
-                allow: None,
-            })),
-            ("GET", Route::Emails) => ready(self.list(&query)),
-            ("GET", Route::Latest) => ready(self.latest(&query)),
+            ("GET", Route::OpenApi) => {
+                ready(query.only(&[]).map(|_| {
+                    Response::json_bytes(200, bytes::Bytes::from_static(OPENAPI.as_bytes()))
+                }))
+            }
+            ("GET", Route::Emails) => self.list(&query),
+            ("GET", Route::Latest) => self.latest(&query),
             ("GET", Route::Wait) => self.wait(&query, now_ms),
             ("GET", Route::ById(id)) => ready(query.only(&[]).and_then(|_| self.get(id))),
-            ("DELETE", Route::Emails) => ready(self.delete(&query)),
+            ("DELETE", Route::Emails) => self.delete(&query),
             ("DELETE", Route::ById(id)) => ready(query.only(&[]).and_then(|_| self.delete_one(id))),
             (method, route) => Err(ApiError::MethodNotAllowed {
                 method: truncate(method, 20).to_owned(),
@@ -254,120 +400,86 @@ impl Api {
     }
 
     fn health(&self) -> Response {
-        #[derive(Serialize)]
-        #[serde(rename_all = "camelCase")]
-        struct Limits {
-            max_messages: usize,
-            max_store_bytes: usize,
-            max_message_bytes: usize,
-            max_recipients: usize,
-        }
-        #[derive(Serialize)]
-        #[serde(rename_all = "camelCase")]
-        struct Health<'a> {
-            ok: bool,
-            api: &'a Address,
-            smtp: &'a Address,
-            domain: &'a str,
-            version: &'static str,
-            messages: usize,
-            store_bytes: usize,
-            evicted: u64,
-            waits: usize,
-            limits: Limits,
-        }
         let c = &self.config;
-        Response::json(
-            200,
-            &Health {
-                ok: true,
-                api: &c.api,
-                smtp: &c.smtp,
-                domain: &c.domain,
-                version: env!("CARGO_PKG_VERSION"),
-                messages: self.store.len(),
-                store_bytes: self.store.bytes(),
-                evicted: self.store.evicted(),
-                waits: self.waits.len(),
-                limits: Limits {
-                    max_messages: c.store.max_messages,
-                    max_store_bytes: c.store.max_bytes,
-                    max_message_bytes: c.max_message_bytes,
-                    max_recipients: c.max_recipients,
-                },
-            },
-        )
+        let mut limits = serde_json::Map::new();
+        let mut limit = |name: &str, value: u64| {
+            limits.insert(name.to_owned(), value.into());
+        };
+        limit("maxMessages", c.store.max_messages as u64);
+        limit("maxStoreBytes", c.store.max_bytes as u64);
+        limit("maxMessageBytes", c.max_message_bytes as u64);
+        limit("maxRecipients", c.max_recipients as u64);
+        limit("maxWaits", c.max_waits as u64);
+        limit("patternBudgetMs", c.pattern_budget_ms);
+        limit("maxPatternChars", crate::filter::MAX_PATTERN_CHARS as u64);
+        for (name, value) in &c.host_limits {
+            limit(name, *value);
+        }
+        let mut body = serde_json::json!({
+            "ok": true,
+            "api": c.api,
+            "smtp": c.smtp,
+            "domain": c.domain,
+            "version": env!("CARGO_PKG_VERSION"),
+            "messages": self.store.len(),
+            "storeBytes": self.store.bytes(),
+            "evicted": self.store.evicted(),
+            "waits": self.waits.len(),
+            "patterns": self.patterns.live(),
+        });
+        if let (Some(live), Some(object)) = (&self.live, body.as_object_mut()) {
+            for (name, value) in live() {
+                object.insert(name.to_owned(), value.into());
+            }
+            object.insert("limits".to_owned(), limits.into());
+        } else if let Some(object) = body.as_object_mut() {
+            object.insert("limits".to_owned(), limits.into());
+        }
+        Response::json(200, &body)
     }
 
-    fn list(&self, query: &Query) -> Result<Response, ApiError> {
+    fn list(&self, query: &Query) -> Result<Step, ApiError> {
         query.only(&[FILTERS, &["limit"]].concat())?;
-        let filter = query.filter()?;
+        let spec = query.filter()?;
         let limit = query.integer("limit", 1, MAX_LIMIT)?;
-        let candidates = self.store.after(filter.after());
-        let mut emails = Vec::new();
-        match limit {
-            // The newest `limit` matches, in receive order.
-            Some(limit) => {
-                for email in candidates.rev() {
-                    if emails.len() as u64 == limit {
-                        break;
-                    }
-                    if filter.matches(email)? {
-                        emails.push(email);
-                    }
-                }
-                emails.reverse();
-            }
-            None => {
-                for email in candidates {
-                    if filter.matches(email)? {
-                        emails.push(email);
-                    }
-                }
-            }
-        }
-        #[derive(Serialize)]
-        struct List<'a> {
-            emails: Vec<EmailView<'a>>,
-        }
-        let emails = emails.into_iter().map(EmailView::new).collect();
-        Ok(Response::json(200, &List { emails }))
+        let messages = self.store.snapshot().after(spec.after());
+        Ok(Step::Work(self.job(JobKind::List {
+            spec,
+            messages,
+            limit,
+            budget: self.budget(),
+        })))
     }
 
-    fn latest(&self, query: &Query) -> Result<Response, ApiError> {
+    fn latest(&self, query: &Query) -> Result<Step, ApiError> {
         query.only(FILTERS)?;
-        let filter = query.filter()?;
-        for email in self.store.after(filter.after()).rev() {
-            if filter.matches(email)? {
-                return Ok(one(email));
-            }
-        }
-        Err(ApiError::NotFound("no stored message matches".to_owned()))
+        let spec = query.filter()?;
+        let messages = self.store.snapshot().after(spec.after());
+        Ok(Step::Work(self.job(JobKind::Latest {
+            spec,
+            messages,
+            budget: self.budget(),
+        })))
     }
 
-    fn wait(&mut self, query: &Query, now_ms: u64) -> Result<Outcome, ApiError> {
+    fn wait(&self, query: &Query, now_ms: u64) -> Result<Step, ApiError> {
         query.only(&[FILTERS, &["timeoutMs"]].concat())?;
-        let filter = query.filter()?;
+        let spec = query.filter()?;
         let timeout_ms = query
             .integer("timeoutMs", 1, MAX_WAIT_MS)?
             .unwrap_or(DEFAULT_WAIT_MS);
-        for email in self.store.after(filter.after()) {
-            if filter.matches(email)? {
-                return Ok(Outcome::Ready(one(email)));
-            }
+        if self.waits.len() >= self.config.max_waits {
+            return Err(ApiError::TooManyWaits);
         }
-        let id = WaitId(self.next_wait);
-        self.next_wait += 1;
-        let deadline_ms = now_ms.saturating_add(timeout_ms);
-        self.waits.insert(
-            id,
-            PendingWait {
-                filter,
-                timeout_ms,
-                deadline_ms,
-            },
-        );
-        Ok(Outcome::Wait(WaitSpec { id, deadline_ms }))
+        let messages = self.store.snapshot().after(spec.after());
+        Ok(Step::Work(self.job(JobKind::Wait(WaitWork {
+            filter: WaitFilter::Spec(spec),
+            messages,
+            upto: self.store.newest(),
+            timeout_ms,
+            deadline_ms: now_ms.saturating_add(timeout_ms),
+            budget: self.budget(),
+        }))))
     }
 
     fn get(&self, id: &str) -> Result<Response, ApiError> {
@@ -375,10 +487,15 @@ impl Api {
         email.map(one).ok_or_else(|| not_stored(id))
     }
 
-    fn delete(&mut self, query: &Query) -> Result<Response, ApiError> {
+    fn delete(&mut self, query: &Query) -> Result<Step, ApiError> {
         query.only(&["to"])?;
-        let deleted = match query.get("to") {
-            None => self.store.clear(),
+        match query.get("to") {
+            None => {
+                let all = self.store.clear();
+                let deleted = all.len();
+                self.trash.snapshots.push(all);
+                Ok(Step::Ready(deleted_response(deleted)))
+            }
             Some(to) => {
                 let to = to.trim().to_lowercase();
                 if to.is_empty() {
@@ -386,108 +503,135 @@ impl Api {
                         "to must not be empty: leave it out to delete every message".to_owned(),
                     ));
                 }
-                self.store.remove_where(|e| e.is_addressed_to(&to))
+                Ok(Step::Work(self.job(JobKind::DeleteTo {
+                    to,
+                    messages: self.store.snapshot(),
+                })))
             }
-        };
-        Ok(deleted_response(deleted))
+        }
     }
 
     fn delete_one(&mut self, id: &str) -> Result<Response, ApiError> {
         let target = parse_path_id(id).ok_or_else(|| not_stored(id))?;
-        match self.store.remove_where(|e| e.id == target) {
+        let removed = self.store.remove_ids(&[target]);
+        match removed.len() {
             0 => Err(not_stored(id)),
-            n => Ok(deleted_response(n)),
+            n => {
+                self.trash.emails.extend(removed);
+                Ok(deleted_response(n))
+            }
         }
     }
 
-    /// Stores a message received at `now_ms`, then answers every parked wait it matches.
+    /// Stores a message received at `now_ms`; its id orders it after every earlier one.
     ///
-    /// `receivedAt` never goes back in receive order, even when the host clock does.
-    pub fn deliver(&mut self, message: Prepared, now_ms: u64, entropy: Entropy) -> Delivered {
+    /// `receivedAt` never goes back in receive order, even when the host
+    /// clock does. No pattern runs here: the parked waits are tried by a
+    /// [`MatchBatch`] afterwards, outside the lock.
+    pub fn deliver(&mut self, message: Prepared, now_ms: u64, entropy: Entropy) -> Stored {
         let now_ms = now_ms.max(self.last_received_ms);
         self.last_received_ms = now_ms;
         let id = self.ids.next(now_ms, entropy);
-        let email = self.store.push(Email::new(id, now_ms, message));
-        // A wait whose pattern gives up on this subject ends with the 400 a list would give:
-        // left parked, it would spend a whole backtracking budget on every later delivery.
-        let mut woken: Vec<(WaitId, Option<Response>)> = self
-            .waits
-            .iter()
-            .filter_map(|(id, w)| match w.filter.matches(email) {
-                Ok(true) => Some((*id, None)),
-                Ok(false) => None,
-                Err(e) => Some((*id, Some(e.response()))),
+        let (_, evicted) = self.store.push(Email::new(id, now_ms, message));
+        self.trash.emails.extend(evicted);
+        if self.waits.is_empty() {
+            // Nothing to try: later waits look at the store themselves.
+            self.match_cursor = Some(id);
+        }
+        Stored {
+            id,
+            waits_parked: !self.waits.is_empty(),
+        }
+    }
+
+    /// The messages stored since the last batch and the waits to try them
+    /// against; None when there is nothing to try. O(1): run it outside the lock.
+    pub fn match_batch(&mut self) -> Option<MatchBatch> {
+        let newest = self.store.newest();
+        if newest <= self.match_cursor {
+            return None;
+        }
+        let messages = self.store.snapshot().after(self.match_cursor);
+        self.match_cursor = newest;
+        if self.waits.is_empty() {
+            return None;
+        }
+        Some(MatchBatch {
+            messages,
+            waits: self.waits.snapshot(),
+        })
+    }
+
+    /// Answers the waits a [`MatchBatch`] settled that are still parked, in wait order.
+    pub fn resolve(&mut self, matches: Matches) -> Vec<(WaitId, Response)> {
+        let mut found = matches.found;
+        found.sort_unstable_by_key(|(id, _)| *id);
+        found
+            .into_iter()
+            .filter(|(id, _)| self.waits.remove(*id).is_some())
+            .map(|(id, result)| {
+                let response = match result {
+                    Ok(email) => one(email),
+                    Err(e) => e.response(),
+                };
+                (id, response)
             })
-            .collect();
-        woken.sort_unstable_by_key(|(id, _)| *id);
-        let mut responses = Vec::with_capacity(woken.len());
-        if !woken.is_empty() {
-            let response = one(email);
-            for (wait, failed) in woken {
-                self.waits.remove(&wait);
-                responses.push((wait, failed.unwrap_or_else(|| response.clone())));
-            }
+            .collect()
+    }
+
+    /// Stores a message and answers the waits it matches, on this thread: for
+    /// hosts without a lock to keep short (the wasm host, tests).
+    pub fn deliver_and_wake(
+        &mut self,
+        message: Prepared,
+        now_ms: u64,
+        entropy: Entropy,
+        clock: &dyn Clock,
+    ) -> Delivered {
+        let stored = self.deliver(message, now_ms, entropy);
+        let mut woken = Vec::new();
+        while let Some(batch) = self.match_batch() {
+            let matches = batch.run(clock);
+            woken.extend(self.resolve(matches));
         }
         Delivered {
-            id,
-            woken: responses,
+            id: stored.id,
+            woken,
         }
     }
 
     /// Ends a parked wait at its deadline with a 408; None when it was already answered or cancelled.
     pub fn expire(&mut self, wait: WaitId) -> Option<Response> {
         self.waits
-            .remove(&wait)
+            .remove(wait)
             .map(|w| ApiError::Timeout(w.timeout_ms).response())
     }
 
     /// Ends every parked wait whose deadline is at or before `now_ms` with a 408.
     pub fn expire_due(&mut self, now_ms: u64) -> Vec<(WaitId, Response)> {
-        let mut due: Vec<WaitId> = self
-            .waits
-            .iter()
-            .filter(|(_, w)| w.deadline_ms <= now_ms)
-            .map(|(id, _)| *id)
-            .collect();
-        due.sort_unstable();
-        due.into_iter()
+        self.waits
+            .due(now_ms)
+            .into_iter()
             .filter_map(|id| self.expire(id).map(|r| (id, r)))
             .collect()
     }
 
     /// The earliest deadline among the parked waits.
     pub fn next_deadline(&self) -> Option<u64> {
-        self.waits.values().map(|w| w.deadline_ms).min()
+        self.waits.next_deadline()
     }
 
     /// Forgets a parked wait whose client went away; false when it was not parked.
     pub fn cancel(&mut self, wait: WaitId) -> bool {
-        self.waits.remove(&wait).is_some()
+        self.waits.remove(wait).is_some()
     }
 }
 
 /// The filter parameters the list, latest and wait endpoints take.
 const FILTERS: &[&str] = &["to", "subject", "subjectPattern", "subjectFlags", "afterId"];
 
-fn one(email: &Email) -> Response {
-    #[derive(Serialize)]
-    struct One<'a> {
-        email: EmailView<'a>,
-    }
-    Response::json(
-        200,
-        &One {
-            email: EmailView::new(email),
-        },
-    )
-}
-
 fn deleted_response(deleted: usize) -> Response {
-    #[derive(Serialize)]
-    struct Deleted {
-        deleted: usize,
-    }
-    Response::json(200, &Deleted { deleted })
+    Response::json(200, &serde_json::json!({ "deleted": deleted }))
 }
 
 /// A path id that is not a UUID names no stored message: 404, like any unknown id.
@@ -499,186 +643,7 @@ fn not_stored(id: &str) -> ApiError {
     ApiError::NotFound(format!("no stored message has id {}", truncate(id, 100)))
 }
 
-fn truncate(s: &str, max: usize) -> &str {
-    match s.char_indices().nth(max) {
-        Some((i, _)) => &s[..i],
-        None => s,
-    }
-}
-
-/// A CapturedEmail as the API shows it.
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct EmailView<'a> {
-    id: String,
-    received_at: String,
-    envelope: &'a Envelope,
-    from: String,
-    to: &'a [String],
-    cc: &'a [Box<str>],
-    subject: &'a str,
-    date: Option<String>,
-    message_id: Option<String>,
-    headers: BTreeMap<String, String>,
-    text: &'a str,
-    html: &'a str,
-    links: &'a [Box<str>],
-    codes: &'a [Box<str>],
-    attachments: &'a [crate::message::AttachmentInfo],
-    size: usize,
-    raw: Cow<'a, str>,
-}
-
-impl<'a> EmailView<'a> {
-    fn new(email: &'a Email) -> EmailView<'a> {
-        let fields = email.header_fields();
-        EmailView {
-            id: email.id.to_string(),
-            received_at: format_rfc3339_ms(email.received_at_ms),
-            envelope: &email.envelope,
-            from: fields.from.unwrap_or_else(|| email.envelope.from.clone()),
-            to: &email.envelope.to,
-            cc: email.cc(),
-            subject: email.subject(),
-            date: fields.date,
-            message_id: fields.message_id,
-            headers: fields.headers,
-            text: email.text(),
-            html: email.html(),
-            links: email.links(),
-            codes: email.codes(),
-            attachments: email.attachments(),
-            size: email.raw().len(),
-            raw: String::from_utf8_lossy(email.raw()),
-        }
-    }
-}
-
-/// Milliseconds since the Unix epoch as RFC 3339 UTC with milliseconds.
-pub fn format_rfc3339_ms(ms: u64) -> String {
-    humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(ms)).to_string()
-}
-
-/// A parsed query string: decoded names and values, in order.
-#[derive(Debug, Default)]
-struct Query {
-    pairs: Vec<(String, String)>,
-}
-
-impl Query {
-    /// Parses `a=1&b=2`, with `+` as space; malformed percent-encoding and repeated names are 400s.
-    fn parse(query: &str) -> Result<Query, ApiError> {
-        let mut pairs: Vec<(String, String)> = Vec::new();
-        for part in query.split('&').filter(|p| !p.is_empty()) {
-            let (name, value) = part.split_once('=').unwrap_or((part, ""));
-            let name = percent_decode(name, true)?;
-            let value = percent_decode(value, true)?;
-            if pairs.iter().any(|(n, _)| *n == name) {
-                return Err(ApiError::BadRequest(format!(
-                    "query parameter {} is given more than once",
-                    truncate(&name, 50)
-                )));
-            }
-            pairs.push((name, value));
-        }
-        Ok(Query { pairs })
-    }
-
-    /// Refuses parameters outside `allowed`, so a typo is an error and not a filter silently ignored.
-    fn only(&self, allowed: &[&str]) -> Result<(), ApiError> {
-        match self
-            .pairs
-            .iter()
-            .find(|(n, _)| !allowed.contains(&n.as_str()))
-        {
-            None => Ok(()),
-            Some((name, _)) if allowed.is_empty() => Err(ApiError::BadRequest(format!(
-                "unknown query parameter {}: this endpoint takes none",
-                truncate(name, 50)
-            ))),
-            Some((name, _)) => Err(ApiError::BadRequest(format!(
-                "unknown query parameter {}: this endpoint takes {}",
-                truncate(name, 50),
-                allowed.join(", ")
-            ))),
-        }
-    }
-
-    fn get(&self, name: &str) -> Option<&str> {
-        self.pairs
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
-    }
-
-    fn filter(&self) -> Result<Filter, ApiError> {
-        Filter::new(FilterParams {
-            to: self.get("to"),
-            subject: self.get("subject"),
-            subject_pattern: self.get("subjectPattern"),
-            subject_flags: self.get("subjectFlags"),
-            after_id: self.get("afterId"),
-        })
-    }
-
-    /// An optional integer parameter in `min..=max`; anything else is a 400 that says so.
-    fn integer(&self, name: &str, min: u64, max: u64) -> Result<Option<u64>, ApiError> {
-        let Some(text) = self.get(name) else {
-            return Ok(None);
-        };
-        let valid = !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit());
-        match text.parse::<u64>() {
-            Ok(n) if valid && (min..=max).contains(&n) => Ok(Some(n)),
-            _ => Err(ApiError::BadRequest(format!(
-                "{name} must be an integer from {min} to {max}, not {:?}",
-                truncate(text, 30)
-            ))),
-        }
-    }
-}
-
-/// Decodes `%XX` escapes (and `+` as a space in query strings); a malformed escape or invalid UTF-8 is a 400.
-fn percent_decode(s: &str, plus_is_space: bool) -> Result<String, ApiError> {
-    if !s.contains(['%', '+']) {
-        return Ok(s.to_owned());
-    }
-    let bad = || {
-        ApiError::BadRequest(format!(
-            "malformed percent-encoding in {:?}",
-            truncate(s, 100)
-        ))
-    };
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'%' => {
-                let hex = bytes
-                    .get(i + 1..i + 3)
-                    .filter(|h| h.iter().all(u8::is_ascii_hexdigit))
-                    .ok_or_else(bad)?;
-                let digit = |h: u8| (h as char).to_digit(16).unwrap_or(0) as u8;
-                out.push(digit(hex[0]) << 4 | digit(hex[1]));
-                i += 3;
-            }
-            b'+' if plus_is_space => {
-                out.push(b' ');
-                i += 1;
-            }
-            b => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8(out).map_err(|_| {
-        ApiError::BadRequest(format!(
-            "percent-encoding in {:?} is not UTF-8",
-            truncate(s, 100)
-        ))
-    })
-}
+pub use crate::view::format_rfc3339_ms;
 
 #[cfg(test)]
 mod tests;

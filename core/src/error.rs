@@ -1,7 +1,5 @@
 //! The errors an API request can end in, each with the HTTP status it deserves.
 
-use serde::Serialize;
-
 use crate::response::Response;
 
 /// A request the API refuses, with the status it deserves.
@@ -10,6 +8,9 @@ pub enum ApiError {
     /// 400: the request is malformed; the text says what to fix.
     #[error("{0}")]
     BadRequest(String),
+    /// 400: the request's `subjectPattern` used up its matching budget.
+    #[error("subjectPattern too expensive")]
+    TooExpensive,
     /// 404: no such route or message.
     #[error("{0}")]
     NotFound(String),
@@ -24,35 +25,29 @@ pub enum ApiError {
     /// 408: a wait ended without a matching message.
     #[error("no matching message arrived within {0} ms")]
     Timeout(u64),
+    /// 503: every slot for parked waits is taken.
+    #[error("too many waits")]
+    TooManyWaits,
 }
 
 impl ApiError {
     /// The HTTP status of this error.
     pub fn status(&self) -> u16 {
         match self {
-            ApiError::BadRequest(_) => 400,
+            ApiError::BadRequest(_) | ApiError::TooExpensive => 400,
             ApiError::NotFound(_) => 404,
             ApiError::MethodNotAllowed { .. } => 405,
             ApiError::Timeout(_) => 408,
+            ApiError::TooManyWaits => 503,
         }
     }
 
     /// The `{"error": ...}` response.
     pub fn response(&self) -> Response {
-        let mut response = Response::json(
-            self.status(),
-            &ErrorBody {
-                error: self.to_string(),
-            },
-        );
+        let mut response = Response::error(self.status(), &self.to_string());
         if let ApiError::MethodNotAllowed { allow, .. } = self {
-            response.allow = Some(allow);
+            response.headers.push(("allow", (*allow).to_owned()));
         }
         response
     }
-}
-
-#[derive(Serialize)]
-pub(crate) struct ErrorBody {
-    pub(crate) error: String,
 }

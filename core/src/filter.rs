@@ -1,22 +1,21 @@
 //! Which stored messages a request asks for: the `to`, `subject`,
 //! `subjectPattern`/`subjectFlags` and `afterId` filters, all ANDed.
+//!
+//! A request's filter is checked in two steps: [`FilterSpec::new`] does the
+//! cheap checks (it runs under the host's lock), and [`FilterSpec::compile`]
+//! compiles the pattern, which can take milliseconds, outside it.
 
+use std::sync::Arc;
+
+use crate::budget::{Budget, Clock};
+use crate::email::Email;
 use crate::error::ApiError;
 use crate::id::MessageId;
 use crate::jsregex::JsRegex;
-use crate::store::Email;
+use crate::patterns::PatternCache;
 
-/// A validated filter; an empty one matches every message.
-#[derive(Debug, Clone, Default)]
-pub struct Filter {
-    /// A recipient address, lower-cased and trimmed.
-    to: Option<String>,
-    /// A subject substring, lower-cased.
-    subject: Option<String>,
-    /// Boxed: a parked wait keeps its filter, and most have no pattern.
-    pattern: Option<Box<JsRegex>>,
-    after: Option<MessageId>,
-}
+/// The longest `subjectPattern` accepted, in characters.
+pub const MAX_PATTERN_CHARS: usize = 1000;
 
 /// The raw filter values of a request, before validation.
 #[derive(Debug, Clone, Copy, Default)]
@@ -33,31 +32,47 @@ pub struct FilterParams<'a> {
     pub after_id: Option<&'a str>,
 }
 
+/// A filter whose values are checked but whose pattern is not compiled yet.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FilterSpec {
+    to: Option<String>,
+    subject: Option<String>,
+    /// The pattern source and its flags.
+    pattern: Option<(String, String)>,
+    after: Option<MessageId>,
+}
+
+/// A validated filter with its pattern compiled; an empty one matches every message.
+#[derive(Debug, Clone, Default)]
+pub struct Filter {
+    /// A recipient address, lower-cased and trimmed.
+    to: Option<String>,
+    /// A subject substring, lower-cased.
+    subject: Option<String>,
+    /// Shared by every request with the same pattern and flags.
+    pattern: Option<Arc<JsRegex>>,
+    after: Option<MessageId>,
+}
+
 /// The value, unless it is absent or empty.
 fn present(v: Option<&str>) -> Option<&str> {
     v.filter(|s| !s.is_empty())
 }
 
-/// The longest `subjectPattern` accepted, in bytes.
-pub const MAX_PATTERN_BYTES: usize = 1024;
-
-impl Filter {
-    /// Validates the parameters; an empty value is no filter.
-    pub fn new(params: FilterParams<'_>) -> Result<Filter, ApiError> {
+impl FilterSpec {
+    /// Checks the parameters; an empty value is no filter. Compiles nothing.
+    pub fn new(params: FilterParams<'_>) -> Result<FilterSpec, ApiError> {
         let pattern = match (
             present(params.subject_pattern),
             present(params.subject_flags),
         ) {
             (Some(p), flags) => {
-                if p.len() > MAX_PATTERN_BYTES {
+                if p.chars().count() > MAX_PATTERN_CHARS {
                     return Err(ApiError::BadRequest(format!(
-                        "subjectPattern is longer than {MAX_PATTERN_BYTES} bytes"
+                        "subjectPattern is longer than {MAX_PATTERN_CHARS} characters"
                     )));
                 }
-                Some(Box::new(
-                    JsRegex::new(p, flags.unwrap_or(""))
-                        .map_err(|e| ApiError::BadRequest(e.to_string()))?,
-                ))
+                Some((p.to_owned(), flags.unwrap_or("").to_owned()))
             }
             (None, Some(_)) => {
                 return Err(ApiError::BadRequest(
@@ -73,7 +88,7 @@ impl Filter {
             ),
             None => None,
         };
-        Ok(Filter {
+        Ok(FilterSpec {
             to: present(params.to)
                 .map(|t| t.trim().to_lowercase())
                 .filter(|t| !t.is_empty()),
@@ -88,10 +103,51 @@ impl Filter {
         self.after
     }
 
-    /// Whether the message passes every filter.
+    /// Whether it has a `subjectPattern` (whose matching has a budget).
+    pub fn has_pattern(&self) -> bool {
+        self.pattern.is_some()
+    }
+
+    /// Compiles the pattern, or takes it from `cache` when another request compiled it.
+    pub fn compile(&self, cache: &PatternCache) -> Result<Filter, ApiError> {
+        let pattern = match &self.pattern {
+            Some((source, flags)) => Some(
+                cache
+                    .get_or_compile(source, flags)
+                    .map_err(|e| ApiError::BadRequest(e.to_string()))?,
+            ),
+            None => None,
+        };
+        Ok(Filter {
+            to: self.to.clone(),
+            subject: self.subject.clone(),
+            pattern,
+            after: self.after,
+        })
+    }
+}
+
+impl Filter {
+    /// Whether it has a `subjectPattern` (whose matching has a budget).
+    pub fn has_pattern(&self) -> bool {
+        self.pattern.is_some()
+    }
+
+    /// The `afterId` bound, if any.
+    pub fn after(&self) -> Option<MessageId> {
+        self.after
+    }
+
+    /// Whether the message passes every filter; the pattern, tried last,
+    /// spends from `budget`.
     ///
-    /// Fails only when the pattern gives up (backtracking limit) on this subject.
-    pub fn matches(&self, email: &Email) -> Result<bool, ApiError> {
+    /// Fails when the budget runs out or the pattern gives up on this subject.
+    pub fn matches(
+        &self,
+        email: &Email,
+        budget: &mut Budget,
+        clock: &dyn Clock,
+    ) -> Result<bool, ApiError> {
         if self.after.is_some_and(|after| email.id <= after) {
             return Ok(false);
         }
@@ -107,19 +163,22 @@ impl Filter {
             return Ok(false);
         }
         match &self.pattern {
-            Some(re) => re
-                .is_match(subject)
-                .map_err(|e| ApiError::BadRequest(e.to_string())),
+            Some(re) => budget.run(re, subject, clock),
             None => Ok(true),
         }
     }
+}
+
+/// An upper estimate of one match's time, until the translator reports its own.
+pub(crate) fn worst_case_nanos(_regex: &JsRegex, _subject: &str) -> u64 {
+    0
 }
 
 /// Whether `haystack` contains `needle_lower` (already lower-cased), ignoring case.
 fn contains_ignore_case(haystack: &str, needle_lower: &str) -> bool {
     if haystack.is_ascii() && needle_lower.is_ascii() {
         let (h, n) = (haystack.as_bytes(), needle_lower.as_bytes());
-        n.is_empty() || h.windows(n.len()).any(|w| w.eq_ignore_ascii_case(n))
+        n.is_empty() || memchr::memmem::find(&h.to_ascii_lowercase(), n).is_some()
     } else {
         haystack.to_lowercase().contains(needle_lower)
     }
@@ -139,7 +198,13 @@ mod tests {
 
     #[test]
     fn bad_values_are_400_with_a_reason() {
-        let err = |p: FilterParams| Filter::new(p).unwrap_err().to_string();
+        let cache = PatternCache::default();
+        let err = |p: FilterParams| {
+            FilterSpec::new(p)
+                .and_then(|spec| spec.compile(&cache))
+                .unwrap_err()
+                .to_string()
+        };
         assert!(
             err(FilterParams {
                 after_id: Some("xyz"),
@@ -161,13 +226,21 @@ mod tests {
             })
             .contains("subjectPattern")
         );
-        let long = "a".repeat(MAX_PATTERN_BYTES + 1);
+        let long = "é".repeat(MAX_PATTERN_CHARS + 1);
         assert!(
             err(FilterParams {
                 subject_pattern: Some(&long),
                 ..Default::default()
             })
             .contains("longer")
+        );
+        let just = "é".repeat(MAX_PATTERN_CHARS);
+        assert!(
+            FilterSpec::new(FilterParams {
+                subject_pattern: Some(&just),
+                ..Default::default()
+            })
+            .is_ok()
         );
     }
 }

@@ -10,12 +10,19 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod budget;
 pub mod email;
 pub mod error;
 pub mod filter;
 pub mod id;
+pub mod job;
+pub mod json_text;
 pub mod jsregex;
 pub mod message;
+pub mod patterns;
+mod query;
 pub mod response;
 pub mod smtp;
 pub mod store;
+pub mod view;
+pub mod waits;

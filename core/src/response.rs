@@ -8,25 +8,69 @@
 
 use serde::Serialize;
 
-/// An HTTP response: a status and a JSON body.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// An HTTP response: a status, a content type, extra headers and a body.
+#[derive(Debug)]
 pub struct Response {
     /// The HTTP status code.
     pub status: u16,
-    /// The JSON body.
-    pub body: String,
-    /// The methods a path allows, for the `Allow` header of a 405.
-    pub allow: Option<&'static str>,
+    /// The `Content-Type`, e.g. `application/json`.
+    pub content_type: &'static str,
+    /// Headers besides `Content-Type` and the framing ones, e.g. `Allow` on a 405.
+    pub headers: Vec<(&'static str, String)>,
+    /// The body.
+    pub body: Body,
 }
 
+/// The content type of every JSON response.
+pub const JSON: &str = "application/json";
+
 impl Response {
-    pub(crate) fn json(status: u16, body: &impl Serialize) -> Response {
+    /// A JSON response built at once.
+    pub fn json(status: u16, body: &impl Serialize) -> Response {
+        let bytes = serde_json::to_vec(body).unwrap_or_else(|e| {
+            format!("{{\"error\":\"could not serialise the response: {e}\"}}").into_bytes()
+        });
+        Response::json_bytes(status, bytes::Bytes::from(bytes))
+    }
+
+    /// A JSON response whose body is already built.
+    pub fn json_bytes(status: u16, body: bytes::Bytes) -> Response {
         Response {
             status,
-            body: serde_json::to_string(body).unwrap_or_else(|e| {
-                format!("{{\"error\":\"could not serialise the response: {e}\"}}")
-            }),
-            allow: None,
+            content_type: JSON,
+            headers: Vec::new(),
+            body: Body::Full(body),
+        }
+    }
+
+    /// A JSON response written as it is sent.
+    pub fn json_stream(status: u16, body: Box<dyn ChunkSource>) -> Response {
+        Response {
+            status,
+            content_type: JSON,
+            headers: Vec::new(),
+            body: Body::Stream(body),
+        }
+    }
+
+    /// The `{"error": text}` response.
+    pub fn error(status: u16, text: &str) -> Response {
+        Response::json(status, &serde_json::json!({ "error": text }))
+    }
+
+    /// The value of an extra header, by name (case-insensitive).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The whole body as text (lossy for bytes that are not UTF-8), built now.
+    pub fn into_text(self) -> String {
+        match String::from_utf8(self.body.collect()) {
+            Ok(text) => text,
+            Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
         }
     }
 }

@@ -1,6 +1,8 @@
 //! Stored messages, in receive order, bounded by count and by bytes.
 
-use std::collections::VecDeque;
+use std::sync::Arc;
+
+use imbl::Vector;
 
 pub use crate::email::{Email, Prepared};
 use crate::id::MessageId;
@@ -25,12 +27,60 @@ impl Default for StoreLimits {
 }
 
 /// The stored messages, oldest first.
+///
+/// Messages sit behind [`Arc`] in a persistent vector, so [`Store::snapshot`]
+/// is O(1): a host takes one under its lock and filters, matches and
+/// serialises outside it, while deliveries and deletions go on.
 #[derive(Debug, Clone, Default)]
 pub struct Store {
-    emails: VecDeque<Email>,
+    emails: Vector<Arc<Email>>,
     bytes: usize,
     limits: StoreLimits,
     evicted: u64,
+}
+
+/// The stored messages at one moment, oldest first; cheap to take and to clone.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    emails: Vector<Arc<Email>>,
+}
+
+impl Snapshot {
+    /// How many messages it holds.
+    pub fn len(&self) -> usize {
+        self.emails.len()
+    }
+
+    /// Whether it holds none.
+    pub fn is_empty(&self) -> bool {
+        self.emails.is_empty()
+    }
+
+    /// The id of the newest message in it.
+    pub fn newest(&self) -> Option<MessageId> {
+        self.emails.back().map(|e| e.id)
+    }
+
+    /// The messages received after `id`, oldest first (all of them for None).
+    pub fn after(&self, id: Option<MessageId>) -> Snapshot {
+        match id {
+            None => self.clone(),
+            Some(id) => {
+                let start = self
+                    .emails
+                    .binary_search_by(|e| e.id.cmp(&id))
+                    .map_or_else(|insert| insert, |found| found + 1);
+                Snapshot {
+                    emails: self.emails.skip(start),
+                }
+            }
+        }
+    }
+
+    /// Oldest first; reverse it for newest first.
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = &Arc<Email>> + ExactSizeIterator {
+        self.emails.iter()
+    }
 }
 
 impl Store {
@@ -44,20 +94,25 @@ impl Store {
 
     /// Adds a message as the newest, then evicts the oldest until the limits hold.
     ///
-    /// The message just added is never evicted, even when it alone is over the byte limit.
-    pub fn push(&mut self, email: Email) -> &Email {
+    /// The message just added is never evicted, even when it alone is over
+    /// the byte limit. The evicted messages are handed back, so the caller can
+    /// free them after it lets go of its lock.
+    pub fn push(&mut self, email: Email) -> (Arc<Email>, Vec<Arc<Email>>) {
         debug_assert!(self.emails.back().is_none_or(|last| last.id < email.id));
+        let email = Arc::new(email);
         self.bytes += email.footprint();
-        self.emails.push_back(email);
+        self.emails.push_back(email.clone());
+        let mut evicted = Vec::new();
         while self.emails.len() > 1
             && (self.emails.len() > self.limits.max_messages || self.bytes > self.limits.max_bytes)
         {
             if let Some(old) = self.emails.pop_front() {
                 self.bytes -= old.footprint();
                 self.evicted += 1;
+                evicted.push(old);
             }
         }
-        &self.emails[self.emails.len() - 1]
+        (email, evicted)
     }
 
     /// How many messages are stored.
@@ -80,47 +135,44 @@ impl Store {
         self.evicted
     }
 
-    /// Every stored message, oldest first.
-    pub fn iter(&self) -> impl DoubleEndedIterator<Item = &Email> + ExactSizeIterator {
-        self.emails.iter()
+    /// Every stored message as it is now, in O(1).
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            emails: self.emails.clone(),
+        }
     }
 
-    /// The messages received after `id`, oldest first (all of them for None).
-    pub fn after(
-        &self,
-        id: Option<MessageId>,
-    ) -> impl DoubleEndedIterator<Item = &Email> + ExactSizeIterator {
-        let start = id.map_or(0, |id| self.emails.partition_point(|e| e.id <= id));
-        self.emails.range(start..)
+    /// The id of the newest message.
+    pub fn newest(&self) -> Option<MessageId> {
+        self.emails.back().map(|e| e.id)
     }
 
-    /// The message with this id.
-    pub fn get(&self, id: MessageId) -> Option<&Email> {
+    /// The message with this id, in O(log n).
+    pub fn get(&self, id: MessageId) -> Option<Arc<Email>> {
         let i = self.emails.binary_search_by(|e| e.id.cmp(&id)).ok()?;
-        self.emails.get(i)
+        self.emails.get(i).cloned()
     }
 
-    /// Removes the messages for which `remove` is true; returns how many.
-    pub fn remove_where(&mut self, mut remove: impl FnMut(&Email) -> bool) -> usize {
-        let before = self.emails.len();
-        let mut freed = 0;
-        self.emails.retain(|e| {
-            let gone = remove(e);
-            if gone {
-                freed += e.footprint();
+    /// Removes the messages with these ids, each in O(log n); returns them
+    /// (so they are freed outside the caller's lock). Unknown ids are skipped.
+    pub fn remove_ids(&mut self, ids: &[MessageId]) -> Vec<Arc<Email>> {
+        let mut removed = Vec::with_capacity(ids.len());
+        for id in ids {
+            if let Ok(i) = self.emails.binary_search_by(|e| e.id.cmp(id)) {
+                let email = self.emails.remove(i);
+                self.bytes -= email.footprint();
+                removed.push(email);
             }
-            !gone
-        });
-        self.bytes -= freed;
-        before - self.emails.len()
+        }
+        removed
     }
 
-    /// Removes every message; returns how many.
-    pub fn clear(&mut self) -> usize {
-        let n = self.emails.len();
-        self.emails.clear();
+    /// Removes every message, in O(1); returns them as a snapshot to free outside the lock.
+    pub fn clear(&mut self) -> Snapshot {
         self.bytes = 0;
-        n
+        Snapshot {
+            emails: std::mem::take(&mut self.emails),
+        }
     }
 }
 
@@ -151,13 +203,16 @@ mod tests {
         });
         let first = store
             .push(email(&mut ids, "Subject: 1\r\n\r\n", &["a@x"]))
+            .0
             .id;
         store.push(email(&mut ids, "Subject: 2\r\n\r\n", &["a@x"]));
-        store.push(email(&mut ids, "Subject: 3\r\n\r\n", &["a@x"]));
+        let (_, evicted) = store.push(email(&mut ids, "Subject: 3\r\n\r\n", &["a@x"]));
+        assert_eq!(evicted.iter().map(|e| e.id).collect::<Vec<_>>(), [first]);
         assert_eq!(store.len(), 2);
         assert_eq!(store.evicted(), 1);
         assert!(store.get(first).is_none());
-        let subjects: Vec<_> = store.iter().map(|e| e.subject()).collect();
+        let snapshot = store.snapshot();
+        let subjects: Vec<_> = snapshot.iter().map(|e| e.subject()).collect();
         assert_eq!(subjects, ["2", "3"]);
     }
 
@@ -183,7 +238,7 @@ mod tests {
             &["a@x"],
         ));
         assert_eq!(store.len(), 1);
-        assert_eq!(store.iter().next().unwrap().subject(), "big");
+        assert_eq!(store.snapshot().iter().next().unwrap().subject(), "big");
     }
 
     #[test]
@@ -192,25 +247,37 @@ mod tests {
         let mut store = Store::new(StoreLimits::default());
         let a = store
             .push(email(&mut ids, "Subject: a\r\n\r\n", &["A@x"]))
+            .0
             .id;
         let b = store
             .push(email(&mut ids, "Subject: b\r\n\r\n", &["b@x"]))
+            .0
             .id;
         let c = store
             .push(email(&mut ids, "Subject: c\r\n\r\n", &["a@x"]))
+            .0
             .id;
-        assert_eq!(
-            store.after(Some(a)).map(|e| e.id).collect::<Vec<_>>(),
-            [b, c]
-        );
-        assert_eq!(store.after(None).len(), 3);
+        let ids_after = |store: &Store, id| {
+            store
+                .snapshot()
+                .after(id)
+                .iter()
+                .map(|e| e.id)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(ids_after(&store, Some(a)), [b, c]);
+        assert_eq!(store.snapshot().after(None).len(), 3);
         assert_eq!(store.get(b).map(|e| e.id), Some(b));
+        let before = store.snapshot();
         let bytes = store.bytes();
-        assert_eq!(store.remove_where(|e| e.is_addressed_to("a@x")), 2);
+        assert_eq!(store.remove_ids(&[a, c, a]).len(), 2);
         assert!(store.bytes() < bytes);
+        // A snapshot taken before still holds what it held.
+        assert_eq!(before.len(), 3);
         // afterId still works once the message it names is gone.
-        assert_eq!(store.after(Some(a)).map(|e| e.id).collect::<Vec<_>>(), [b]);
-        assert_eq!(store.clear(), 1);
+        assert_eq!(ids_after(&store, Some(a)), [b]);
+        assert_eq!(store.newest(), Some(b));
+        assert_eq!(store.clear().len(), 1);
         assert_eq!(store.bytes(), 0);
     }
 }

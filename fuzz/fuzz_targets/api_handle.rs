@@ -4,6 +4,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use mailjar_core::api::{Api, ApiConfig, Outcome, Request};
+use mailjar_core::budget::StoppedClock;
 use mailjar_core::smtp::{Envelope, Incoming};
 use mailjar_core::store::Prepared;
 
@@ -32,11 +33,12 @@ fuzz_target!(|data: &[u8]| {
         );
     }
     let request = Request { method: method.into(), path: format!("/{path}"), query: query.into() };
-    match api.handle(&request, 5_000) {
+    match api.answer(&request, 5_000, &StoppedClock) {
         Outcome::Ready(response) => {
-            let body: serde_json::Value = serde_json::from_str(&response.body).expect("JSON body");
-            if response.status != 200 {
-                assert!((400..500).contains(&response.status), "status {}", response.status);
+            let status = response.status;
+            let body: serde_json::Value = serde_json::from_str(&response.into_text()).expect("JSON body");
+            if status != 200 {
+                assert!((400..500).contains(&status), "status {status}");
                 assert!(body["error"].is_string());
             }
         }

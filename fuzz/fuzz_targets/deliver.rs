@@ -4,6 +4,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use mailjar_core::api::{Api, ApiConfig, Outcome, Request};
+use mailjar_core::budget::StoppedClock;
 use mailjar_core::smtp::{Envelope, Incoming};
 use mailjar_core::store::Prepared;
 
@@ -18,11 +19,11 @@ fuzz_target!(|data: &[u8]| {
         1_000,
         [7; 10],
     );
-    let Outcome::Ready(response) = api.handle(&Request::new("GET", &format!("/api/emails/{}", delivered.id)), 2_000) else {
+    let Outcome::Ready(response) = api.answer(&Request::new("GET", &format!("/api/emails/{}", delivered.id)), 2_000, &StoppedClock) else {
         panic!("get by id parked");
     };
     assert_eq!(response.status, 200);
-    let body: serde_json::Value = serde_json::from_str(&response.body).expect("JSON");
+    let body: serde_json::Value = serde_json::from_str(&response.into_text()).expect("JSON");
     assert_eq!(body["email"]["size"].as_u64(), Some(data.len() as u64));
     if let Ok(text) = std::str::from_utf8(data) {
         assert_eq!(body["email"]["raw"].as_str(), Some(text));

@@ -51,6 +51,12 @@ pub struct Settings {
     /// Most bytes kept (raw messages plus parsed text); the oldest are evicted first.
     #[arg(long, env = "MAILJAR_MAX_STORE_BYTES", default_value = "512MiB", value_parser = parse_bytes)]
     pub max_store_bytes: usize,
+    /// Most HTTP waits parked at once; past it a new wait gets 503 "too many waits".
+    #[arg(long, env = "MAILJAR_MAX_WAITS", default_value_t = mailjar_core::api::DEFAULT_MAX_WAITS)]
+    pub max_waits: usize,
+    /// The most matching time one request's subjectPattern may cost over its life (400 "subjectPattern too expensive" after).
+    #[arg(long, env = "MAILJAR_PATTERN_BUDGET", default_value = "250ms", value_parser = humantime::parse_duration)]
+    pub pattern_budget: Duration,
     /// How long a shutdown waits for messages in flight.
     #[arg(long, env = "MAILJAR_SHUTDOWN_GRACE", default_value = "1500ms", value_parser = humantime::parse_duration)]
     pub shutdown_grace: Duration,
@@ -92,6 +98,7 @@ impl Settings {
             ("--max-connections", self.max_connections),
             ("--max-messages", self.max_messages),
             ("--max-store-bytes", self.max_store_bytes),
+            ("--max-waits", self.max_waits),
         ];
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(format!("{name} must be greater than 0"));
@@ -107,6 +114,9 @@ impl Settings {
         }
         if self.idle_timeout.is_zero() {
             return Err("--idle-timeout must be greater than 0".to_owned());
+        }
+        if self.pattern_budget.is_zero() {
+            return Err("--pattern-budget must be greater than 0".to_owned());
         }
         if self.http_head_timeout.is_zero() {
             return Err("--http-head-timeout must be greater than 0".to_owned());

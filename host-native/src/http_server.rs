@@ -5,7 +5,9 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use mailjar_core::api::{Request, Response, WaitId};
+use mailjar_core::response::{Body, ChunkSource};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use warp::Filter;
@@ -33,7 +35,7 @@ pub struct HttpContext {
 /// The warp filter that serves the whole API.
 pub fn routes(
     context: HttpContext,
-) -> impl Filter<Extract = (http::Response<String>,), Error = Infallible> + Clone + Send + Sync + 'static
+) -> impl Filter<Extract = (http::Response<Bytes>,), Error = Infallible> + Clone + Send + Sync + 'static
 {
     warp::method()
         .and(warp::path::full())
@@ -74,11 +76,7 @@ pub fn routes(
 }
 
 fn error(status: u16, text: &str) -> Response {
-    Response {
-        status,
-        body: serde_json::json!({ "error": text }).to_string(),
-        allow: None,
-    }
+    Response::error(status, text)
 }
 
 /// Why a request is refused before it reaches the API, if it is.
@@ -107,8 +105,8 @@ fn cors_origin(context: &HttpContext, headers: &http::HeaderMap) -> Option<http:
 }
 
 /// The answer to a CORS preflight from an allowed origin.
-fn preflight() -> http::Response<String> {
-    let mut response = http::Response::new(String::new());
+fn preflight() -> http::Response<Bytes> {
+    let mut response = http::Response::new(Bytes::new());
     *response.status_mut() = StatusCode::NO_CONTENT;
     let h = response.headers_mut();
     h.insert(
@@ -141,7 +139,7 @@ fn is_allowed_host(host: &str, allowed: &[String]) -> bool {
 
 /// Answers a request, waiting for a delivery or the deadline when the core parks it.
 async fn respond(context: &HttpContext, request: &Request) -> Response {
-    let (id, deadline_ms, receiver) = match context.shared.handle(request) {
+    let (id, deadline_ms, receiver) = match context.shared.handle(request).await {
         Handled::Ready(response) => return response,
         Handled::Wait {
             id,
@@ -167,19 +165,11 @@ async fn respond(context: &HttpContext, request: &Request) -> Response {
         },
         _ = stopped(&mut shutdown) => {
             context.shared.cancel(id);
-            Some(Response {
-                status: 503,
-                body: r#"{"error":"the server is shutting down"}"#.to_owned(),
-                allow: None,
-            })
+            Some(Response::error(503, "the server is shutting down"))
         }
     };
     guard.done = true;
-    response.unwrap_or_else(|| Response {
-        status: 503,
-        body: r#"{"error":"the wait ended without an answer"}"#.to_owned(),
-        allow: None,
-    })
+    response.unwrap_or_else(|| Response::error(503, "the wait ended without an answer"))
 }
 
 /// Resolves once the server shuts down (or is gone).
@@ -201,18 +191,29 @@ impl Drop for WaitGuard<'_> {
     }
 }
 
-fn json(response: Response) -> http::Response<String> {
+fn json(response: Response) -> http::Response<Bytes> {
     let mut builder = http::Response::builder()
         .status(StatusCode::from_u16(response.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR))
-        .header(http::header::CONTENT_TYPE, "application/json")
+        .header(http::header::CONTENT_TYPE, response.content_type)
         .header(http::header::CACHE_CONTROL, "no-store")
         .header("x-content-type-options", "nosniff");
-    if let Some(allow) = response.allow {
-        builder = builder.header(http::header::ALLOW, allow);
+    for (name, value) in &response.headers {
+        builder = builder.header(*name, value.as_str());
     }
+    let body = match response.body {
+        Body::Full(bytes) => bytes,
+        Body::Stream(source) => collect(source),
+    };
     builder
-        .body(response.body)
-        .unwrap_or_else(|_| http::Response::new(r#"{"error":"bad response"}"#.to_owned()))
+        .body(body)
+        .unwrap_or_else(|_| http::Response::new(Bytes::from_static(br#"{"error":"bad response"}"#)))
+}
+
+/// Builds a streamed body whole.
+fn collect(mut source: Box<dyn ChunkSource>) -> Bytes {
+    let mut out = Vec::new();
+    while source.next_chunk(&mut out) {}
+    Bytes::from(out)
 }
 
 /// Serves HTTP/1.1 until shutdown; open connections finish their current request.

@@ -1,5 +1,6 @@
-//! The native host of mailjar: tokio sockets for SMTP, warp over hyper for
-//! the HTTP API, both driving the sans-IO core in `mailjar-core`.
+//! The native host of mailjar: tokio sockets for SMTP, warp routes over a
+//! small HTTP/1.1 driver of our own for the HTTP API, both driving the
+//! sans-IO core in `mailjar-core`.
 
 pub mod config;
 pub mod http1;
@@ -62,9 +63,14 @@ impl Server {
             },
             max_message_bytes: settings.max_message_bytes,
             max_recipients: settings.max_recipients,
+            max_waits: settings.max_waits,
+            pattern_budget_ms: u64::try_from(settings.pattern_budget.as_millis())
+                .unwrap_or(u64::MAX),
+            host_limits: Vec::new(),
         });
+        let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
         Ok(Server {
-            shared: Arc::new(Shared::new(api)),
+            shared: Arc::new(Shared::new(api, workers)),
             settings,
             smtp,
             http,
@@ -79,11 +85,6 @@ impl Server {
     /// The bound HTTP address.
     pub fn http_addr(&self) -> std::io::Result<SocketAddr> {
         self.http.local_addr()
-    }
-
-    /// The shared API, for tests that look inside.
-    pub fn shared(&self) -> Arc<Shared> {
-        self.shared.clone()
     }
 
     /// Serves until `stop` resolves, then stops accepting, lets messages in
@@ -122,6 +123,7 @@ impl Server {
                 .collect(),
             shutdown: shutdown_rx,
         };
+        let matcher = tokio::spawn(self.shared.clone().match_deliveries());
         let smtp_task = tokio::spawn(smtp_server::serve(self.smtp, slots.clone(), smtp_context));
         let http_task = tokio::spawn(http_server::serve(self.http, http_context));
         stop.await;
@@ -141,5 +143,6 @@ impl Server {
         }
         // Parked waits see the shutdown and answer 503; give them a moment to be written.
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        matcher.abort();
     }
 }

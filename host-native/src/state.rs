@@ -1,22 +1,33 @@
 //! The one lock around the core's [`Api`] and the clients parked on its waits.
 //!
-//! The lock is held only for in-memory work on the store, never across IO:
-//! messages are parsed before it is taken and responses are sent after it is
-//! released.
+//! The lock is held only for the core's O(1) and O(log n) steps, never across
+//! IO and never for work that grows with the input: messages are parsed before
+//! it is taken, filtering and pattern matching run as jobs on the blocking
+//! pool (at most one per core, so a costly pattern slows only other
+//! matching), responses are written after it is released, and what the core
+//! lets go of is freed after it.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use mailjar_core::api::{Api, Outcome, Request, Response, WaitId};
+use mailjar_core::api::{Api, Done, Job, Request, Response, Step, WaitId};
+use mailjar_core::budget::Clock;
 use mailjar_core::id::{Entropy, MessageId};
 use mailjar_core::smtp::Incoming;
 use mailjar_core::store::Prepared;
-use tokio::sync::oneshot;
+use tokio::sync::{Notify, Semaphore, oneshot};
+
+/// Messages at least this large are parsed on the blocking pool, not on an async worker.
+const PARSE_INLINE_BYTES: usize = 64 * 1024;
 
 /// The API and its parked waits, shared by every connection.
 pub struct Shared {
     inner: Mutex<Inner>,
+    /// One permit per core: how many jobs and match batches run at once.
+    workers: Semaphore,
+    /// Wakes the matcher when a message is stored while waits are parked.
+    stored: Notify,
 }
 
 struct Inner {
@@ -35,7 +46,7 @@ pub enum Handled {
         id: WaitId,
         /// When the wait ends with a 408, in milliseconds since the Unix epoch.
         deadline_ms: u64,
-        /// Where [`Shared::deliver`] sends the response.
+        /// Where a delivery sends the response.
         receiver: oneshot::Receiver<Response>,
     },
 }
@@ -45,6 +56,15 @@ pub fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// The monotonic clock the core's pattern budgets are measured with.
+struct MonotonicClock(Instant);
+
+impl Clock for MonotonicClock {
+    fn nanos(&self) -> u64 {
+        u64::try_from(self.0.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
 }
 
 fn entropy() -> Entropy {
@@ -57,13 +77,15 @@ fn entropy() -> Entropy {
 }
 
 impl Shared {
-    /// Shares this API.
-    pub fn new(api: Api) -> Shared {
+    /// Shares this API; `workers` is how many jobs may run at once (the core count).
+    pub fn new(api: Api, workers: usize) -> Shared {
         Shared {
             inner: Mutex::new(Inner {
                 api,
                 waiters: HashMap::new(),
             }),
+            workers: Semaphore::new(workers.max(1)),
+            stored: Notify::new(),
         }
     }
 
@@ -75,45 +97,129 @@ impl Shared {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Stores a message and answers the waits it matches; returns its id.
-    pub fn deliver(&self, incoming: Incoming) -> MessageId {
-        let prepared = Prepared::new(incoming);
-        let entropy = entropy();
-        let (delivered, senders) = {
-            let mut inner = self.lock();
-            // Read under the lock that orders deliveries, so receivedAt follows receive order.
-            let now = now_ms();
-            let delivered = inner.api.deliver(prepared, now, entropy);
-            let senders: Vec<_> = delivered
-                .woken
-                .iter()
-                .filter_map(|(id, _)| inner.waiters.remove(id))
-                .collect();
-            (delivered, senders)
-        };
-        for (sender, (_, response)) in senders.into_iter().zip(delivered.woken) {
-            // A client that left between its wake-up and now cancels nothing: fine to drop.
-            let _ = sender.send(response);
-        }
-        delivered.id
+    /// Runs `f` on the blocking pool while holding a worker permit.
+    async fn on_worker<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&dyn Clock) -> T + Send + 'static,
+    ) -> Option<T> {
+        let _permit = self.workers.acquire().await.ok()?;
+        tokio::task::spawn_blocking(move || f(&MonotonicClock(Instant::now())))
+            .await
+            .map_err(|e| tracing::error!("a job failed: {e}"))
+            .ok()
     }
 
-    /// Answers a request, or parks it as a wait whose sender is registered atomically with it.
-    pub fn handle(&self, request: &Request) -> Handled {
-        let now = now_ms();
-        let mut inner = self.lock();
-        match inner.api.handle(request, now) {
-            Outcome::Ready(response) => Handled::Ready(response),
-            Outcome::Wait(spec) => {
-                let (sender, receiver) = oneshot::channel();
-                inner.waiters.insert(spec.id, sender);
-                Handled::Wait {
-                    id: spec.id,
-                    deadline_ms: spec.deadline_ms,
-                    receiver,
+    /// Parses a message (off the async workers when it is large), stores it,
+    /// and wakes the matcher when waits are parked; returns its id once it is stored.
+    pub fn deliver(&self, incoming: Incoming) -> MessageId {
+        let multi_thread = tokio::runtime::Handle::try_current()
+            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+        let prepared = if incoming.raw.len() >= PARSE_INLINE_BYTES && multi_thread {
+            // Other connections' tasks move to another worker while this one parses.
+            tokio::task::block_in_place(|| Prepared::new(incoming))
+        } else {
+            Prepared::new(incoming)
+        };
+        self.store(prepared)
+    }
+
+    /// Stores a parsed message; returns its id.
+    pub fn store(&self, prepared: Prepared) -> MessageId {
+        let entropy = entropy();
+        let (stored, trash) = {
+            let mut inner = self.lock();
+            // Read under the lock that orders deliveries, so receivedAt follows receive order.
+            let stored = inner.api.deliver(prepared, now_ms(), entropy);
+            (stored, inner.api.take_trash())
+        };
+        drop(trash);
+        if stored.waits_parked {
+            self.stored.notify_one();
+        }
+        stored.id
+    }
+
+    /// Tries newly stored messages against the parked waits, forever: one
+    /// batch at a time, outside the lock, each wait answered once.
+    pub async fn match_deliveries(self: Arc<Self>) {
+        loop {
+            self.stored.notified().await;
+            loop {
+                let batch = self.lock().api.match_batch();
+                let Some(batch) = batch else { break };
+                let Some(matches) = self.on_worker(move |clock| batch.run(clock)).await else {
+                    continue;
+                };
+                let woken = {
+                    let mut inner = self.lock();
+                    let responses = inner.api.resolve(matches);
+                    responses
+                        .into_iter()
+                        .filter_map(|(id, response)| {
+                            inner.waiters.remove(&id).map(|sender| (sender, response))
+                        })
+                        .collect::<Vec<_>>()
+                };
+                for (sender, response) in woken {
+                    // A client that left between its wake-up and now cancels nothing: fine to drop.
+                    let _ = sender.send(response);
                 }
             }
         }
+    }
+
+    /// Answers a request, running its work outside the lock, or parks it as a
+    /// wait whose sender is registered atomically with it.
+    pub async fn handle(&self, request: &Request) -> Handled {
+        let now = now_ms();
+        let mut next = self.step(|api| api.handle(request, now));
+        loop {
+            let job = match next {
+                Ok(handled) => return handled,
+                Err(job) => job,
+            };
+            next = match self.run(job).await {
+                Done::Response(response) => Ok(Handled::Ready(response)),
+                Done::Commit(commit) => self.step(|api| api.complete(commit, now)),
+            };
+        }
+    }
+
+    /// Calls the core under the lock: a response, a parked wait (registered in
+    /// the same critical section), or a job to run. What the core let go of is
+    /// freed after the lock is released.
+    fn step(&self, f: impl FnOnce(&mut Api) -> Step) -> Result<Handled, Job> {
+        let (next, trash) = {
+            let mut inner = self.lock();
+            let next = match f(&mut inner.api) {
+                Step::Ready(response) => Ok(Handled::Ready(response)),
+                Step::Work(job) => Err(job),
+                Step::Wait(spec) => {
+                    let (sender, receiver) = oneshot::channel();
+                    inner.waiters.insert(spec.id, sender);
+                    Ok(Handled::Wait {
+                        id: spec.id,
+                        deadline_ms: spec.deadline_ms,
+                        receiver,
+                    })
+                }
+            };
+            (next, inner.api.take_trash())
+        };
+        drop(trash);
+        next
+    }
+
+    /// Runs a job where it stands when it is light, else on the blocking pool.
+    async fn run(&self, job: Job) -> Done {
+        if !job.is_heavy() {
+            return job.run(&MonotonicClock(Instant::now()));
+        }
+        self.on_worker(move |clock| job.run(clock))
+            .await
+            .unwrap_or_else(|| {
+                Done::Response(Response::error(503, "the request failed inside the server"))
+            })
     }
 
     /// Ends a wait at its deadline: the 408, or None when a delivery answered it first.
@@ -128,16 +234,5 @@ impl Shared {
         let mut inner = self.lock();
         inner.waiters.remove(&id);
         inner.api.cancel(id);
-    }
-
-    /// How many waits are parked, in the core and in this host (they must agree).
-    pub fn pending_waits(&self) -> (usize, usize) {
-        let inner = self.lock();
-        (inner.api.pending_waits(), inner.waiters.len())
-    }
-
-    /// How many messages are stored.
-    pub fn stored(&self) -> usize {
-        self.lock().api.store().len()
     }
 }

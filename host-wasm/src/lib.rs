@@ -16,6 +16,7 @@ use std::sync::Once;
 
 use js_sys::{Array, Object, Reflect, Uint8Array};
 use mailjar_core::api::{self, Address, ApiConfig, Outcome, WaitId};
+use mailjar_core::budget::Clock;
 use mailjar_core::id::Entropy;
 use mailjar_core::smtp::{self, Envelope, Incoming, Output, Reply};
 use mailjar_core::store::{Prepared, StoreLimits};
@@ -256,10 +257,13 @@ fn usize_field(
 }
 
 /// Milliseconds since the Unix epoch from JavaScript (`Date.now()`, or a fake clock).
+/// The last millisecond of the year 9999, the last one RFC 3339 can write.
+const MAX_TIME_MS: f64 = 253_402_300_799_999.0;
+
 fn time_ms(now_ms: f64, name: &str) -> Result<u64, JsValue> {
-    if !now_ms.is_finite() || !(0.0..=MAX_SAFE_INTEGER).contains(&now_ms) {
+    if !now_ms.is_finite() || !(0.0..=MAX_TIME_MS).contains(&now_ms) {
         return Err(range_error(format!(
-            "{name} must be a time in milliseconds since the Unix epoch (a finite number from 0), not {now_ms}"
+            "{name} must be a time in milliseconds since the Unix epoch, from 0 to {MAX_TIME_MS} (the end of the year 9999), not {now_ms}"
         )));
     }
     Ok(now_ms.floor() as u64)
@@ -441,30 +445,39 @@ impl Session {
     }
 }
 
-fn ready_object(response: &api::Response) -> Object {
+fn ready_object(response: api::Response) -> Object {
     ready_object_of_kind(None, response)
 }
 
 /// `{kind?, status, body, allow?}`.
-fn ready_object_of_kind(kind: Option<&str>, response: &api::Response) -> Object {
+fn ready_object_of_kind(kind: Option<&str>, response: api::Response) -> Object {
     let object = Object::new();
     if let Some(kind) = kind {
         set(&object, "kind", kind);
     }
     set(&object, "status", response.status);
-    set(&object, "body", response.body.as_str());
-    if let Some(allow) = response.allow {
+    if let Some(allow) = response.header("allow") {
         set(&object, "allow", allow);
     }
+    set(&object, "body", response.into_text());
     object
 }
 
-fn woken_object(wait: WaitId, response: &api::Response) -> JsValue {
+fn woken_object(wait: WaitId, response: api::Response) -> JsValue {
     let object = Object::new();
     set(&object, "waitId", wait.0 as f64);
     set(&object, "status", response.status);
-    set(&object, "body", response.body.as_str());
+    set(&object, "body", response.into_text());
     object.into()
+}
+
+/// JavaScript's clock, for the pattern budget: `Date.now()` in nanoseconds.
+struct DateClock;
+
+impl Clock for DateClock {
+    fn nanos(&self) -> u64 {
+        (js_sys::Date::now() * 1_000_000.0) as u64
+    }
 }
 
 /// The JSON HTTP API: the message store, the filters, every endpoint and the parked waits.
@@ -540,8 +553,8 @@ impl Api {
             None => api::Request::new(&method, &path),
         };
         let now = time_ms(now_ms, "nowMs")?;
-        let object = match self.inner.handle(&request, now) {
-            Outcome::Ready(response) => ready_object_of_kind(Some("ready"), &response),
+        let object = match self.inner.answer(&request, now, &DateClock) {
+            Outcome::Ready(response) => ready_object_of_kind(Some("ready"), response),
             Outcome::Wait(spec) => {
                 let object = Object::new();
                 set(&object, "kind", "wait");
@@ -589,13 +602,15 @@ impl Api {
             raw,
             helo,
         });
-        let delivered = self.inner.deliver(prepared, now, entropy());
+        let delivered = self
+            .inner
+            .deliver_and_wake(prepared, now, entropy(), &DateClock);
         let object = Object::new();
         set(&object, "id", delivered.id.to_string());
         let woken: Array = delivered
             .woken
-            .iter()
-            .map(|(wait, response)| woken_object(*wait, response))
+            .into_iter()
+            .map(|(wait, response)| woken_object(wait, response))
             .collect();
         set(&object, "woken", woken);
         Ok(object.into())
@@ -611,7 +626,7 @@ impl Api {
         Ok(self
             .inner
             .expire(wait)
-            .map_or(JsValue::UNDEFINED, |r| ready_object(&r).into()))
+            .map_or(JsValue::UNDEFINED, |r| ready_object(r).into()))
     }
 
     /// Ends with a 408 every parked wait whose deadline is at or before `nowMs`.
@@ -624,8 +639,8 @@ impl Api {
         Ok(self
             .inner
             .expire_due(now)
-            .iter()
-            .map(|(wait, response)| woken_object(*wait, response))
+            .into_iter()
+            .map(|(wait, response)| woken_object(wait, response))
             .collect())
     }
 

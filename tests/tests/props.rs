@@ -8,6 +8,7 @@
 //!   followed by its 250, and the API stores exactly what the session handed out.
 
 use mailjar_core::api::{Api, ApiConfig, Outcome, Request};
+use mailjar_core::budget::StoppedClock;
 use mailjar_core::smtp::{Config, Output, Session};
 use mailjar_core::store::Prepared;
 use mailjar_tests::vectors::{ExpectedMessage, check_listed};
@@ -187,13 +188,19 @@ fn check_outputs(outputs: &[Output]) -> Result<(), TestCaseError> {
 
 /// The API stores exactly what the session handed out, and lists it so.
 fn check_stored(hosted: &mut Hosted) -> Result<(), TestCaseError> {
-    let raws: Vec<&[u8]> = hosted.api.store().iter().map(|e| e.raw()).collect();
+    let snapshot = hosted.api.store().snapshot();
+    let raws: Vec<&[u8]> = snapshot.iter().map(|e| e.raw()).collect();
     let want: Vec<&[u8]> = hosted.stored.iter().map(|m| m.raw.as_slice()).collect();
     prop_assert_eq!(raws, want);
-    let Outcome::Ready(list) = hosted.api.handle(&Request::new("GET", "/api/emails"), NOW) else {
+    let Outcome::Ready(list) =
+        hosted
+            .api
+            .answer(&Request::new("GET", "/api/emails"), NOW, &StoppedClock)
+    else {
         return Err(TestCaseError::fail("the list parked"));
     };
-    let list = serde_json::from_str(&list.body).map_err(|e| TestCaseError::fail(e.to_string()))?;
+    let list =
+        serde_json::from_str(&list.into_text()).map_err(|e| TestCaseError::fail(e.to_string()))?;
     check_listed(&list, &hosted.stored).map_err(TestCaseError::fail)
 }
 

@@ -7,6 +7,7 @@
 use std::collections::HashMap;
 
 use mailjar_core::api::{Api, ApiConfig, Outcome, Request, Response, WaitId};
+use mailjar_core::budget::StoppedClock;
 use mailjar_core::smtp::{Config, Envelope, Incoming, Output, Session};
 use mailjar_core::store::{Prepared, StoreLimits};
 use mailjar_tests::matcher::{Vars, substitute};
@@ -96,9 +97,9 @@ fn run_smtp(v: &SmtpVector, chunks: &[Vec<u8>]) -> Result<(), String> {
     for (n, m) in messages.into_iter().enumerate() {
         api.deliver(Prepared::new(m), START_MS, [n as u8; 10]);
     }
-    match api.handle(&Request::new("GET", "/api/emails"), START_MS) {
+    match api.answer(&Request::new("GET", "/api/emails"), START_MS, &StoppedClock) {
         Outcome::Ready(r) => {
-            let list = serde_json::from_str(&r.body).map_err(|e| e.to_string())?;
+            let list = serde_json::from_str(&r.into_text()).map_err(|e| e.to_string())?;
             check_listed(&list, &v.messages)
         }
         Outcome::Wait(_) => Err("the list parked".to_owned()),
@@ -134,13 +135,34 @@ fn smtp_vectors_against_the_core() {
     );
 }
 
+/// A response as the vectors check it: status, `Allow` header and body text.
+struct Answer {
+    status: u16,
+    allow: Option<String>,
+    body: String,
+}
+
+impl Answer {
+    fn of(response: Response) -> Answer {
+        Answer {
+            status: response.status,
+            allow: response.header("allow").map(str::to_owned),
+            body: response.into_text(),
+        }
+    }
+}
+
+fn answers(woken: Vec<(WaitId, Response)>) -> impl Iterator<Item = (WaitId, Answer)> {
+    woken.into_iter().map(|(id, r)| (id, Answer::of(r)))
+}
+
 /// One API vector's state on the core: the API, the fake clock, and what waits got.
 struct CoreRun {
     api: Api,
     now: u64,
     vars: Vars,
     waits: HashMap<String, WaitId>,
-    answered: HashMap<WaitId, Response>,
+    answered: HashMap<WaitId, Answer>,
     deliveries: u8,
 }
 
@@ -162,10 +184,13 @@ impl CoreRun {
                     raw: raw.clone(),
                     helo: Some("vectors".to_owned()),
                 };
-                let delivered =
-                    self.api
-                        .deliver(Prepared::new(incoming), self.now, [self.deliveries; 10]);
-                self.answered.extend(delivered.woken);
+                let delivered = self.api.deliver_and_wake(
+                    Prepared::new(incoming),
+                    self.now,
+                    [self.deliveries; 10],
+                    &StoppedClock,
+                );
+                self.answered.extend(answers(delivered.woken));
                 if let Some(name) = bind {
                     self.vars.insert(name.clone(), delivered.id.to_string());
                 }
@@ -176,9 +201,13 @@ impl CoreRun {
                 expect,
             } => {
                 let target = substitute(target, &self.vars)?;
-                match self.api.handle(&Request::new(method, &target), self.now) {
+                match self
+                    .api
+                    .answer(&Request::new(method, &target), self.now, &StoppedClock)
+                {
                     Outcome::Ready(r) => {
-                        check_response(r.status, r.allow, &r.body, expect, &self.vars)
+                        let r = Answer::of(r);
+                        check_response(r.status, r.allow.as_deref(), &r.body, expect, &self.vars)
                             .map_err(|e| format!("{method} {target}: {e}"))?;
                     }
                     Outcome::Wait(_) => {
@@ -192,21 +221,25 @@ impl CoreRun {
                 name,
             } => {
                 let target = substitute(target, &self.vars)?;
-                match self.api.handle(&Request::new(method, &target), self.now) {
+                match self
+                    .api
+                    .answer(&Request::new(method, &target), self.now, &StoppedClock)
+                {
                     Outcome::Wait(spec) => {
                         self.waits.insert(name.clone(), spec.id);
                     }
                     Outcome::Ready(r) => {
+                        let status = r.status;
                         return Err(format!(
-                            "{method} {target} did not park: {} {}",
-                            r.status, r.body
+                            "{method} {target} did not park: {status} {}",
+                            r.into_text()
                         ));
                     }
                 }
             }
             Step::Advance(ms) => {
                 self.now += ms;
-                self.answered.extend(self.api.expire_due(self.now));
+                self.answered.extend(answers(self.api.expire_due(self.now)));
             }
             Step::Resolve { name, expect } => {
                 let id = self
@@ -217,7 +250,7 @@ impl CoreRun {
                     .answered
                     .remove(id)
                     .ok_or(format!("wait {name} is still pending"))?;
-                check_response(r.status, r.allow, &r.body, expect, &self.vars)
+                check_response(r.status, r.allow.as_deref(), &r.body, expect, &self.vars)
                     .map_err(|e| format!("wait {name}: {e}"))?;
             }
             Step::Pending(name) => {

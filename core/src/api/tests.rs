@@ -1,4 +1,6 @@
 use super::*;
+use crate::budget::{Clock, StoppedClock};
+use crate::smtp::Envelope;
 use crate::smtp::Incoming;
 use serde_json::Value;
 
@@ -21,13 +23,24 @@ fn message(to: &[&str], subject: &str) -> Prepared {
 }
 
 fn deliver(api: &mut Api, to: &[&str], subject: &str) -> Delivered {
-    api.deliver(message(to, subject), NOW, [9; 10])
+    api.deliver_and_wake(message(to, subject), NOW, [9; 10], &StoppedClock)
 }
 
 fn ready(api: &mut Api, method: &str, target: &str) -> (u16, Value) {
-    match api.handle(&Request::new(method, target), NOW) {
-        Outcome::Ready(r) => (r.status, serde_json::from_str(&r.body).expect("JSON body")),
+    match api.answer(&Request::new(method, target), NOW, &StoppedClock) {
+        Outcome::Ready(r) => (
+            r.status,
+            serde_json::from_str(&r.into_text()).expect("JSON body"),
+        ),
         Outcome::Wait(w) => panic!("{target} parked as {w:?}"),
+    }
+}
+
+/// The body of a response built in one piece.
+fn text_of(response: &Response) -> String {
+    match &response.body {
+        crate::response::Body::Full(bytes) => String::from_utf8(bytes.to_vec()).unwrap(),
+        crate::response::Body::Stream(_) => panic!("a streamed body; take it with into_text"),
     }
 }
 
@@ -194,9 +207,10 @@ fn wait_returns_a_stored_match_at_once() {
 #[test]
 fn wait_parks_until_a_matching_delivery() {
     let mut api = api();
-    let Outcome::Wait(spec) = api.handle(
+    let Outcome::Wait(spec) = api.answer(
         &Request::new("GET", "/api/emails/wait?to=b@x&timeoutMs=500"),
         NOW,
+        &StoppedClock,
     ) else {
         panic!("should park");
     };
@@ -205,23 +219,24 @@ fn wait_parks_until_a_matching_delivery() {
     assert!(deliver(&mut api, &["a@x"], "not for b").woken.is_empty());
     let delivered = deliver(&mut api, &["b@x"], "for b");
     assert_eq!(delivered.woken.len(), 1);
-    let (id, response) = &delivered.woken[0];
-    assert_eq!(*id, spec.id);
-    let body: Value = serde_json::from_str(&response.body).unwrap();
+    let (id, response) = delivered.woken.into_iter().next().unwrap();
+    assert_eq!(id, spec.id);
+    let body: Value = serde_json::from_str(&response.into_text()).unwrap();
     assert_eq!(body["email"]["subject"], "for b");
     assert_eq!(api.pending_waits(), 0);
-    assert_eq!(api.expire(spec.id), None);
+    assert!(api.expire(spec.id).is_none());
 }
 
 #[test]
 fn a_wait_whose_pattern_gives_up_on_a_delivery_ends_with_400() {
     let mut api = api();
-    let Outcome::Wait(spec) = api.handle(
+    let Outcome::Wait(spec) = api.answer(
         &Request::new(
             "GET",
             "/api/emails/wait?subjectPattern=%5E(a%2B)%2B%5C1b%24",
         ),
         NOW,
+        &StoppedClock,
     ) else {
         panic!("should park");
     };
@@ -234,7 +249,8 @@ fn a_wait_whose_pattern_gives_up_on_a_delivery_ends_with_400() {
     let (id, response) = &delivered.woken[0];
     assert_eq!(*id, spec.id);
     assert_eq!(response.status, 400);
-    assert!(response.body.contains("backtracking"), "{}", response.body);
+    let text = text_of(response);
+    assert!(text.contains("backtracking"), "{text}");
     assert_eq!(api.pending_waits(), 0);
     let (status, _) = get(&mut api, "/api/emails?subjectPattern=%5E(a%2B)%2B%5C1b%24");
     assert_eq!(status, 400);
@@ -243,7 +259,9 @@ fn a_wait_whose_pattern_gives_up_on_a_delivery_ends_with_400() {
 #[test]
 fn wait_times_out_with_408_and_cancels() {
     let mut api = api();
-    let Outcome::Wait(spec) = api.handle(&Request::new("GET", "/api/emails/wait"), NOW) else {
+    let Outcome::Wait(spec) =
+        api.answer(&Request::new("GET", "/api/emails/wait"), NOW, &StoppedClock)
+    else {
         panic!("should park");
     };
     assert_eq!(spec.deadline_ms, NOW + DEFAULT_WAIT_MS);
@@ -252,10 +270,13 @@ fn wait_times_out_with_408_and_cancels() {
     let expired = api.expire_due(NOW + DEFAULT_WAIT_MS);
     assert_eq!(expired.len(), 1);
     assert_eq!(expired[0].1.status, 408);
-    assert!(expired[0].1.body.contains("10000 ms"));
+    assert!(text_of(&expired[0].1).contains("10000 ms"));
 
-    let Outcome::Wait(spec) = api.handle(&Request::new("GET", "/api/emails/wait?afterId="), NOW)
-    else {
+    let Outcome::Wait(spec) = api.answer(
+        &Request::new("GET", "/api/emails/wait?afterId="),
+        NOW,
+        &StoppedClock,
+    ) else {
         panic!("should park");
     };
     assert!(api.cancel(spec.id));
@@ -272,9 +293,10 @@ fn wait_times_out_with_408_and_cancels() {
 fn wait_after_id_skips_older_matches() {
     let mut api = api();
     let a = deliver(&mut api, &["a@x"], "a").id;
-    let outcome = api.handle(
+    let outcome = api.answer(
         &Request::new("GET", &format!("/api/emails/wait?afterId={a}")),
         NOW,
+        &StoppedClock,
     );
     assert!(matches!(outcome, Outcome::Wait(_)));
     assert_eq!(deliver(&mut api, &["a@x"], "b").woken.len(), 1);
@@ -305,12 +327,12 @@ fn routes_methods_and_bad_queries() {
         (status, text.as_str()),
         (404, "no such endpoint: GET /nope")
     );
-    let response = match api.handle(&Request::new("POST", "/api/emails"), NOW) {
+    let response = match api.answer(&Request::new("POST", "/api/emails"), NOW, &StoppedClock) {
         Outcome::Ready(r) => r,
         Outcome::Wait(_) => unreachable!(),
     };
     assert_eq!(response.status, 405);
-    assert_eq!(response.allow, Some("GET, DELETE"));
+    assert_eq!(response.header("allow"), Some("GET, DELETE"));
     let (status, _) = ready(&mut api, "DELETE", "/api/emails/latest");
     assert_eq!(status, 405);
     for (target, needle) in [
@@ -372,4 +394,145 @@ fn received_at_never_goes_back() {
         body["emails"][0]["receivedAt"],
         body["emails"][1]["receivedAt"]
     );
+}
+
+#[test]
+fn waits_past_the_limit_get_503_at_once() {
+    let mut api = Api::new(ApiConfig {
+        max_waits: 2,
+        ..ApiConfig::default()
+    });
+    for _ in 0..2 {
+        let outcome = api.answer(&Request::new("GET", "/api/emails/wait"), NOW, &StoppedClock);
+        assert!(matches!(outcome, Outcome::Wait(_)));
+    }
+    let (status, text) = error_of(get(&mut api, "/api/emails/wait"));
+    assert_eq!((status, text.as_str()), (503, "too many waits"));
+    let (_, health) = get(&mut api, "/health");
+    assert_eq!(health["waits"], 2);
+    assert_eq!(health["limits"]["maxWaits"], 2);
+    assert_eq!(
+        health["limits"]["patternBudgetMs"],
+        DEFAULT_PATTERN_BUDGET_MS
+    );
+}
+
+/// A clock that moves 100 ms every time it is read.
+struct Slow(std::cell::Cell<u64>);
+
+impl Clock for Slow {
+    fn nanos(&self) -> u64 {
+        let now = self.0.get();
+        self.0.set(now + 100_000_000);
+        now
+    }
+}
+
+#[test]
+fn a_pattern_that_spends_its_budget_ends_with_400_too_expensive() {
+    let mut api = api();
+    for i in 0..5 {
+        deliver(&mut api, &["a@x"], &format!("subject {i}"));
+    }
+    let slow = Slow(std::cell::Cell::new(0));
+    // Each match "takes" 100 ms: the third one finds the 250 ms budget spent.
+    let request = Request::new("GET", "/api/emails?subjectPattern=nomatch");
+    let Outcome::Ready(response) = api.answer(&request, NOW, &slow) else {
+        panic!("a list never parks");
+    };
+    assert_eq!(response.status, 400);
+    assert_eq!(
+        response.into_text(),
+        r#"{"error":"subjectPattern too expensive"}"#
+    );
+    // A parked wait spends its budget over its life, then is answered with the same 400.
+    let request = Request::new("GET", "/api/emails/wait?subjectPattern=nomatch&afterId=");
+    let mut api = self::api();
+    let Outcome::Wait(spec) = api.answer(&request, NOW, &slow) else {
+        panic!("should park");
+    };
+    let mut woken = Vec::new();
+    for i in 0..4 {
+        let delivered =
+            api.deliver_and_wake(message(&["a@x"], &format!("s{i}")), NOW, [1; 10], &slow);
+        woken.extend(delivered.woken);
+    }
+    assert_eq!(woken.len(), 1);
+    assert_eq!(woken[0].0, spec.id);
+    assert_eq!(woken[0].1.status, 400);
+    assert_eq!(api.pending_waits(), 0);
+}
+
+#[test]
+fn a_wait_looks_again_at_messages_stored_while_its_job_ran() {
+    let mut api = api();
+    let Step::Work(job) = api.handle(&Request::new("GET", "/api/emails/wait?to=b@x"), NOW) else {
+        panic!("a wait starts with a job");
+    };
+    let Done::Commit(commit) = job.run(&StoppedClock) else {
+        panic!("nothing stored yet: it asks to park");
+    };
+    // A matching message lands between the job and its commit.
+    let stored = api.deliver(message(&["b@x"], "in between"), NOW, [1; 10]);
+    assert!(!stored.waits_parked);
+    let Step::Work(again) = api.complete(commit, NOW) else {
+        panic!("it must look at the new message first");
+    };
+    let Done::Response(response) = again.run(&StoppedClock) else {
+        panic!("the new message matches");
+    };
+    let body: Value = serde_json::from_str(&response.into_text()).unwrap();
+    assert_eq!(body["email"]["id"], stored.id.to_string());
+    assert_eq!(api.pending_waits(), 0);
+}
+
+#[test]
+fn a_batch_answers_each_wait_with_its_oldest_match_and_only_once() {
+    let mut api = api();
+    let Outcome::Wait(spec) = api.answer(
+        &Request::new("GET", "/api/emails/wait?to=c@x"),
+        NOW,
+        &StoppedClock,
+    ) else {
+        panic!("should park");
+    };
+    let first = api.deliver(message(&["c@x"], "first"), NOW, [1; 10]);
+    api.deliver(message(&["c@x"], "second"), NOW, [1; 10]);
+    assert!(first.waits_parked);
+    let batch = api.match_batch().expect("two new messages, one wait");
+    assert_eq!(batch.messages(), 2);
+    assert!(api.match_batch().is_none());
+    let matches = batch.run(&StoppedClock);
+    assert_eq!(matches.len(), 1);
+    let woken = api.resolve(matches);
+    assert_eq!(woken.len(), 1);
+    let (id, response) = woken.into_iter().next().unwrap();
+    assert_eq!(id, spec.id);
+    let body: Value = serde_json::from_str(&response.into_text()).unwrap();
+    assert_eq!(body["email"]["id"], first.id.to_string());
+    // Resolving the same wait again (a second batch racing) answers nothing.
+    let Outcome::Wait(_) = api.answer(
+        &Request::new("GET", "/api/emails/wait?to=z@x"),
+        NOW,
+        &StoppedClock,
+    ) else {
+        panic!("should park");
+    };
+    assert!(api.cancel(WaitId(spec.id.0 + 1)));
+    assert!(!api.cancel(spec.id));
+}
+
+#[test]
+fn deleting_hands_the_messages_back_to_free_outside_the_lock() {
+    let mut api = api();
+    deliver(&mut api, &["a@x"], "1");
+    deliver(&mut api, &["b@x"], "2");
+    assert!(api.take_trash().is_empty());
+    let (status, body) = ready(&mut api, "DELETE", "/api/emails?to=a@x");
+    assert_eq!((status, body["deleted"].as_u64()), (200, Some(1)));
+    assert!(!api.take_trash().is_empty());
+    let (_, body) = ready(&mut api, "DELETE", "/api/emails");
+    assert_eq!(body["deleted"], 1);
+    assert!(!api.take_trash().is_empty());
+    assert!(api.take_trash().is_empty());
 }

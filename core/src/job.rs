@@ -1,0 +1,216 @@
+//! The work of a request that may be long: filtering, pattern matching and
+//! compiling. [`crate::api::Api::handle`] hands it out as a [`Job`]; the host
+//! runs it outside its lock (on a thread where a long computation blocks no
+//! one) and passes the [`Commit`] it may end in back to
+//! [`crate::api::Api::complete`].
+
+use std::sync::Arc;
+
+use crate::budget::{Budget, Clock};
+use crate::email::Email;
+use crate::error::ApiError;
+use crate::filter::{Filter, FilterSpec};
+use crate::id::MessageId;
+use crate::patterns::PatternCache;
+use crate::response::Response;
+use crate::store::Snapshot;
+use crate::view::{EmailJson, ListJson};
+
+/// The most messages a job without a pattern looks at to count as light.
+pub const LIGHT_MESSAGES: usize = 1000;
+
+/// Work to run outside the lock; see the [module documentation](self).
+#[derive(Debug)]
+pub struct Job {
+    pub(crate) kind: Box<JobKind>,
+    pub(crate) patterns: Arc<PatternCache>,
+}
+
+/// A filter still to compile, or compiled by an earlier step of the same request.
+#[derive(Debug)]
+pub(crate) enum WaitFilter {
+    Spec(FilterSpec),
+    Compiled(Filter),
+}
+
+#[derive(Debug)]
+pub(crate) enum JobKind {
+    List {
+        spec: FilterSpec,
+        messages: Snapshot,
+        limit: Option<u64>,
+        budget: Budget,
+    },
+    Latest {
+        spec: FilterSpec,
+        messages: Snapshot,
+        budget: Budget,
+    },
+    Wait(WaitWork),
+    DeleteTo {
+        to: String,
+        messages: Snapshot,
+    },
+}
+
+/// A wait's look at the stored messages before it parks.
+#[derive(Debug)]
+pub(crate) struct WaitWork {
+    pub(crate) filter: WaitFilter,
+    /// The messages to look at, oldest first.
+    pub(crate) messages: Snapshot,
+    /// The newest stored id when `messages` was taken.
+    pub(crate) upto: Option<MessageId>,
+    pub(crate) timeout_ms: u64,
+    pub(crate) deadline_ms: u64,
+    pub(crate) budget: Budget,
+}
+
+/// How a [`Job`] ended.
+#[derive(Debug)]
+pub enum Done {
+    /// The answer: send it.
+    Response(Response),
+    /// A change to make under the lock: pass it to [`crate::api::Api::complete`].
+    Commit(Commit),
+}
+
+/// A change a [`Job`] asks for, made under the lock by [`crate::api::Api::complete`].
+#[derive(Debug)]
+pub struct Commit(pub(crate) CommitKind);
+
+#[derive(Debug)]
+pub(crate) enum CommitKind {
+    /// Park the wait, unless messages arrived since it looked.
+    Park {
+        filter: Filter,
+        upto: Option<MessageId>,
+        timeout_ms: u64,
+        deadline_ms: u64,
+        budget: Budget,
+    },
+    /// Delete these messages.
+    Remove(Vec<MessageId>),
+}
+
+/// The one-message answer `{"email": ...}`.
+pub(crate) fn one(email: Arc<Email>) -> Response {
+    Response::json_stream(200, Box::new(EmailJson::new(email, b"{\"email\":", b"}")))
+}
+
+impl Job {
+    /// Whether the work may be long: a pattern to compile and run, or more
+    /// than [`LIGHT_MESSAGES`] messages to look at. A host may run light work
+    /// where it stands and long work where it blocks no one.
+    pub fn is_heavy(&self) -> bool {
+        let (pattern, messages) = match &*self.kind {
+            JobKind::List { spec, messages, .. } | JobKind::Latest { spec, messages, .. } => {
+                (spec.has_pattern(), messages)
+            }
+            JobKind::Wait(work) => (
+                match &work.filter {
+                    WaitFilter::Spec(spec) => spec.has_pattern(),
+                    WaitFilter::Compiled(filter) => filter.has_pattern(),
+                },
+                &work.messages,
+            ),
+            JobKind::DeleteTo { messages, .. } => (false, messages),
+        };
+        pattern || messages.len() > LIGHT_MESSAGES
+    }
+
+    /// Does the work; `clock` measures what the pattern spends.
+    pub fn run(self, clock: &dyn Clock) -> Done {
+        match self.run_checked(clock) {
+            Ok(done) => done,
+            Err(e) => Done::Response(e.response()),
+        }
+    }
+
+    fn run_checked(self, clock: &dyn Clock) -> Result<Done, ApiError> {
+        let patterns = &*self.patterns;
+        match *self.kind {
+            JobKind::List {
+                spec,
+                messages,
+                limit,
+                mut budget,
+            } => {
+                let filter = spec.compile(patterns)?;
+                let mut emails = Vec::new();
+                match limit {
+                    // The newest `limit` matches, in receive order.
+                    Some(limit) => {
+                        for email in messages.iter().rev() {
+                            if emails.len() as u64 == limit {
+                                break;
+                            }
+                            if filter.matches(email, &mut budget, clock)? {
+                                emails.push(email.clone());
+                            }
+                        }
+                        emails.reverse();
+                    }
+                    None => {
+                        for email in messages.iter() {
+                            if filter.matches(email, &mut budget, clock)? {
+                                emails.push(email.clone());
+                            }
+                        }
+                    }
+                }
+                Ok(Done::Response(Response::json_stream(
+                    200,
+                    Box::new(ListJson::new(emails)),
+                )))
+            }
+            JobKind::Latest {
+                spec,
+                messages,
+                mut budget,
+            } => {
+                let filter = spec.compile(patterns)?;
+                for email in messages.iter().rev() {
+                    if filter.matches(email, &mut budget, clock)? {
+                        return Ok(Done::Response(one(email.clone())));
+                    }
+                }
+                Err(ApiError::NotFound("no stored message matches".to_owned()))
+            }
+            JobKind::Wait(work) => {
+                let WaitWork {
+                    filter,
+                    messages,
+                    upto,
+                    timeout_ms,
+                    deadline_ms,
+                    mut budget,
+                } = work;
+                let filter = match filter {
+                    WaitFilter::Spec(spec) => spec.compile(patterns)?,
+                    WaitFilter::Compiled(filter) => filter,
+                };
+                for email in messages.iter() {
+                    if filter.matches(email, &mut budget, clock)? {
+                        return Ok(Done::Response(one(email.clone())));
+                    }
+                }
+                Ok(Done::Commit(Commit(CommitKind::Park {
+                    filter,
+                    upto,
+                    timeout_ms,
+                    deadline_ms,
+                    budget,
+                })))
+            }
+            JobKind::DeleteTo { to, messages } => {
+                let ids = messages
+                    .iter()
+                    .filter(|e| e.is_addressed_to(&to))
+                    .map(|e| e.id)
+                    .collect();
+                Ok(Done::Commit(Commit(CommitKind::Remove(ids))))
+            }
+        }
+    }
+}

@@ -1,0 +1,155 @@
+//! Parked waits, and the matching of newly stored messages against them.
+//!
+//! The waits sit behind [`Arc`] in a persistent map, so a [`MatchBatch`]
+//! takes them in O(1) under the host's lock and tries them outside it. Each
+//! wait is resolved at most once, by id, under the lock ([`crate::api::Api::resolve`]).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use imbl::OrdMap;
+
+use crate::budget::{Budget, Clock};
+use crate::email::Email;
+use crate::error::ApiError;
+use crate::filter::Filter;
+use crate::id::MessageId;
+use crate::store::Snapshot;
+
+/// The name of one parked wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct WaitId(pub u64);
+
+/// A parked wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WaitSpec {
+    /// Names the wait in [`crate::api::Api::expire`], [`crate::api::Api::cancel`] and the responses that resolve it.
+    pub id: WaitId,
+    /// When to call [`crate::api::Api::expire`], in milliseconds since the Unix epoch.
+    pub deadline_ms: u64,
+}
+
+/// One parked wait: its filter, its deadline, what it has seen and what is left of its budget.
+#[derive(Debug)]
+pub(crate) struct PendingWait {
+    pub(crate) filter: Filter,
+    pub(crate) timeout_ms: u64,
+    pub(crate) deadline_ms: u64,
+    /// The newest message id it has been tried against (newer ones are the matcher's).
+    pub(crate) seen: Option<MessageId>,
+    /// Nanoseconds of matching left; only the matcher spends it once parked.
+    pub(crate) budget_ns: AtomicU64,
+}
+
+/// The parked waits, bounded in number.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Waits {
+    parked: OrdMap<WaitId, Arc<PendingWait>>,
+    next: u64,
+}
+
+impl Waits {
+    pub(crate) fn len(&self) -> usize {
+        self.parked.len()
+    }
+
+    pub(crate) fn park(&mut self, wait: PendingWait) -> WaitSpec {
+        let id = WaitId(self.next);
+        self.next += 1;
+        let deadline_ms = wait.deadline_ms;
+        self.parked.insert(id, Arc::new(wait));
+        WaitSpec { id, deadline_ms }
+    }
+
+    pub(crate) fn remove(&mut self, id: WaitId) -> Option<Arc<PendingWait>> {
+        self.parked.remove(&id)
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.parked.is_empty()
+    }
+
+    pub(crate) fn snapshot(&self) -> OrdMap<WaitId, Arc<PendingWait>> {
+        self.parked.clone()
+    }
+
+    /// The waits whose deadline is at or before `now_ms`, in id order (O(n): for hosts without timers).
+    pub(crate) fn due(&self, now_ms: u64) -> Vec<WaitId> {
+        self.parked
+            .iter()
+            .filter(|(_, w)| w.deadline_ms <= now_ms)
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
+    pub(crate) fn next_deadline(&self) -> Option<u64> {
+        self.parked.values().map(|w| w.deadline_ms).min()
+    }
+}
+
+/// Newly stored messages and the waits parked when they were stored, to try outside the lock.
+#[derive(Debug)]
+pub struct MatchBatch {
+    pub(crate) messages: Snapshot,
+    pub(crate) waits: OrdMap<WaitId, Arc<PendingWait>>,
+}
+
+/// What a [`MatchBatch`] found: for each wait it settles, the message or the error.
+#[derive(Debug, Default)]
+pub struct Matches {
+    pub(crate) found: Vec<(WaitId, Result<Arc<Email>, ApiError>)>,
+}
+
+impl Matches {
+    /// How many waits it settles.
+    pub fn len(&self) -> usize {
+        self.found.len()
+    }
+
+    /// Whether it settles none.
+    pub fn is_empty(&self) -> bool {
+        self.found.is_empty()
+    }
+}
+
+impl MatchBatch {
+    /// How many messages it tries.
+    pub fn messages(&self) -> usize {
+        self.messages.len()
+    }
+
+    /// Tries the messages, oldest first, against every wait that has not
+    /// seen them; a wait is settled by its first match, or by its pattern's
+    /// budget running out. Pure computation: run it outside the lock.
+    pub fn run(self, clock: &dyn Clock) -> Matches {
+        let mut found = Vec::new();
+        let mut open: Vec<(WaitId, &PendingWait)> =
+            self.waits.iter().map(|(id, w)| (*id, &**w)).collect();
+        for email in self.messages.iter() {
+            if open.is_empty() {
+                break;
+            }
+            open.retain(|(id, wait)| {
+                if wait.seen.is_some_and(|seen| email.id <= seen) {
+                    return true;
+                }
+                let mut budget = Budget::new(wait.budget_ns.load(Ordering::Relaxed));
+                let result = wait.filter.matches(email, &mut budget, clock);
+                wait.budget_ns
+                    .store(budget.remaining_ns(), Ordering::Relaxed);
+                match result {
+                    Ok(false) => true,
+                    Ok(true) => {
+                        found.push((*id, Ok(email.clone())));
+                        false
+                    }
+                    Err(e) => {
+                        found.push((*id, Err(e)));
+                        false
+                    }
+                }
+            });
+        }
+        Matches { found }
+    }
+}
