@@ -87,6 +87,9 @@ impl Waits {
     }
 }
 
+/// The most (message, wait) pairs without a pattern for a batch to count as light.
+pub const LIGHT_PAIRS: usize = 10_000;
+
 /// Newly stored messages and the waits parked when they were stored, to try outside the lock.
 #[derive(Debug)]
 pub struct MatchBatch {
@@ -116,6 +119,14 @@ impl MatchBatch {
     /// How many messages it tries.
     pub fn messages(&self) -> usize {
         self.messages.len()
+    }
+
+    /// Whether trying it may take long: a wait has a pattern, or there are
+    /// more than [`LIGHT_PAIRS`] (message, wait) pairs to try. A host may run
+    /// light batches where it stands.
+    pub fn is_heavy(&self) -> bool {
+        self.messages.len().saturating_mul(self.waits.len()) > LIGHT_PAIRS
+            || self.waits.values().any(|w| w.filter.has_pattern())
     }
 
     /// Tries the messages, oldest first, against every wait that has not

@@ -147,8 +147,13 @@ impl Shared {
             loop {
                 let batch = self.lock().api.match_batch();
                 let Some(batch) = batch else { break };
-                let Some(matches) = self.on_worker(move |clock| batch.run(clock)).await else {
-                    continue;
+                let matches = if batch.is_heavy() {
+                    match self.on_worker(move |clock| batch.run(clock)).await {
+                        Some(matches) => matches,
+                        None => continue,
+                    }
+                } else {
+                    batch.run(&MonotonicClock(Instant::now()))
                 };
                 let woken = {
                     let mut inner = self.lock();
