@@ -21,10 +21,18 @@
 //! see the figures each test prints, also when it fails).
 //!
 //! The "before" figures of issue 9 were measured with a release build of the server without the
-//! fixes, whose command line does not know the new flags:
-//! `MAILJAR_E2E_UNFIXED=1 cargo test --release -p mailjar --test resource_model -- --test-threads=1 --nocapture`.
-//! `MAILJAR_E2E_UNFIXED` leaves out the flags issue 9 adds (the bound is still computed with
-//! them); `MAILJAR_E2E_BIN=path/to/mailjar` measures another build.
+//! fixes (`cargo build --release -p mailjar` at 7cb8f86), whose command line does not know the
+//! new flags:
+//! `MAILJAR_E2E_BIN=target/release/mailjar MAILJAR_E2E_UNFIXED=1 cargo test -p mailjar --test
+//! resource_model -- --test-threads=1 --nocapture`. `MAILJAR_E2E_BIN` starts that binary instead
+//! of the one cargo built for the tests; `MAILJAR_E2E_UNFIXED` leaves out the flags issue 9 adds
+//! (the bound is still computed with them). The timing and status expectations are checked at
+//! the end of a test, so that a server without the fixes is measured as far as it gets.
+//!
+//! Sizes: F4 and F6 measure what one request with their pattern costs on this machine first,
+//! and park as many waits as fit in 20 s (F4) or 15 s (F6) of one core at that cost, up to the
+//! finding's 700 and 400: on an idle machine the attack is the finding's, on a busy one it is
+//! smaller (still far past the bound on a server without the fixes), and the test ends in time.
 
 mod common;
 
@@ -341,28 +349,49 @@ fn timed_send(server: &Server, to: &str, raw: &[u8]) -> Duration {
 
 /// Counts the objects of the array of a `{"emails": [...]}` body fed to it piece by piece,
 /// without keeping it, and checks that the brackets balance outside strings.
+///
+/// Strings are skipped with `memchr` (through `BufRead::skip_until`), so that the hundreds of
+/// megabytes of a list are counted quickly even in a debug build.
 #[derive(Default)]
 struct EmailCounter {
     depth: u32,
     in_string: bool,
-    escaped: bool,
+    /// Backslashes that ended the previous piece inside a string.
+    backslashes: usize,
     emails: u64,
     broken: bool,
 }
 
 impl EmailCounter {
-    fn feed(&mut self, bytes: &[u8]) {
-        for &b in bytes {
+    fn feed(&mut self, mut bytes: &[u8]) {
+        use std::io::BufRead;
+        while !bytes.is_empty() {
             if self.in_string {
-                if self.escaped {
-                    self.escaped = false;
-                } else if b == b'\\' {
-                    self.escaped = true;
-                } else if b == b'"' {
+                let mut rest = bytes;
+                let n = rest.skip_until(b'"').unwrap_or(bytes.len());
+                let segment = &bytes[..n];
+                bytes = &bytes[n..];
+                let (found, before) = match segment.split_last() {
+                    Some((b'"', before)) => (true, before),
+                    _ => (false, segment),
+                };
+                let run = before.iter().rev().take_while(|&&b| b == b'\\').count();
+                let run = if run == before.len() {
+                    run + self.backslashes
+                } else {
+                    run
+                };
+                self.backslashes = 0;
+                if !found {
+                    self.backslashes = run;
+                } else if run % 2 == 0 {
+                    // Not escaped: the string ends here.
                     self.in_string = false;
                 }
                 continue;
             }
+            let b = bytes[0];
+            bytes = &bytes[1..];
             match b {
                 b'"' => self.in_string = true,
                 b'{' | b'[' => {
@@ -384,6 +413,29 @@ impl EmailCounter {
     fn complete(&self) -> bool {
         !self.broken && !self.in_string && self.depth == 0
     }
+}
+
+/// The counter itself, fed whole and one byte at a time: brackets and quotes inside strings,
+/// escaped or not, do not count.
+#[test]
+fn the_email_counter_counts_what_serde_json_sees() {
+    let body = serde_json::json!({"emails": [
+        {"id": "a", "raw": "x{\"[\\", "text": "\\\\\"}", "to": ["b", "c"], "headers": {"k": "v"}},
+        {"id": "b", "raw": "\u{1}\u{2}{{{", "text": "", "to": [], "headers": {}},
+        {"id": "c", "raw": "]]]}}}\\", "text": "\"", "to": ["{"], "headers": {"[": "]"}},
+    ]})
+    .to_string();
+    for piece in [body.len(), 1, 2, 7] {
+        let mut counter = EmailCounter::default();
+        for chunk in body.as_bytes().chunks(piece) {
+            counter.feed(chunk);
+        }
+        assert!(counter.complete(), "pieces of {piece}");
+        assert_eq!(counter.emails, 3, "pieces of {piece}");
+    }
+    let mut counter = EmailCounter::default();
+    counter.feed(&body.as_bytes()[..body.len() - 1]);
+    assert!(!counter.complete(), "a body cut short");
 }
 
 /// F1: one message, many waits. 100 waits parked on one recipient and one 2 MiB message of
@@ -530,7 +582,7 @@ fn f2_a_list_is_streamed_and_a_client_that_does_not_read_costs_one_buffer() {
     );
     assert_eq!(counter.emails, messages, "the list has every message");
     assert!(
-        length > 10 * 48 * MIB,
+        length > 6 * 48 * MIB,
         "the list is the whole JSON ({length} bytes)"
     );
     attack.check();
