@@ -33,7 +33,7 @@ impl Server {
 
     /// Starts the binary on free ports with extra flags, and waits until it has logged its ports.
     pub fn start_with(flags: &[&str]) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_mailjar"))
+        let mut child = Command::new(binary())
             .args(["--smtp-port", "0", "--http-port", "0"])
             .args(flags)
             .env_remove("RUST_LOG")
@@ -212,6 +212,13 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The binary the tests start: `MAILJAR_E2E_BIN` when it is set (to measure another build, e.g.
+/// a release binary from another checkout), else the one cargo built for this test run.
+pub fn binary() -> std::ffi::OsString {
+    std::env::var_os("MAILJAR_E2E_BIN")
+        .unwrap_or_else(|| std::ffi::OsString::from(env!("CARGO_BIN_EXE_mailjar")))
 }
 
 /// Removes ANSI colour escapes (tracing colours its output even into a pipe).
@@ -491,6 +498,13 @@ impl Smtp {
         self.writer.set_nodelay(true).expect("set TCP_NODELAY");
     }
 
+    /// Sets how long one read may block (the default is [`IO_TIMEOUT`]).
+    pub fn set_read_timeout(&self, timeout: Duration) {
+        self.writer
+            .set_read_timeout(Some(timeout))
+            .expect("set the read timeout");
+    }
+
     /// Half-closes the writing side.
     pub fn shutdown_write(&mut self) {
         let _ = self.writer.shutdown(Shutdown::Write);
@@ -751,14 +765,25 @@ pub fn connect_when_free(addr: SocketAddr, timeout: Duration) -> Smtp {
     }
 }
 
-/// The resident set size of a process in KiB (`VmRSS` of `/proc/PID/status`), if readable.
-pub fn rss_kib(pid: u32) -> Option<u64> {
+/// A `kB` field of `/proc/PID/status` (`VmRSS`, `VmHWM`, ...) in KiB, if readable (a process
+/// that has exited, even one not yet reaped, has none).
+pub fn proc_status_kib(pid: u32, field: &str) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     status
         .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
         .and_then(|rest| rest.split_whitespace().next())
         .and_then(|kib| kib.parse().ok())
+}
+
+/// The resident set size of a process in KiB (`VmRSS` of `/proc/PID/status`), if readable.
+pub fn rss_kib(pid: u32) -> Option<u64> {
+    proc_status_kib(pid, "VmRSS")
+}
+
+/// The peak resident set size of a process in KiB (`VmHWM` of `/proc/PID/status`), if readable.
+pub fn peak_rss_kib(pid: u32) -> Option<u64> {
+    proc_status_kib(pid, "VmHWM")
 }
 
 /// Samples the RSS of a process every `every` on a thread until dropped; keeps the peak.
@@ -870,4 +895,363 @@ pub fn try_read_http_response(stream: &mut TcpStream) -> Option<Http> {
         Ok(_) => {}
     }
     Some(read_http_response(stream))
+}
+
+/// Watches a process's memory on a thread and kills it (SIGKILL) as soon as its RSS passes a
+/// ceiling, so that an attack on a server without the fix cannot take the machine down with it.
+/// It keeps the highest `VmHWM` it read: the process's peak RSS even after the kill.
+///
+/// Drop it before the process is reaped (declare it after the [`Server`]), so that it never
+/// reads or kills a process that has reused the id.
+pub struct RssGuard {
+    pid: u32,
+    peak: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    killed_at: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl RssGuard {
+    /// The ceiling of the attack tests: 3 GiB, in KiB.
+    pub const CEILING_KIB: u64 = 3 << 20;
+
+    /// Starts watching `pid` every 5 ms; kills it when its RSS passes `ceiling_kib`.
+    pub fn start(pid: u32, ceiling_kib: u64) -> RssGuard {
+        use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+        let peak = std::sync::Arc::new(AtomicU64::new(peak_rss_kib(pid).unwrap_or(0)));
+        let killed_at = std::sync::Arc::new(AtomicU64::new(0));
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let thread = {
+            let (peak, killed_at, stop) = (peak.clone(), killed_at.clone(), stop.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) && killed_at.load(Ordering::Relaxed) == 0 {
+                    if let Some(hwm) = peak_rss_kib(pid) {
+                        peak.fetch_max(hwm, Ordering::Relaxed);
+                    }
+                    if let Some(rss) = rss_kib(pid)
+                        && rss > ceiling_kib
+                    {
+                        let _ = Command::new("kill")
+                            .args(["-KILL", &pid.to_string()])
+                            .status();
+                        killed_at.store(rss, Ordering::Relaxed);
+                        eprintln!(
+                            "RssGuard: killed process {pid} at {} MiB RSS (ceiling {} MiB)",
+                            rss >> 10,
+                            ceiling_kib >> 10
+                        );
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            })
+        };
+        RssGuard {
+            pid,
+            peak,
+            killed_at,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// The peak RSS (`VmHWM`) of the process so far, in KiB (read now when the process lives).
+    pub fn peak_kib(&self) -> u64 {
+        let now = if self.killed().is_none() {
+            peak_rss_kib(self.pid).unwrap_or(0)
+        } else {
+            0
+        };
+        self.peak
+            .fetch_max(now, std::sync::atomic::Ordering::Relaxed)
+            .max(now)
+    }
+
+    /// The RSS in KiB at which the guard killed the process, if it did.
+    pub fn killed(&self) -> Option<u64> {
+        match self.killed_at.load(std::sync::atomic::Ordering::Relaxed) {
+            0 => None,
+            kib => Some(kib),
+        }
+    }
+}
+
+impl Drop for RssGuard {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The worst `/health` latencies a [`HealthProber`] saw.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ProbeReport {
+    /// The slowest `/health` on the one kept-alive connection (a request still unanswered counts
+    /// for the time it has waited so far).
+    pub kept_alive_worst: Duration,
+    /// The slowest `/health` on a new connection, connect included.
+    pub fresh_worst: Duration,
+    /// Probes answered 200, on both kinds of connection.
+    pub probes: u64,
+    /// Probes that failed (no connection, an error, a timeout or a status other than 200).
+    pub failures: u64,
+}
+
+impl ProbeReport {
+    /// The worse of the two latencies.
+    pub fn worst(&self) -> Duration {
+        self.kept_alive_worst.max(self.fresh_worst)
+    }
+}
+
+/// What one probing thread has seen.
+#[derive(Default)]
+struct ProbeState {
+    worst: std::sync::Mutex<Duration>,
+    in_flight_since: std::sync::Mutex<Option<Instant>>,
+    probes: std::sync::atomic::AtomicU64,
+    failures: std::sync::atomic::AtomicU64,
+}
+
+impl ProbeState {
+    fn worst(&self) -> Duration {
+        let worst = *self.worst.lock().unwrap_or_else(|e| e.into_inner());
+        let waiting = self
+            .in_flight_since
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .map_or(Duration::ZERO, |since| since.elapsed());
+        worst.max(waiting)
+    }
+}
+
+/// How long one `/health` probe may wait for its answer before it counts as failed.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Sends `GET /health` over and over on two threads, one over a kept-alive connection and one
+/// over a new connection each time, and records the worst latency of each until stopped.
+pub struct HealthProber {
+    kept: std::sync::Arc<ProbeState>,
+    fresh: std::sync::Arc<ProbeState>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl HealthProber {
+    /// Starts probing the HTTP server at `addr`, pausing `every` between two probes of a thread.
+    pub fn start(addr: SocketAddr, every: Duration) -> HealthProber {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let kept = Arc::new(ProbeState::default());
+        let fresh = Arc::new(ProbeState::default());
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut threads = Vec::new();
+        for keep_alive in [true, false] {
+            let state = if keep_alive { &kept } else { &fresh }.clone();
+            let stop = stop.clone();
+            threads.push(std::thread::spawn(move || {
+                let mut stream: Option<TcpStream> = None;
+                while !stop.load(Ordering::Relaxed) {
+                    let start = Instant::now();
+                    *state
+                        .in_flight_since
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner()) = Some(start);
+                    if !keep_alive {
+                        stream = None;
+                    }
+                    let ok = probe_health(addr, &mut stream, keep_alive).is_ok_and(|s| s == 200);
+                    let took = start.elapsed();
+                    *state
+                        .in_flight_since
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner()) = None;
+                    {
+                        let mut worst = state.worst.lock().unwrap_or_else(|e| e.into_inner());
+                        *worst = (*worst).max(took);
+                    }
+                    if ok {
+                        state.probes.fetch_add(1, Ordering::Relaxed);
+                    } else {
+                        state.failures.fetch_add(1, Ordering::Relaxed);
+                        stream = None;
+                    }
+                    std::thread::sleep(every);
+                }
+            }));
+        }
+        HealthProber {
+            kept,
+            fresh,
+            stop,
+            threads,
+        }
+    }
+
+    /// The worst latencies so far.
+    pub fn report(&self) -> ProbeReport {
+        use std::sync::atomic::Ordering;
+        ProbeReport {
+            kept_alive_worst: self.kept.worst(),
+            fresh_worst: self.fresh.worst(),
+            probes: self.kept.probes.load(Ordering::Relaxed)
+                + self.fresh.probes.load(Ordering::Relaxed),
+            failures: self.kept.failures.load(Ordering::Relaxed)
+                + self.fresh.failures.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Stops probing (waiting for a probe in flight, at most [`PROBE_TIMEOUT`]) and reports.
+    pub fn stop(mut self) -> ProbeReport {
+        self.stop_threads();
+        self.report()
+    }
+
+    fn stop_threads(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for HealthProber {
+    fn drop(&mut self) {
+        self.stop_threads();
+    }
+}
+
+/// One `GET /health` over `stream` (connecting first when it is None); the status. Never panics.
+fn probe_health(
+    addr: SocketAddr,
+    stream: &mut Option<TcpStream>,
+    keep_alive: bool,
+) -> std::io::Result<u16> {
+    if stream.is_none() {
+        let s = TcpStream::connect_timeout(&addr, PROBE_TIMEOUT)?;
+        s.set_read_timeout(Some(PROBE_TIMEOUT))?;
+        s.set_write_timeout(Some(PROBE_TIMEOUT))?;
+        s.set_nodelay(true)?;
+        *stream = Some(s);
+    }
+    let Some(s) = stream.as_mut() else {
+        unreachable!("connected above")
+    };
+    let connection = if keep_alive { "keep-alive" } else { "close" };
+    s.write_all(
+        format!("GET /health HTTP/1.1\r\nHost: {addr}\r\nConnection: {connection}\r\n\r\n")
+            .as_bytes(),
+    )?;
+    let mut reader = BufReader::new(&*s);
+    let (status, headers) = read_head(&mut reader)?;
+    read_body_with(&mut reader, &headers, |_| {})?;
+    if !reader.buffer().is_empty() {
+        return Err(std::io::Error::other("bytes after the /health response"));
+    }
+    if headers
+        .iter()
+        .any(|(n, v)| n == "connection" && v.eq_ignore_ascii_case("close"))
+    {
+        *stream = None;
+    }
+    Ok(status)
+}
+
+fn invalid(what: &str) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidData, what.to_owned())
+}
+
+/// Reads the head of one HTTP/1.1 response: the status and the headers (names lower-cased).
+pub fn read_head(reader: &mut impl BufRead) -> std::io::Result<(u16, Vec<(String, String)>)> {
+    let mut status_line = String::new();
+    if reader.read_line(&mut status_line)? == 0 {
+        return Err(std::io::ErrorKind::UnexpectedEof.into());
+    }
+    let status = status_line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| invalid("bad status line"))?;
+    let mut headers = Vec::new();
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line)? == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        let line = line.trim_end_matches(['\r', '\n']);
+        if line.is_empty() {
+            return Ok((status, headers));
+        }
+        let (name, value) = line
+            .split_once(':')
+            .ok_or_else(|| invalid("header line without a colon"))?;
+        headers.push((name.trim().to_ascii_lowercase(), value.trim().to_owned()));
+    }
+}
+
+/// Reads a response body after [`read_head`] (to its Content-Length, its last chunk, or EOF),
+/// handing it to `sink` piece by piece without keeping it; returns its length.
+pub fn read_body_with(
+    reader: &mut impl BufRead,
+    headers: &[(String, String)],
+    mut sink: impl FnMut(&[u8]),
+) -> std::io::Result<u64> {
+    /// Copies exactly `n` bytes to the sink.
+    fn pass(
+        reader: &mut impl BufRead,
+        mut n: u64,
+        sink: &mut impl FnMut(&[u8]),
+        total: &mut u64,
+    ) -> std::io::Result<()> {
+        while n > 0 {
+            let buf = reader.fill_buf()?;
+            if buf.is_empty() {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
+            let take = buf.len().min(usize::try_from(n).unwrap_or(usize::MAX));
+            sink(&buf[..take]);
+            reader.consume(take);
+            n -= take as u64;
+            *total += take as u64;
+        }
+        Ok(())
+    }
+    let find = |name: &str| headers.iter().find(|(n, _)| n == name).map(|(_, v)| v);
+    let mut total = 0u64;
+    if let Some(length) = find("content-length") {
+        let length = length
+            .parse()
+            .map_err(|_| invalid("non-numeric Content-Length"))?;
+        pass(reader, length, &mut sink, &mut total)?;
+    } else if find("transfer-encoding").is_some_and(|t| t.eq_ignore_ascii_case("chunked")) {
+        loop {
+            let mut size = String::new();
+            reader.read_line(&mut size)?;
+            let size = size.trim().split(';').next().unwrap_or("");
+            let size = u64::from_str_radix(size, 16).map_err(|_| invalid("bad chunk size"))?;
+            if size == 0 {
+                // No trailers: the last chunk is followed by one empty line.
+                let mut end = String::new();
+                reader.read_line(&mut end)?;
+                break;
+            }
+            pass(reader, size, &mut sink, &mut total)?;
+            let mut crlf = [0u8; 2];
+            reader.read_exact(&mut crlf)?;
+            if &crlf != b"\r\n" {
+                return Err(invalid("chunk not followed by CRLF"));
+            }
+        }
+    } else {
+        pass(reader, u64::MAX, &mut sink, &mut total).or_else(|e| {
+            // To EOF: the end of the stream is the end of the body.
+            if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                Ok(())
+            } else {
+                Err(e)
+            }
+        })?;
+    }
+    Ok(total)
 }
