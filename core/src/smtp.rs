@@ -5,7 +5,21 @@
 //! writes out the [`Output::Reply`]s it gets back, in order; it stores each
 //! [`Output::Message`] before writing the reply that follows it, so a message
 //! is never acknowledged before it is safe. The session never reads a clock:
-//! when the host's idle timer fires it calls [`Session::timeout`].
+//! the host keeps the timers and, when one fires, calls [`Session::expire`]
+//! with the [`Deadline`] that passed. [`Session::line_in_progress`] and
+//! [`Session::message_in_progress`] tell it which deadlines run: one command
+//! line must arrive within a time counted from its first byte, one message's
+//! text within a time counted from the 354 or the first BDAT, and the idle
+//! timer counts from the last read.
+//!
+//! Memory: what a session holds (message text and envelope paths) is asked of
+//! a [`Budget`] before it grows, when the host feeds bytes with
+//! [`Session::receive_within`]. A refused message is read to its end without
+//! being kept and answered `452 4.3.1`; a refused MAIL or RCPT gets `452 4.3.1`
+//! at once; a message acknowledged with 250 is always whole. Message text is
+//! counted by the capacity it occupies, so the count is what it costs. A message
+//! handed out stays counted until the host calls [`Session::settle`] after
+//! storing it. [`Session::receive`] uses an unlimited budget.
 //!
 //! Feeding the same bytes in any chunking gives the same outputs.
 //!
@@ -56,6 +70,42 @@ impl Default for Config {
             max_errors: 20,
         }
     }
+}
+
+/// The longest reverse or forward path, brackets included (RFC 5321 4.5.3.1.3).
+pub const MAX_PATH_OCTETS: usize = 256;
+
+/// Where a [`Session`] gets room for the bytes it holds: message text and envelope paths.
+///
+/// The session calls [`Budget::hold`] with the total it is about to hold
+/// before it grows; when it has shrunk, it tells the new total at the next
+/// growth or at [`Session::settle`]. The total includes the messages it has
+/// handed out since the last settle.
+pub trait Budget {
+    /// The session will hold `total` bytes in all. False refuses a growth; a
+    /// smaller total than before is never refused (it releases room).
+    fn hold(&mut self, total: usize) -> bool;
+}
+
+/// A [`Budget`] that never refuses.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Unlimited;
+
+impl Budget for Unlimited {
+    fn hold(&mut self, _total: usize) -> bool {
+        true
+    }
+}
+
+/// A timer of the host that can end a session (see [`Session::expire`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Deadline {
+    /// Nothing was read for too long.
+    Idle,
+    /// A command line did not end in time, counted from its first byte.
+    Command,
+    /// A message's text did not end in time, counted from the 354 or the first BDAT.
+    Data,
 }
 
 /// One SMTP reply: a code and one or more lines of text.
@@ -206,6 +256,10 @@ struct Transaction {
     too_big: bool,
     /// BDAT chunks have been received for this transaction.
     chunking: bool,
+    /// The budget refused room for the text: it is being discarded (452 at its end).
+    over_budget: bool,
+    /// The bytes the envelope paths hold, as counted against the budget.
+    envelope_bytes: usize,
 }
 
 /// The server side of one SMTP connection, as a state machine.
@@ -223,6 +277,12 @@ pub struct Session {
     errors_in_a_row: usize,
     /// The reply to a refused BDAT, written once its chunk has been read and dropped.
     pending_bdat_reply: Option<Reply>,
+    /// Bytes of the messages handed out since the last [`Session::settle`].
+    handed_out: usize,
+    /// How many command lines have ended: names the line in progress.
+    lines_ended: u64,
+    /// How many message texts have begun: names the message in progress.
+    messages_begun: u64,
 }
 
 impl Session {
@@ -237,6 +297,9 @@ impl Session {
             transaction: Transaction::default(),
             errors_in_a_row: 0,
             pending_bdat_reply: None,
+            handed_out: 0,
+            lines_ended: 0,
+            messages_begun: 0,
         }
     }
 
@@ -247,8 +310,51 @@ impl Session {
 
     /// The 421 the host writes when the client was idle too long; the session is closed after it.
     pub fn timeout(&mut self) -> Reply {
+        self.expire(Deadline::Idle)
+    }
+
+    /// The 421 the host writes when one of its deadlines passed; the session is closed after it.
+    pub fn expire(&mut self, deadline: Deadline) -> Reply {
         self.mode = Mode::Closed;
-        Reply::new(421, "4.4.2 Idle timeout, closing connection")
+        self.transaction = Transaction::default();
+        let text = match deadline {
+            Deadline::Idle => "4.4.2 Idle timeout, closing connection",
+            Deadline::Command => "4.4.2 Command line took too long, closing connection",
+            Deadline::Data => "4.4.2 Message data took too long, closing connection",
+        };
+        Reply::new(421, text)
+    }
+
+    /// Some(n) while part of a command line (or an AUTH answer) has been read
+    /// and not its end; `n` changes with every new line, so the host can start
+    /// the line's deadline at its first byte.
+    pub fn line_in_progress(&self) -> Option<u64> {
+        match self.mode {
+            Mode::Command | Mode::Auth(_) if !self.line.is_empty() => Some(self.lines_ended),
+            Mode::Overlong => Some(self.lines_ended),
+            _ => None,
+        }
+    }
+
+    /// Some(n) while a message's text is being received (from the 354 or the
+    /// first BDAT to the final reply); `n` changes with every message.
+    pub fn message_in_progress(&self) -> Option<u64> {
+        self.is_receiving_message().then_some(self.messages_begun)
+    }
+
+    /// The bytes the session holds now against its [`Budget`]: the text and
+    /// envelope of the transaction under way, and the messages handed out since
+    /// the last [`Session::settle`].
+    pub fn held_bytes(&self) -> usize {
+        let t = &self.transaction;
+        t.body.capacity() + t.envelope_bytes + self.handed_out
+    }
+
+    /// Tells the budget what the session still holds, once the host has stored
+    /// the messages it was handed: their room is released.
+    pub fn settle(&mut self, budget: &mut dyn Budget) {
+        self.handed_out = 0;
+        budget.hold(self.held_bytes());
     }
 
     /// The 421 the host writes when it shuts down; the session is closed after it.
@@ -267,15 +373,29 @@ impl Session {
         self.mode == Mode::Closed
     }
 
-    /// Feeds bytes read from the client; returns what the host must do, in order.
-    pub fn receive(&mut self, mut input: &[u8]) -> Vec<Output> {
+    /// Feeds bytes read from the client with no bound on what the session
+    /// holds; returns what the host must do, in order.
+    pub fn receive(&mut self, input: &[u8]) -> Vec<Output> {
+        let out = self.receive_within(input, &mut Unlimited);
+        self.handed_out = 0;
+        out
+    }
+
+    /// Feeds bytes read from the client, asking `budget` for room before
+    /// holding more; returns what the host must do, in order. The host stores
+    /// the messages handed out (before writing the replies after them) and
+    /// then calls [`Session::settle`].
+    pub fn receive_within(&mut self, mut input: &[u8], budget: &mut dyn Budget) -> Vec<Output> {
+        // The host stores what it was handed before it feeds more.
+        self.handed_out = 0;
         let mut out = Vec::new();
         while !input.is_empty() {
             let used = match self.mode {
                 Mode::Closed => break,
-                Mode::Command | Mode::Auth(_) => self.receive_line_bytes(input, &mut out),
+                Mode::Command | Mode::Auth(_) => self.receive_line_bytes(input, &mut out, budget),
                 Mode::Overlong => match memchr::memchr(b'\n', input) {
                     Some(lf) => {
+                        self.lines_ended += 1;
                         self.mode = Mode::Command;
                         let reply = Reply::new(500, "5.5.6 Line too long");
                         self.error(reply, &mut out);
@@ -283,7 +403,7 @@ impl Session {
                     }
                     None => input.len(),
                 },
-                Mode::Data(scan) => self.receive_data(scan, input, &mut out),
+                Mode::Data(scan) => self.receive_data(scan, input, &mut out, budget),
                 Mode::Bdat {
                     remaining,
                     last,
@@ -292,7 +412,7 @@ impl Session {
                     let take =
                         usize::try_from(remaining).map_or(input.len(), |r| r.min(input.len()));
                     if keep {
-                        self.append_body(&input[..take]);
+                        self.append_body(&input[..take], budget);
                     }
                     let remaining = remaining - take as u64;
                     if remaining == 0 {
@@ -314,9 +434,15 @@ impl Session {
     }
 
     /// Collects command-line bytes; handles each complete line. Returns the bytes used.
-    fn receive_line_bytes(&mut self, input: &[u8], out: &mut Vec<Output>) -> usize {
+    fn receive_line_bytes(
+        &mut self,
+        input: &[u8],
+        out: &mut Vec<Output>,
+        budget: &mut dyn Budget,
+    ) -> usize {
         match memchr::memchr(b'\n', input) {
             Some(lf) => {
+                self.lines_ended += 1;
                 self.line.extend_from_slice(&input[..lf]);
                 let mut line = std::mem::take(&mut self.line);
                 if line.last() == Some(&b'\r') {
@@ -326,7 +452,7 @@ impl Session {
                     self.mode = Mode::Command;
                     self.error(Reply::new(500, "5.5.6 Line too long"), out);
                 } else {
-                    self.handle_line(&line, out);
+                    self.handle_line(&line, out, budget);
                 }
                 line.clear();
                 if self.line.is_empty() {
@@ -348,7 +474,13 @@ impl Session {
     }
 
     /// Scans message text after DATA. Returns the bytes used.
-    fn receive_data(&mut self, mut scan: DataScan, input: &[u8], out: &mut Vec<Output>) -> usize {
+    fn receive_data(
+        &mut self,
+        mut scan: DataScan,
+        input: &[u8],
+        out: &mut Vec<Output>,
+        budget: &mut dyn Budget,
+    ) -> usize {
         let mut i = 0;
         let mut kept_from = 0;
         while i < input.len() {
@@ -370,7 +502,7 @@ impl Session {
                 }
                 DataScan::LineStart => {
                     if input[i] == b'.' {
-                        self.append_body(&input[kept_from..i]);
+                        self.append_body(&input[kept_from..i], budget);
                         i += 1;
                         kept_from = i;
                         scan = DataScan::Dot;
@@ -400,27 +532,54 @@ impl Session {
                         return i + 1;
                     }
                     // The dot is dropped, the CR is text and this byte is read after it.
-                    self.append_body(b"\r");
+                    self.append_body(b"\r", budget);
                     scan = DataScan::Cr;
                 }
             }
         }
-        self.append_body(&input[kept_from..]);
+        self.append_body(&input[kept_from..], budget);
         self.mode = Mode::Data(scan);
         input.len()
     }
 
-    fn append_body(&mut self, bytes: &[u8]) {
+    /// Keeps message text, growing the body only with room from the budget.
+    fn append_body(&mut self, bytes: &[u8], budget: &mut dyn Budget) {
+        let held = self.held_bytes();
+        let max = self.config.max_message_bytes;
         let t = &mut self.transaction;
-        if t.too_big || bytes.is_empty() {
+        if t.too_big || t.over_budget || bytes.is_empty() {
             return;
         }
-        if t.body.len() + bytes.len() > self.config.max_message_bytes {
+        let len = t.body.len() + bytes.len();
+        if len > max {
             t.too_big = true;
             t.body = Vec::new();
-        } else {
-            t.body.extend_from_slice(bytes);
+            return;
         }
+        let capacity = t.body.capacity();
+        if len > capacity {
+            // Grows by half (not double) and never past the limit: the budget is
+            // charged for the capacity, so slack is kept small. The capacity for a
+            // length is always the same step of one sequence, however the text
+            // was chunked, so the budget sees the same totals.
+            let mut target = capacity.max(MIN_BODY_CAPACITY);
+            while target < len {
+                target += target / 2;
+            }
+            let target = target.min(max);
+            if !budget.hold(held + (target - capacity)) {
+                t.over_budget = true;
+                t.body = Vec::new();
+                return;
+            }
+            t.body.reserve_exact(target - t.body.len());
+        }
+        t.body.extend_from_slice(bytes);
+    }
+
+    /// The reply to a transaction, MAIL or RCPT the budget had no room for.
+    fn no_room_reply() -> Reply {
+        Reply::new(452, "4.3.1 Insufficient system storage")
     }
 
     /// DATA ended with CRLF.CRLF: hand out the message and acknowledge it, or refuse it.
@@ -430,10 +589,18 @@ impl Session {
             out.push(Output::Reply(self.too_big_reply()));
             return;
         }
+        if t.over_budget {
+            out.push(Output::Reply(Session::no_room_reply()));
+            return;
+        }
         self.deliver(t, out);
     }
 
-    fn deliver(&mut self, t: Transaction, out: &mut Vec<Output>) {
+    fn deliver(&mut self, mut t: Transaction, out: &mut Vec<Output>) {
+        // Counted until the host settles, as the capacity it had.
+        self.handed_out += t.body.capacity() + t.envelope_bytes;
+        // Within the capacity: in place, and the store keeps no slack.
+        t.body.shrink_to_fit();
         let size = t.body.len();
         out.push(Output::Message(Incoming {
             envelope: Envelope {
@@ -473,6 +640,11 @@ impl Session {
             out.push(Output::Reply(self.too_big_reply()));
             return;
         }
+        if self.transaction.over_budget {
+            self.transaction = Transaction::default();
+            out.push(Output::Reply(Session::no_room_reply()));
+            return;
+        }
         if last {
             let t = std::mem::take(&mut self.transaction);
             self.deliver(t, out);
@@ -488,7 +660,7 @@ impl Session {
 
 /// Command handling: one complete line at a time.
 impl Session {
-    fn handle_line(&mut self, line: &[u8], out: &mut Vec<Output>) {
+    fn handle_line(&mut self, line: &[u8], out: &mut Vec<Output>, budget: &mut dyn Budget) {
         if let Mode::Auth(step) = self.mode {
             self.mode = Mode::Command;
             self.auth_answer(step, line, out);
@@ -508,8 +680,8 @@ impl Session {
         match verb.to_ascii_uppercase().as_str() {
             "HELO" => self.helo(args, false, out),
             "EHLO" => self.helo(args, true, out),
-            "MAIL" => self.mail(args, out),
-            "RCPT" => self.rcpt(args, out),
+            "MAIL" => self.mail(args, out, budget),
+            "RCPT" => self.rcpt(args, out, budget),
             "DATA" => self.data(args, out),
             "BDAT" => self.bdat(args, out),
             "RSET" => {
@@ -582,7 +754,12 @@ impl Session {
         };
         self.helo = Some(client.to_owned());
         self.transaction = Transaction::default();
-        let greeting = format!("{} greets {}", self.config.hostname, client);
+        // The argument is echoed only as printable text (no escape sequences).
+        let greeting = format!(
+            "{} greets {}",
+            self.config.hostname,
+            printable(client, MAX_ECHOED_DOMAIN)
+        );
         let reply = if extended {
             Reply {
                 code: 250,
@@ -603,7 +780,7 @@ impl Session {
         self.ok(reply, out);
     }
 
-    fn mail(&mut self, args: &str, out: &mut Vec<Output>) {
+    fn mail(&mut self, args: &str, out: &mut Vec<Output>, budget: &mut dyn Budget) {
         if self.transaction.from.is_some() {
             self.error(
                 Reply::new(503, "5.5.1 Nested MAIL command: send RSET first"),
@@ -670,15 +847,22 @@ impl Session {
             self.error(reply, out);
             return;
         }
+        self.transaction = Transaction::default();
+        let envelope_bytes = path.len();
+        if !budget.hold(self.held_bytes() + envelope_bytes) {
+            out.push(Output::Reply(Session::no_room_reply()));
+            return;
+        }
         self.transaction = Transaction {
             from: Some(path),
             smtputf8,
+            envelope_bytes,
             ..Transaction::default()
         };
         self.ok(Reply::new(250, "2.1.0 Sender OK"), out);
     }
 
-    fn rcpt(&mut self, args: &str, out: &mut Vec<Output>) {
+    fn rcpt(&mut self, args: &str, out: &mut Vec<Output>, budget: &mut dyn Budget) {
         if self.transaction.from.is_none() {
             self.error(Reply::new(503, "5.5.1 Send MAIL FROM first"), out);
             return;
@@ -730,6 +914,12 @@ impl Session {
             )));
             return;
         }
+        let bytes = path.len() + std::mem::size_of::<String>();
+        if !budget.hold(self.held_bytes() + bytes) {
+            out.push(Output::Reply(Session::no_room_reply()));
+            return;
+        }
+        self.transaction.envelope_bytes += bytes;
         self.transaction.to.push(path);
         self.ok(Reply::new(250, "2.1.5 Recipient OK"), out);
     }
@@ -754,6 +944,7 @@ impl Session {
             self.error(Reply::new(503, "5.5.1 DATA cannot follow BDAT"), out);
         } else {
             self.mode = Mode::Data(DataScan::LineStart);
+            self.messages_begun += 1;
             self.ok(Reply::new(354, "End data with <CR><LF>.<CR><LF>"), out);
         }
     }
@@ -774,10 +965,14 @@ impl Session {
         let keep = match self.transaction_not_ready() {
             Some(reply) => {
                 self.pending_bdat_reply = Some(reply);
+                self.messages_begun += 1;
                 false
             }
             None => {
                 self.errors_in_a_row = 0;
+                if !self.transaction.chunking {
+                    self.messages_begun += 1;
+                }
                 self.transaction.chunking = true;
                 true
             }
@@ -857,14 +1052,35 @@ impl Session {
     }
 }
 
-/// Client text echoed in a reply: at most 32 characters, control characters as `?`.
-///
-/// A verb may hold a bare CR (only LF ends a command line), which would break
-/// the reply's framing on the wire.
+/// The least capacity a message body starts with.
+const MIN_BODY_CAPACITY: usize = 256;
+
+/// The most characters of an EHLO or HELO argument echoed (a domain's longest).
+const MAX_ECHOED_DOMAIN: usize = 255;
+
+/// Client text echoed in a reply: at most 32 characters, see [`printable`].
 fn shown(text: &str) -> String {
+    printable(text, 32)
+}
+
+/// Client text as it may appear in a reply: at most `max` characters, each
+/// one that is not printable as `?`.
+///
+/// Printable is ASCII from space to `~`, and letters and digits of other
+/// scripts (an internationalised domain stays readable). Control characters
+/// (a bare CR would break the reply's framing, ESC starts terminal escape
+/// sequences), format characters such as bidirectional overrides, other
+/// spaces and symbols are not.
+fn printable(text: &str, max: usize) -> String {
     text.chars()
-        .take(32)
-        .map(|c| if c.is_control() { '?' } else { c })
+        .take(max)
+        .map(|c| {
+            if c == ' ' || c.is_ascii_graphic() || (!c.is_ascii() && c.is_alphanumeric()) {
+                c
+            } else {
+                '?'
+            }
+        })
         .collect()
 }
 
@@ -876,11 +1092,18 @@ fn strip_prefix_ignore_case<'a>(s: &'a str, prefix: &str) -> Option<&'a str> {
 
 /// Splits `<path> params` (or a bare `path params`) into the path without
 /// brackets or source route, and the rest.
+///
+/// A path longer than [`MAX_PATH_OCTETS`] with its brackets (counted as if
+/// there for a bare path), source route included, is refused.
 fn parse_path(s: &str) -> Result<(String, &str), &'static str> {
+    const TOO_LONG: &str = "longer than 256 octets";
     let Some(inner) = s.strip_prefix('<') else {
         let end = s.find(char::is_whitespace).unwrap_or(s.len());
         if s[..end].contains(['<', '>']) {
             return Err("unbalanced angle brackets");
+        }
+        if end + 2 > MAX_PATH_OCTETS {
+            return Err(TOO_LONG);
         }
         return Ok((s[..end].to_owned(), &s[end..]));
     };
@@ -894,6 +1117,9 @@ fn parse_path(s: &str) -> Result<(String, &str), &'static str> {
         } else if c == '"' {
             in_quotes = !in_quotes;
         } else if c == '>' && !in_quotes {
+            if i + 2 > MAX_PATH_OCTETS {
+                return Err(TOO_LONG);
+            }
             let mut path = &inner[..i];
             // A source route (@a,@b:user@host) is ignored, as RFC 5321 allows.
             if path.starts_with('@') {
