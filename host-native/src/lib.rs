@@ -24,6 +24,7 @@ pub struct Server {
     smtp: TcpListener,
     http: TcpListener,
     shared: Arc<Shared>,
+    smtp_load: Arc<smtp_server::SmtpLoad>,
 }
 
 use state::Shared;
@@ -65,6 +66,7 @@ impl Server {
         });
         Ok(Server {
             shared: Arc::new(Shared::new(api)),
+            smtp_load: Arc::new(smtp_server::SmtpLoad::new(settings.max_inflight_bytes)),
             settings,
             smtp,
             http,
@@ -79,6 +81,11 @@ impl Server {
     /// The bound HTTP address.
     pub fn http_addr(&self) -> std::io::Result<SocketAddr> {
         self.http.local_addr()
+    }
+
+    /// The SMTP bytes in flight and open connections (`inflightBytes`, `smtpConnections`).
+    pub fn smtp_load(&self) -> Arc<smtp_server::SmtpLoad> {
+        self.smtp_load.clone()
     }
 
     /// The shared API, for tests that look inside.
@@ -101,6 +108,9 @@ impl Server {
                 max_errors: self.settings.max_errors,
             },
             idle_timeout: self.settings.idle_timeout,
+            command_timeout: self.settings.smtp_command_timeout,
+            data_timeout: self.settings.smtp_data_timeout,
+            load: self.smtp_load.clone(),
             shared: self.shared.clone(),
             shutdown: shutdown_rx.clone(),
         };
