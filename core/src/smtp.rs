@@ -40,7 +40,9 @@
 //! assert!(matches!(outputs.last(), Some(Output::Close)));
 //! ```
 
-use std::fmt;
+mod budget;
+mod path;
+mod reply;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
@@ -72,30 +74,11 @@ impl Default for Config {
     }
 }
 
-/// The longest reverse or forward path, brackets included (RFC 5321 4.5.3.1.3).
-pub const MAX_PATH_OCTETS: usize = 256;
-
-/// Where a [`Session`] gets room for the bytes it holds: message text and envelope paths.
-///
-/// The session calls [`Budget::hold`] with the total it is about to hold
-/// before it grows; when it has shrunk, it tells the new total at the next
-/// growth or at [`Session::settle`]. The total includes the messages it has
-/// handed out since the last settle.
-pub trait Budget {
-    /// The session will hold `total` bytes in all. False refuses a growth; a
-    /// smaller total than before is never refused (it releases room).
-    fn hold(&mut self, total: usize) -> bool;
-}
-
-/// A [`Budget`] that never refuses.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Unlimited;
-
-impl Budget for Unlimited {
-    fn hold(&mut self, _total: usize) -> bool {
-        true
-    }
-}
+pub use budget::{Budget, Unlimited};
+pub use path::MAX_PATH_OCTETS;
+use path::{parse_path, refuse_mailbox, strip_prefix_ignore_case};
+pub use reply::Reply;
+use reply::{MAX_ECHOED_DOMAIN, printable, shown};
 
 /// A timer of the host that can end a session (see [`Session::expire`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,62 +89,6 @@ pub enum Deadline {
     Command,
     /// A message's text did not end in time, counted from the 354 or the first BDAT.
     Data,
-}
-
-/// One SMTP reply: a code and one or more lines of text.
-///
-/// The lines already carry the enhanced status code where one applies.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Reply {
-    /// The three-digit reply code.
-    pub code: u16,
-    /// The text lines, without the code and without CRLF.
-    pub lines: Vec<String>,
-}
-
-impl Reply {
-    /// A one-line reply.
-    pub fn new(code: u16, text: impl Into<String>) -> Reply {
-        Reply {
-            code,
-            lines: vec![text.into()],
-        }
-    }
-
-    /// The reply a host sends when it refuses a connection because too many are open.
-    pub fn too_many_connections() -> Reply {
-        Reply::new(421, "4.7.0 Too many connections, try again later")
-    }
-
-    /// The text lines joined with `\n`.
-    pub fn text(&self) -> String {
-        self.lines.join("\n")
-    }
-
-    /// Appends the reply as it goes on the wire (`NNN-text\r\n` ... `NNN text\r\n`).
-    pub fn write_to(&self, out: &mut Vec<u8>) {
-        let last = self.lines.len().saturating_sub(1);
-        if self.lines.is_empty() {
-            out.extend_from_slice(format!("{} \r\n", self.code).as_bytes());
-        }
-        for (i, line) in self.lines.iter().enumerate() {
-            let sep = if i == last { ' ' } else { '-' };
-            out.extend_from_slice(format!("{}{}{}\r\n", self.code, sep, line).as_bytes());
-        }
-    }
-
-    /// The reply as it goes on the wire.
-    pub fn to_bytes(&self) -> Vec<u8> {
-        let mut out = Vec::new();
-        self.write_to(&mut out);
-        out
-    }
-}
-
-impl fmt::Display for Reply {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} {}", self.code, self.lines.join(" / "))
-    }
 }
 
 /// The SMTP envelope of a message: what MAIL FROM and RCPT TO said.
@@ -1054,117 +981,6 @@ impl Session {
 
 /// The least capacity a message body starts with.
 const MIN_BODY_CAPACITY: usize = 256;
-
-/// The most characters of an EHLO or HELO argument echoed (a domain's longest).
-const MAX_ECHOED_DOMAIN: usize = 255;
-
-/// Client text echoed in a reply: at most 32 characters, see [`printable`].
-fn shown(text: &str) -> String {
-    printable(text, 32)
-}
-
-/// Client text as it may appear in a reply: at most `max` characters, each
-/// one that is not printable as `?`.
-///
-/// Printable is ASCII from space to `~`, and letters and digits of other
-/// scripts (an internationalised domain stays readable). Control characters
-/// (a bare CR would break the reply's framing, ESC starts terminal escape
-/// sequences), format characters such as bidirectional overrides, other
-/// spaces and symbols are not.
-fn printable(text: &str, max: usize) -> String {
-    text.chars()
-        .take(max)
-        .map(|c| {
-            if c == ' ' || c.is_ascii_graphic() || (!c.is_ascii() && c.is_alphanumeric()) {
-                c
-            } else {
-                '?'
-            }
-        })
-        .collect()
-}
-
-fn strip_prefix_ignore_case<'a>(s: &'a str, prefix: &str) -> Option<&'a str> {
-    let head = s.get(..prefix.len())?;
-    head.eq_ignore_ascii_case(prefix)
-        .then(|| s[prefix.len()..].trim_start())
-}
-
-/// Splits `<path> params` (or a bare `path params`) into the path without
-/// brackets or source route, and the rest.
-///
-/// A path longer than [`MAX_PATH_OCTETS`] with its brackets (counted as if
-/// there for a bare path), source route included, is refused.
-fn parse_path(s: &str) -> Result<(String, &str), &'static str> {
-    const TOO_LONG: &str = "longer than 256 octets";
-    let Some(inner) = s.strip_prefix('<') else {
-        let end = s.find(char::is_whitespace).unwrap_or(s.len());
-        if s[..end].contains(['<', '>']) {
-            return Err("unbalanced angle brackets");
-        }
-        if end + 2 > MAX_PATH_OCTETS {
-            return Err(TOO_LONG);
-        }
-        return Ok((s[..end].to_owned(), &s[end..]));
-    };
-    let mut in_quotes = false;
-    let mut escaped = false;
-    for (i, c) in inner.char_indices() {
-        if escaped {
-            escaped = false;
-        } else if c == '\\' && in_quotes {
-            escaped = true;
-        } else if c == '"' {
-            in_quotes = !in_quotes;
-        } else if c == '>' && !in_quotes {
-            if i + 2 > MAX_PATH_OCTETS {
-                return Err(TOO_LONG);
-            }
-            let mut path = &inner[..i];
-            // A source route (@a,@b:user@host) is ignored, as RFC 5321 allows.
-            if path.starts_with('@') {
-                path = path.split_once(':').map_or("", |(_, p)| p);
-            }
-            return Ok((path.to_owned(), &inner[i + 1..]));
-        }
-    }
-    Err("missing closing '>'")
-}
-
-/// Checks `local@domain` loosely, enough to refuse garbage; the reply when it is refused.
-///
-/// `what` is the enhanced code and the start of the text of a syntax refusal.
-fn refuse_mailbox(path: &str, smtputf8: bool, what: &str) -> Option<Reply> {
-    if !smtputf8 && !path.is_ascii() {
-        return Some(Reply::new(
-            553,
-            "5.6.7 Non-ASCII address without SMTPUTF8 in MAIL FROM",
-        ));
-    }
-    let bad = |why: &str| Some(Reply::new(501, format!("{what}: {why}")));
-    let Some((local, domain)) = path.rsplit_once('@') else {
-        return bad("expected local-part@domain");
-    };
-    if local.is_empty() {
-        return bad("empty local part");
-    }
-    if domain.is_empty() {
-        return bad("empty domain");
-    }
-    if domain.contains(|c: char| c.is_whitespace() || c.is_control() || "<>\"\\,;".contains(c)) {
-        return bad("invalid character in domain");
-    }
-    let quoted = local.len() >= 2 && local.starts_with('"') && local.ends_with('"');
-    if !quoted
-        && local.contains(|c: char| c.is_whitespace() || c.is_control() || "<>\"\\,;:".contains(c))
-    {
-        return bad("invalid character in local part");
-    }
-    if path.contains(char::is_control) {
-        return bad("control character in address");
-    }
-    None
-}
 
 #[cfg(test)]
 mod tests;
