@@ -309,3 +309,82 @@ async fn connection(mut stream: TcpStream, mut context: SmtpContext) -> std::io:
     let _ = stream.shutdown().await;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn budget(load: &Arc<SmtpLoad>) -> ConnectionBudget {
+        ConnectionBudget {
+            load: load.clone(),
+            held: 0,
+        }
+    }
+
+    #[test]
+    fn each_connection_holds_one_read_buffer_free_and_the_rest_is_charged() {
+        let load = Arc::new(SmtpLoad::new(100_000));
+        let (mut a, mut b) = (budget(&load), budget(&load));
+        assert!(a.hold(FREE_BYTES_PER_CONNECTION));
+        assert_eq!(load.charged.load(Ordering::Relaxed), 0);
+        assert!(a.hold(FREE_BYTES_PER_CONNECTION + 60_000));
+        assert_eq!(load.charged.load(Ordering::Relaxed), 60_000);
+        // b may still use its free allowance, and the 40,000 left, but no more.
+        assert!(b.hold(FREE_BYTES_PER_CONNECTION + 40_000));
+        assert!(!b.hold(FREE_BYTES_PER_CONNECTION + 40_001));
+        assert_eq!(load.charged.load(Ordering::Relaxed), 100_000);
+        assert_eq!(
+            load.inflight_bytes(),
+            2 * FREE_BYTES_PER_CONNECTION + 100_000
+        );
+        // In flight never passes the budget plus one read buffer per connection.
+        assert!(load.inflight_bytes() <= load.limit() + 2 * FREE_BYTES_PER_CONNECTION);
+        // Shrinking releases; a connection that ends gives everything back.
+        assert!(a.hold(10));
+        assert_eq!(load.charged.load(Ordering::Relaxed), 40_000);
+        drop(b);
+        drop(a);
+        assert_eq!(load.charged.load(Ordering::Relaxed), 0);
+        assert_eq!(load.inflight_bytes(), 0);
+    }
+
+    #[test]
+    fn a_refused_growth_changes_nothing() {
+        let load = Arc::new(SmtpLoad::new(1000));
+        let mut a = budget(&load);
+        assert!(a.hold(FREE_BYTES_PER_CONNECTION + 500));
+        assert!(!a.hold(FREE_BYTES_PER_CONNECTION + 1001));
+        assert_eq!(a.held, FREE_BYTES_PER_CONNECTION + 500);
+        assert_eq!(load.charged.load(Ordering::Relaxed), 500);
+        assert_eq!(load.inflight_bytes(), FREE_BYTES_PER_CONNECTION + 500);
+    }
+
+    #[test]
+    fn open_connections_are_counted_while_they_live() {
+        let load = Arc::new(SmtpLoad::new(1));
+        let first = OpenConnection::new(load.clone());
+        let second = OpenConnection::new(load.clone());
+        assert_eq!(load.connections(), 2);
+        drop(first);
+        assert_eq!(load.connections(), 1);
+        drop(second);
+        assert_eq!(load.connections(), 0);
+    }
+
+    #[test]
+    fn a_deadline_follows_the_line_or_message_the_session_names() {
+        let now = Instant::now();
+        let limit = Duration::from_secs(2);
+        let started = follow(None, Some(1), now, limit);
+        assert_eq!(started, Some((1, now + limit)));
+        // The same line later keeps its first deadline.
+        let later = now + Duration::from_secs(1);
+        assert_eq!(follow(started, Some(1), later, limit), started);
+        // The next line starts a deadline of its own; none when nothing is under way.
+        assert_eq!(
+            follow(started, Some(2), later, limit),
+            Some((2, later + limit))
+        );
+        assert_eq!(follow(started, None, later, limit), None);
+    }
+}
