@@ -301,7 +301,10 @@ async fn connection(mut stream: TcpStream, mut context: SmtpContext) -> std::io:
             now,
             context.data_timeout,
         );
-        stream.write_all(&out).await?;
+        // A client that does not read its replies is idle too.
+        tokio::time::timeout(context.idle_timeout, stream.write_all(&out))
+            .await
+            .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "replies not read"))??;
         if close {
             break;
         }
