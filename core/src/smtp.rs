@@ -5,7 +5,21 @@
 //! writes out the [`Output::Reply`]s it gets back, in order; it stores each
 //! [`Output::Message`] before writing the reply that follows it, so a message
 //! is never acknowledged before it is safe. The session never reads a clock:
-//! when the host's idle timer fires it calls [`Session::timeout`].
+//! the host keeps the timers and, when one fires, calls [`Session::expire`]
+//! with the [`Deadline`] that passed. [`Session::line_in_progress`] and
+//! [`Session::message_in_progress`] tell it which deadlines run: one command
+//! line must arrive within a time counted from its first byte, one message's
+//! text within a time counted from the 354 or the first BDAT, and the idle
+//! timer counts from the last read.
+//!
+//! Memory: what a session holds (message text and envelope paths) is asked of
+//! a [`Budget`] before it grows, when the host feeds bytes with
+//! [`Session::receive_within`]. A refused message is read to its end without
+//! being kept and answered `452 4.3.1`; a refused MAIL or RCPT gets `452 4.3.1`
+//! at once; a message acknowledged with 250 is always whole. Message text is
+//! counted by the capacity it occupies, so the count is what it costs. A message
+//! handed out stays counted until the host calls [`Session::settle`] after
+//! storing it. [`Session::receive`] uses an unlimited budget.
 //!
 //! Feeding the same bytes in any chunking gives the same outputs.
 //!
@@ -26,7 +40,9 @@
 //! assert!(matches!(outputs.last(), Some(Output::Close)));
 //! ```
 
-use std::fmt;
+mod budget;
+mod path;
+mod reply;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
@@ -58,60 +74,21 @@ impl Default for Config {
     }
 }
 
-/// One SMTP reply: a code and one or more lines of text.
-///
-/// The lines already carry the enhanced status code where one applies.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Reply {
-    /// The three-digit reply code.
-    pub code: u16,
-    /// The text lines, without the code and without CRLF.
-    pub lines: Vec<String>,
-}
+pub use budget::{Budget, Unlimited};
+pub use path::MAX_PATH_OCTETS;
+use path::{parse_path, refuse_mailbox, strip_prefix_ignore_case};
+pub use reply::Reply;
+use reply::{MAX_ECHOED_DOMAIN, printable, shown};
 
-impl Reply {
-    /// A one-line reply.
-    pub fn new(code: u16, text: impl Into<String>) -> Reply {
-        Reply {
-            code,
-            lines: vec![text.into()],
-        }
-    }
-
-    /// The reply a host sends when it refuses a connection because too many are open.
-    pub fn too_many_connections() -> Reply {
-        Reply::new(421, "4.7.0 Too many connections, try again later")
-    }
-
-    /// The text lines joined with `\n`.
-    pub fn text(&self) -> String {
-        self.lines.join("\n")
-    }
-
-    /// Appends the reply as it goes on the wire (`NNN-text\r\n` ... `NNN text\r\n`).
-    pub fn write_to(&self, out: &mut Vec<u8>) {
-        let last = self.lines.len().saturating_sub(1);
-        if self.lines.is_empty() {
-            out.extend_from_slice(format!("{} \r\n", self.code).as_bytes());
-        }
-        for (i, line) in self.lines.iter().enumerate() {
-            let sep = if i == last { ' ' } else { '-' };
-            out.extend_from_slice(format!("{}{}{}\r\n", self.code, sep, line).as_bytes());
-        }
-    }
-
-    /// The reply as it goes on the wire.
-    pub fn to_bytes(&self) -> Vec<u8> {
-        let mut out = Vec::new();
-        self.write_to(&mut out);
-        out
-    }
-}
-
-impl fmt::Display for Reply {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} {}", self.code, self.lines.join(" / "))
-    }
+/// A timer of the host that can end a session (see [`Session::expire`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Deadline {
+    /// Nothing was read for too long.
+    Idle,
+    /// A command line did not end in time, counted from its first byte.
+    Command,
+    /// A message's text did not end in time, counted from the 354 or the first BDAT.
+    Data,
 }
 
 /// The SMTP envelope of a message: what MAIL FROM and RCPT TO said.
@@ -206,6 +183,10 @@ struct Transaction {
     too_big: bool,
     /// BDAT chunks have been received for this transaction.
     chunking: bool,
+    /// The budget refused room for the text: it is being discarded (452 at its end).
+    over_budget: bool,
+    /// The bytes the envelope paths hold, as counted against the budget.
+    envelope_bytes: usize,
 }
 
 /// The server side of one SMTP connection, as a state machine.
@@ -223,6 +204,12 @@ pub struct Session {
     errors_in_a_row: usize,
     /// The reply to a refused BDAT, written once its chunk has been read and dropped.
     pending_bdat_reply: Option<Reply>,
+    /// Bytes of the messages handed out since the last [`Session::settle`].
+    handed_out: usize,
+    /// How many command lines have ended: names the line in progress.
+    lines_ended: u64,
+    /// How many message texts have begun: names the message in progress.
+    messages_begun: u64,
 }
 
 impl Session {
@@ -237,6 +224,9 @@ impl Session {
             transaction: Transaction::default(),
             errors_in_a_row: 0,
             pending_bdat_reply: None,
+            handed_out: 0,
+            lines_ended: 0,
+            messages_begun: 0,
         }
     }
 
@@ -247,8 +237,51 @@ impl Session {
 
     /// The 421 the host writes when the client was idle too long; the session is closed after it.
     pub fn timeout(&mut self) -> Reply {
+        self.expire(Deadline::Idle)
+    }
+
+    /// The 421 the host writes when one of its deadlines passed; the session is closed after it.
+    pub fn expire(&mut self, deadline: Deadline) -> Reply {
         self.mode = Mode::Closed;
-        Reply::new(421, "4.4.2 Idle timeout, closing connection")
+        self.transaction = Transaction::default();
+        let text = match deadline {
+            Deadline::Idle => "4.4.2 Idle timeout, closing connection",
+            Deadline::Command => "4.4.2 Command line took too long, closing connection",
+            Deadline::Data => "4.4.2 Message data took too long, closing connection",
+        };
+        Reply::new(421, text)
+    }
+
+    /// Some(n) while part of a command line (or an AUTH answer) has been read
+    /// and not its end; `n` changes with every new line, so the host can start
+    /// the line's deadline at its first byte.
+    pub fn line_in_progress(&self) -> Option<u64> {
+        match self.mode {
+            Mode::Command | Mode::Auth(_) if !self.line.is_empty() => Some(self.lines_ended),
+            Mode::Overlong => Some(self.lines_ended),
+            _ => None,
+        }
+    }
+
+    /// Some(n) while a message's text is being received (from the 354 or the
+    /// first BDAT to the final reply); `n` changes with every message.
+    pub fn message_in_progress(&self) -> Option<u64> {
+        self.is_receiving_message().then_some(self.messages_begun)
+    }
+
+    /// The bytes the session holds now against its [`Budget`]: the text and
+    /// envelope of the transaction under way, and the messages handed out since
+    /// the last [`Session::settle`].
+    pub fn held_bytes(&self) -> usize {
+        let t = &self.transaction;
+        t.body.capacity() + t.envelope_bytes + self.handed_out
+    }
+
+    /// Tells the budget what the session still holds, once the host has stored
+    /// the messages it was handed: their room is released.
+    pub fn settle(&mut self, budget: &mut dyn Budget) {
+        self.handed_out = 0;
+        budget.hold(self.held_bytes());
     }
 
     /// The 421 the host writes when it shuts down; the session is closed after it.
@@ -267,15 +300,29 @@ impl Session {
         self.mode == Mode::Closed
     }
 
-    /// Feeds bytes read from the client; returns what the host must do, in order.
-    pub fn receive(&mut self, mut input: &[u8]) -> Vec<Output> {
+    /// Feeds bytes read from the client with no bound on what the session
+    /// holds; returns what the host must do, in order.
+    pub fn receive(&mut self, input: &[u8]) -> Vec<Output> {
+        let out = self.receive_within(input, &mut Unlimited);
+        self.handed_out = 0;
+        out
+    }
+
+    /// Feeds bytes read from the client, asking `budget` for room before
+    /// holding more; returns what the host must do, in order. The host stores
+    /// the messages handed out (before writing the replies after them) and
+    /// then calls [`Session::settle`].
+    pub fn receive_within(&mut self, mut input: &[u8], budget: &mut dyn Budget) -> Vec<Output> {
+        // The host stores what it was handed before it feeds more.
+        self.handed_out = 0;
         let mut out = Vec::new();
         while !input.is_empty() {
             let used = match self.mode {
                 Mode::Closed => break,
-                Mode::Command | Mode::Auth(_) => self.receive_line_bytes(input, &mut out),
+                Mode::Command | Mode::Auth(_) => self.receive_line_bytes(input, &mut out, budget),
                 Mode::Overlong => match memchr::memchr(b'\n', input) {
                     Some(lf) => {
+                        self.lines_ended += 1;
                         self.mode = Mode::Command;
                         let reply = Reply::new(500, "5.5.6 Line too long");
                         self.error(reply, &mut out);
@@ -283,7 +330,7 @@ impl Session {
                     }
                     None => input.len(),
                 },
-                Mode::Data(scan) => self.receive_data(scan, input, &mut out),
+                Mode::Data(scan) => self.receive_data(scan, input, &mut out, budget),
                 Mode::Bdat {
                     remaining,
                     last,
@@ -292,7 +339,7 @@ impl Session {
                     let take =
                         usize::try_from(remaining).map_or(input.len(), |r| r.min(input.len()));
                     if keep {
-                        self.append_body(&input[..take]);
+                        self.append_body(&input[..take], budget);
                     }
                     let remaining = remaining - take as u64;
                     if remaining == 0 {
@@ -314,9 +361,15 @@ impl Session {
     }
 
     /// Collects command-line bytes; handles each complete line. Returns the bytes used.
-    fn receive_line_bytes(&mut self, input: &[u8], out: &mut Vec<Output>) -> usize {
+    fn receive_line_bytes(
+        &mut self,
+        input: &[u8],
+        out: &mut Vec<Output>,
+        budget: &mut dyn Budget,
+    ) -> usize {
         match memchr::memchr(b'\n', input) {
             Some(lf) => {
+                self.lines_ended += 1;
                 self.line.extend_from_slice(&input[..lf]);
                 let mut line = std::mem::take(&mut self.line);
                 if line.last() == Some(&b'\r') {
@@ -326,7 +379,7 @@ impl Session {
                     self.mode = Mode::Command;
                     self.error(Reply::new(500, "5.5.6 Line too long"), out);
                 } else {
-                    self.handle_line(&line, out);
+                    self.handle_line(&line, out, budget);
                 }
                 line.clear();
                 if self.line.is_empty() {
@@ -348,7 +401,13 @@ impl Session {
     }
 
     /// Scans message text after DATA. Returns the bytes used.
-    fn receive_data(&mut self, mut scan: DataScan, input: &[u8], out: &mut Vec<Output>) -> usize {
+    fn receive_data(
+        &mut self,
+        mut scan: DataScan,
+        input: &[u8],
+        out: &mut Vec<Output>,
+        budget: &mut dyn Budget,
+    ) -> usize {
         let mut i = 0;
         let mut kept_from = 0;
         while i < input.len() {
@@ -370,7 +429,7 @@ impl Session {
                 }
                 DataScan::LineStart => {
                     if input[i] == b'.' {
-                        self.append_body(&input[kept_from..i]);
+                        self.append_body(&input[kept_from..i], budget);
                         i += 1;
                         kept_from = i;
                         scan = DataScan::Dot;
@@ -400,27 +459,54 @@ impl Session {
                         return i + 1;
                     }
                     // The dot is dropped, the CR is text and this byte is read after it.
-                    self.append_body(b"\r");
+                    self.append_body(b"\r", budget);
                     scan = DataScan::Cr;
                 }
             }
         }
-        self.append_body(&input[kept_from..]);
+        self.append_body(&input[kept_from..], budget);
         self.mode = Mode::Data(scan);
         input.len()
     }
 
-    fn append_body(&mut self, bytes: &[u8]) {
+    /// Keeps message text, growing the body only with room from the budget.
+    fn append_body(&mut self, bytes: &[u8], budget: &mut dyn Budget) {
+        let held = self.held_bytes();
+        let max = self.config.max_message_bytes;
         let t = &mut self.transaction;
-        if t.too_big || bytes.is_empty() {
+        if t.too_big || t.over_budget || bytes.is_empty() {
             return;
         }
-        if t.body.len() + bytes.len() > self.config.max_message_bytes {
+        let len = t.body.len() + bytes.len();
+        if len > max {
             t.too_big = true;
             t.body = Vec::new();
-        } else {
-            t.body.extend_from_slice(bytes);
+            return;
         }
+        let capacity = t.body.capacity();
+        if len > capacity {
+            // Grows by half (not double) and never past the limit: the budget is
+            // charged for the capacity, so slack is kept small. The capacity for a
+            // length is always the same step of one sequence, however the text
+            // was chunked, so the budget sees the same totals.
+            let mut target = capacity.max(MIN_BODY_CAPACITY);
+            while target < len {
+                target += target / 2;
+            }
+            let target = target.min(max);
+            if !budget.hold(held + (target - capacity)) {
+                t.over_budget = true;
+                t.body = Vec::new();
+                return;
+            }
+            t.body.reserve_exact(target - t.body.len());
+        }
+        t.body.extend_from_slice(bytes);
+    }
+
+    /// The reply to a transaction, MAIL or RCPT the budget had no room for.
+    fn no_room_reply() -> Reply {
+        Reply::new(452, "4.3.1 Insufficient system storage")
     }
 
     /// DATA ended with CRLF.CRLF: hand out the message and acknowledge it, or refuse it.
@@ -430,10 +516,18 @@ impl Session {
             out.push(Output::Reply(self.too_big_reply()));
             return;
         }
+        if t.over_budget {
+            out.push(Output::Reply(Session::no_room_reply()));
+            return;
+        }
         self.deliver(t, out);
     }
 
-    fn deliver(&mut self, t: Transaction, out: &mut Vec<Output>) {
+    fn deliver(&mut self, mut t: Transaction, out: &mut Vec<Output>) {
+        // Counted until the host settles, as the capacity it had.
+        self.handed_out += t.body.capacity() + t.envelope_bytes;
+        // Within the capacity: in place, and the store keeps no slack.
+        t.body.shrink_to_fit();
         let size = t.body.len();
         out.push(Output::Message(Incoming {
             envelope: Envelope {
@@ -473,6 +567,11 @@ impl Session {
             out.push(Output::Reply(self.too_big_reply()));
             return;
         }
+        if self.transaction.over_budget {
+            self.transaction = Transaction::default();
+            out.push(Output::Reply(Session::no_room_reply()));
+            return;
+        }
         if last {
             let t = std::mem::take(&mut self.transaction);
             self.deliver(t, out);
@@ -488,7 +587,7 @@ impl Session {
 
 /// Command handling: one complete line at a time.
 impl Session {
-    fn handle_line(&mut self, line: &[u8], out: &mut Vec<Output>) {
+    fn handle_line(&mut self, line: &[u8], out: &mut Vec<Output>, budget: &mut dyn Budget) {
         if let Mode::Auth(step) = self.mode {
             self.mode = Mode::Command;
             self.auth_answer(step, line, out);
@@ -508,8 +607,8 @@ impl Session {
         match verb.to_ascii_uppercase().as_str() {
             "HELO" => self.helo(args, false, out),
             "EHLO" => self.helo(args, true, out),
-            "MAIL" => self.mail(args, out),
-            "RCPT" => self.rcpt(args, out),
+            "MAIL" => self.mail(args, out, budget),
+            "RCPT" => self.rcpt(args, out, budget),
             "DATA" => self.data(args, out),
             "BDAT" => self.bdat(args, out),
             "RSET" => {
@@ -582,7 +681,12 @@ impl Session {
         };
         self.helo = Some(client.to_owned());
         self.transaction = Transaction::default();
-        let greeting = format!("{} greets {}", self.config.hostname, client);
+        // The argument is echoed only as printable text (no escape sequences).
+        let greeting = format!(
+            "{} greets {}",
+            self.config.hostname,
+            printable(client, MAX_ECHOED_DOMAIN)
+        );
         let reply = if extended {
             Reply {
                 code: 250,
@@ -603,7 +707,7 @@ impl Session {
         self.ok(reply, out);
     }
 
-    fn mail(&mut self, args: &str, out: &mut Vec<Output>) {
+    fn mail(&mut self, args: &str, out: &mut Vec<Output>, budget: &mut dyn Budget) {
         if self.transaction.from.is_some() {
             self.error(
                 Reply::new(503, "5.5.1 Nested MAIL command: send RSET first"),
@@ -670,15 +774,22 @@ impl Session {
             self.error(reply, out);
             return;
         }
+        self.transaction = Transaction::default();
+        let envelope_bytes = path.len();
+        if !budget.hold(self.held_bytes() + envelope_bytes) {
+            out.push(Output::Reply(Session::no_room_reply()));
+            return;
+        }
         self.transaction = Transaction {
             from: Some(path),
             smtputf8,
+            envelope_bytes,
             ..Transaction::default()
         };
         self.ok(Reply::new(250, "2.1.0 Sender OK"), out);
     }
 
-    fn rcpt(&mut self, args: &str, out: &mut Vec<Output>) {
+    fn rcpt(&mut self, args: &str, out: &mut Vec<Output>, budget: &mut dyn Budget) {
         if self.transaction.from.is_none() {
             self.error(Reply::new(503, "5.5.1 Send MAIL FROM first"), out);
             return;
@@ -730,6 +841,12 @@ impl Session {
             )));
             return;
         }
+        let bytes = path.len() + std::mem::size_of::<String>();
+        if !budget.hold(self.held_bytes() + bytes) {
+            out.push(Output::Reply(Session::no_room_reply()));
+            return;
+        }
+        self.transaction.envelope_bytes += bytes;
         self.transaction.to.push(path);
         self.ok(Reply::new(250, "2.1.5 Recipient OK"), out);
     }
@@ -754,6 +871,7 @@ impl Session {
             self.error(Reply::new(503, "5.5.1 DATA cannot follow BDAT"), out);
         } else {
             self.mode = Mode::Data(DataScan::LineStart);
+            self.messages_begun += 1;
             self.ok(Reply::new(354, "End data with <CR><LF>.<CR><LF>"), out);
         }
     }
@@ -774,10 +892,14 @@ impl Session {
         let keep = match self.transaction_not_ready() {
             Some(reply) => {
                 self.pending_bdat_reply = Some(reply);
+                self.messages_begun += 1;
                 false
             }
             None => {
                 self.errors_in_a_row = 0;
+                if !self.transaction.chunking {
+                    self.messages_begun += 1;
+                }
                 self.transaction.chunking = true;
                 true
             }
@@ -857,88 +979,8 @@ impl Session {
     }
 }
 
-/// Client text echoed in a reply: at most 32 characters, control characters as `?`.
-///
-/// A verb may hold a bare CR (only LF ends a command line), which would break
-/// the reply's framing on the wire.
-fn shown(text: &str) -> String {
-    text.chars()
-        .take(32)
-        .map(|c| if c.is_control() { '?' } else { c })
-        .collect()
-}
-
-fn strip_prefix_ignore_case<'a>(s: &'a str, prefix: &str) -> Option<&'a str> {
-    let head = s.get(..prefix.len())?;
-    head.eq_ignore_ascii_case(prefix)
-        .then(|| s[prefix.len()..].trim_start())
-}
-
-/// Splits `<path> params` (or a bare `path params`) into the path without
-/// brackets or source route, and the rest.
-fn parse_path(s: &str) -> Result<(String, &str), &'static str> {
-    let Some(inner) = s.strip_prefix('<') else {
-        let end = s.find(char::is_whitespace).unwrap_or(s.len());
-        if s[..end].contains(['<', '>']) {
-            return Err("unbalanced angle brackets");
-        }
-        return Ok((s[..end].to_owned(), &s[end..]));
-    };
-    let mut in_quotes = false;
-    let mut escaped = false;
-    for (i, c) in inner.char_indices() {
-        if escaped {
-            escaped = false;
-        } else if c == '\\' && in_quotes {
-            escaped = true;
-        } else if c == '"' {
-            in_quotes = !in_quotes;
-        } else if c == '>' && !in_quotes {
-            let mut path = &inner[..i];
-            // A source route (@a,@b:user@host) is ignored, as RFC 5321 allows.
-            if path.starts_with('@') {
-                path = path.split_once(':').map_or("", |(_, p)| p);
-            }
-            return Ok((path.to_owned(), &inner[i + 1..]));
-        }
-    }
-    Err("missing closing '>'")
-}
-
-/// Checks `local@domain` loosely, enough to refuse garbage; the reply when it is refused.
-///
-/// `what` is the enhanced code and the start of the text of a syntax refusal.
-fn refuse_mailbox(path: &str, smtputf8: bool, what: &str) -> Option<Reply> {
-    if !smtputf8 && !path.is_ascii() {
-        return Some(Reply::new(
-            553,
-            "5.6.7 Non-ASCII address without SMTPUTF8 in MAIL FROM",
-        ));
-    }
-    let bad = |why: &str| Some(Reply::new(501, format!("{what}: {why}")));
-    let Some((local, domain)) = path.rsplit_once('@') else {
-        return bad("expected local-part@domain");
-    };
-    if local.is_empty() {
-        return bad("empty local part");
-    }
-    if domain.is_empty() {
-        return bad("empty domain");
-    }
-    if domain.contains(|c: char| c.is_whitespace() || c.is_control() || "<>\"\\,;".contains(c)) {
-        return bad("invalid character in domain");
-    }
-    let quoted = local.len() >= 2 && local.starts_with('"') && local.ends_with('"');
-    if !quoted
-        && local.contains(|c: char| c.is_whitespace() || c.is_control() || "<>\"\\,;:".contains(c))
-    {
-        return bad("invalid character in local part");
-    }
-    if path.contains(char::is_control) {
-        return bad("control character in address");
-    }
-    None
-}
+/// The least capacity a message body starts with.
+const MIN_BODY_CAPACITY: usize = 256;
 
 #[cfg(test)]
 mod tests;

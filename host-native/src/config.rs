@@ -39,6 +39,15 @@ pub struct Settings {
     /// Idle time after which an SMTP connection is closed with 421.
     #[arg(long, env = "MAILJAR_IDLE_TIMEOUT", default_value = "5m", value_parser = humantime::parse_duration)]
     pub idle_timeout: Duration,
+    /// How long one SMTP command line may take to arrive, from its first byte (421 after).
+    #[arg(long, env = "MAILJAR_SMTP_COMMAND_TIMEOUT", default_value = "60s", value_parser = humantime::parse_duration)]
+    pub smtp_command_timeout: Duration,
+    /// How long one message's text may take to arrive, from the 354 or the first BDAT (421 after).
+    #[arg(long, env = "MAILJAR_SMTP_DATA_TIMEOUT", default_value = "10m", value_parser = humantime::parse_duration)]
+    pub smtp_data_timeout: Duration,
+    /// Most bytes of message text and envelopes being received over all SMTP connections (452 4.3.1 past it).
+    #[arg(long, env = "MAILJAR_MAX_INFLIGHT_BYTES", default_value = "256MiB", value_parser = parse_bytes)]
+    pub max_inflight_bytes: usize,
     /// How long an HTTP client may take to send a request head once it has started (408 after).
     #[arg(long, env = "MAILJAR_HTTP_HEAD_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
     pub http_head_timeout: Duration,
@@ -99,6 +108,7 @@ impl Settings {
             ("--max-messages", self.max_messages),
             ("--max-store-bytes", self.max_store_bytes),
             ("--max-waits", self.max_waits),
+            ("--max-inflight-bytes", self.max_inflight_bytes),
         ];
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(format!("{name} must be greater than 0"));
@@ -111,6 +121,18 @@ impl Settings {
                 "--max-message-bytes ({}) must not exceed --max-store-bytes ({}): an accepted message must fit in the store",
                 self.max_message_bytes, self.max_store_bytes
             ));
+        }
+        if self.max_message_bytes > self.max_inflight_bytes {
+            return Err(format!(
+                "--max-message-bytes ({}) must not exceed --max-inflight-bytes ({}): a message that big could never be received",
+                self.max_message_bytes, self.max_inflight_bytes
+            ));
+        }
+        if self.smtp_command_timeout.is_zero() {
+            return Err("--smtp-command-timeout must be greater than 0".to_owned());
+        }
+        if self.smtp_data_timeout.is_zero() {
+            return Err("--smtp-data-timeout must be greater than 0".to_owned());
         }
         if self.idle_timeout.is_zero() {
             return Err("--idle-timeout must be greater than 0".to_owned());
@@ -138,6 +160,9 @@ mod tests {
         assert_eq!(s.max_message_bytes, 25 * 1024 * 1024);
         assert_eq!(s.max_store_bytes, 512 * 1024 * 1024);
         assert_eq!(s.idle_timeout, Duration::from_secs(300));
+        assert_eq!(s.smtp_command_timeout, Duration::from_secs(60));
+        assert_eq!(s.smtp_data_timeout, Duration::from_secs(600));
+        assert_eq!(s.max_inflight_bytes, 256 * 1024 * 1024);
         assert_eq!(s.validate(), Ok(()));
     }
 
@@ -155,5 +180,11 @@ mod tests {
         let s = Settings::parse_from(["mailjar", "--max-store-bytes", "1MiB"]);
         assert!(s.validate().unwrap_err().contains("--max-message-bytes"));
         assert!(Settings::try_parse_from(["mailjar", "--max-store-bytes", "lots"]).is_err());
+        let s = Settings::parse_from(["mailjar", "--max-inflight-bytes", "16MiB"]);
+        assert!(s.validate().unwrap_err().contains("--max-inflight-bytes"));
+        let s = Settings::parse_from(["mailjar", "--smtp-command-timeout", "0s"]);
+        assert!(s.validate().unwrap_err().contains("--smtp-command-timeout"));
+        let s = Settings::parse_from(["mailjar", "--smtp-data-timeout", "0s"]);
+        assert!(s.validate().unwrap_err().contains("--smtp-data-timeout"));
     }
 }

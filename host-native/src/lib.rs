@@ -25,6 +25,7 @@ pub struct Server {
     smtp: TcpListener,
     http: TcpListener,
     shared: Arc<Shared>,
+    smtp_load: Arc<smtp_server::SmtpLoad>,
 }
 
 use state::Shared;
@@ -44,6 +45,20 @@ fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
     socket.listen(ACCEPT_BACKLOG)
 }
 
+/// The limits the host enforces, as `/health` reports them under `limits`.
+fn host_limits(settings: &Settings) -> Vec<(&'static str, u64)> {
+    let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    vec![
+        ("maxInflightBytes", settings.max_inflight_bytes as u64),
+        ("maxConnections", settings.max_connections as u64),
+        ("maxLineBytes", settings.max_line_bytes as u64),
+        ("idleTimeoutMs", ms(settings.idle_timeout)),
+        ("smtpCommandTimeoutMs", ms(settings.smtp_command_timeout)),
+        ("smtpDataTimeoutMs", ms(settings.smtp_data_timeout)),
+        ("httpHeadTimeoutMs", ms(settings.http_head_timeout)),
+    ]
+}
+
 impl Server {
     /// Binds both listeners; fails when an address is taken or not local.
     pub async fn bind(settings: Settings) -> std::io::Result<Server> {
@@ -53,7 +68,8 @@ impl Server {
             host: a.ip().to_string(),
             port: a.port(),
         };
-        let api = Api::new(ApiConfig {
+        let smtp_load = Arc::new(smtp_server::SmtpLoad::new(settings.max_inflight_bytes));
+        let mut api = Api::new(ApiConfig {
             api: address(http.local_addr()?),
             smtp: address(smtp.local_addr()?),
             domain: settings.domain.clone(),
@@ -66,11 +82,19 @@ impl Server {
             max_waits: settings.max_waits,
             pattern_budget_ms: u64::try_from(settings.pattern_budget.as_millis())
                 .unwrap_or(u64::MAX),
-            host_limits: Vec::new(),
+            host_limits: host_limits(&settings),
         });
+        let load = smtp_load.clone();
+        api.set_live_counts(Box::new(move || {
+            vec![
+                ("inflightBytes", load.inflight_bytes() as u64),
+                ("smtpConnections", load.connections() as u64),
+            ]
+        }));
         let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
         Ok(Server {
             shared: Arc::new(Shared::new(api, workers)),
+            smtp_load,
             settings,
             smtp,
             http,
@@ -85,6 +109,11 @@ impl Server {
     /// The bound HTTP address.
     pub fn http_addr(&self) -> std::io::Result<SocketAddr> {
         self.http.local_addr()
+    }
+
+    /// The SMTP bytes in flight and open connections (`inflightBytes`, `smtpConnections`).
+    pub fn smtp_load(&self) -> Arc<smtp_server::SmtpLoad> {
+        self.smtp_load.clone()
     }
 
     /// Serves until `stop` resolves, then stops accepting, lets messages in
@@ -102,6 +131,9 @@ impl Server {
                 max_errors: self.settings.max_errors,
             },
             idle_timeout: self.settings.idle_timeout,
+            command_timeout: self.settings.smtp_command_timeout,
+            data_timeout: self.settings.smtp_data_timeout,
+            load: self.smtp_load.clone(),
             shared: self.shared.clone(),
             shutdown: shutdown_rx.clone(),
         };

@@ -109,7 +109,75 @@ fn transcripts() -> Vec<(&'static str, Config, Vec<u8>)> {
         ("invalid utf8", d(), b"NOOP \xff\xfe\r\nNOOP\r\n".to_vec()),
         ("lf only commands", d(), b"EHLO c\nMAIL FROM:<a@b>\nRCPT TO:<c@d>\nDATA\nx\r\n.\r\nQUIT\n".to_vec()),
         ("after quit", d(), b"QUIT\r\nNOOP\r\n".to_vec()),
+        ("long paths", d(), long_paths()),
+        ("ehlo with escape", d(), b"EHLO a\x1b[31mb\x07\r\nHELO \xe2\x80\xaeb\xc3\xbcch.test\r\n".to_vec()),
     ]
+}
+
+/// MAIL and RCPT with paths of exactly 256 octets (brackets included) and one more.
+fn long_paths() -> Vec<u8> {
+    let path = |len: usize| format!("{}@x.test", "a".repeat(len - 2 - "@x.test".len()));
+    format!(
+        "MAIL FROM:<{}>\r\nMAIL FROM:<{}>\r\nMAIL FROM:<a@x.test>\r\nRCPT TO:<{}>\r\nRCPT TO:<{}>\r\nRCPT TO:{}\r\nRCPT TO:<@route:{}>\r\n",
+        path(257),
+        path(256),
+        path(257),
+        path(256),
+        path(257),
+        path(250),
+    )
+    .into_bytes()
+}
+
+/// A budget that grants any total up to a cap, whatever came before.
+struct Cap(usize);
+
+impl Budget for Cap {
+    fn hold(&mut self, total: usize) -> bool {
+        total <= self.0
+    }
+}
+
+/// Transcripts replayed under a budget cap: (name, cap, client bytes).
+fn budget_transcripts() -> Vec<(&'static str, usize, Vec<u8>)> {
+    let with_env = |rest: &str| format!("{ENVELOPE}{rest}").into_bytes();
+    let big = "y".repeat(2000);
+    vec![
+        (
+            "data over budget then a small message",
+            1000,
+            with_env(&format!("DATA\r\n{big}\r\n.\r\nRSET\r\nMAIL FROM:<c@x>\r\nRCPT TO:<d@y>\r\nDATA\r\nsmall\r\n.\r\n")),
+        ),
+        (
+            "bdat over budget then a small message",
+            1000,
+            with_env(&format!("BDAT 2000\r\n{big}BDAT 5 LAST\r\nhelloMAIL FROM:<c@x>\r\nRCPT TO:<d@y>\r\nBDAT 5 LAST\r\nhello")),
+        ),
+        (
+            "bdat last chunk over budget",
+            1000,
+            with_env(&format!("BDAT 500\r\n{}BDAT 1500 LAST\r\n{}NOOP\r\n", &big[..500], &big[..1500])),
+        ),
+        ("mail without room", 0, b"MAIL FROM:<a@x.test>\r\nRCPT TO:<b@y.test>\r\nNOOP\r\n".to_vec()),
+        (
+            "recipients without room",
+            100,
+            b"MAIL FROM:<a@x.test>\r\nRCPT TO:<b@y.test>\r\nRCPT TO:<c@y.test>\r\nRCPT TO:<d@y.test>\r\nDATA\r\nx\r\n.\r\n".to_vec(),
+        ),
+        ("message that fits", 4096, with_env(&format!("DATA\r\n{}\r\n.\r\nQUIT\r\n", &big[..1500]))),
+    ]
+}
+
+/// Feeds `chunks` one by one under `budget`, settling after each as a host does.
+fn run_budget(cap: usize, chunks: &[&[u8]]) -> Vec<Output> {
+    let mut session = Session::new(Config::default());
+    let mut budget = Cap(cap);
+    let mut out = Vec::new();
+    for chunk in chunks {
+        out.extend(session.receive_within(chunk, &mut budget));
+        session.settle(&mut budget);
+    }
+    out
 }
 
 #[test]
@@ -533,5 +601,293 @@ proptest! {
         let got = messages(&out);
         prop_assert_eq!(got.len(), 1);
         prop_assert_eq!(&got[0].raw, &expected);
+    }
+}
+
+#[test]
+fn paths_over_256_octets_are_refused() {
+    let out = run(&long_paths());
+    assert_eq!(
+        render(&out),
+        "501 5.1.7 Bad sender address: longer than 256 octets\r\n\
+         250 2.1.0 Sender OK\r\n\
+         503 5.5.1 Nested MAIL command: send RSET first\r\n\
+         501 5.1.3 Bad recipient address: longer than 256 octets\r\n\
+         250 2.1.5 Recipient OK\r\n\
+         501 5.1.3 Bad recipient address: longer than 256 octets\r\n\
+         501 5.1.3 Bad recipient address: longer than 256 octets\r\n"
+    );
+}
+
+#[test]
+fn ehlo_argument_is_echoed_printable_only() {
+    let out = run(b"EHLO a\x1b[31mb\x07\r\nHELO \xe2\x80\xaeb\xc3\xbcch.test\r\n");
+    let text = render(&out);
+    assert!(!text.contains('\x1b') && !text.contains('\x07') && !text.contains('\u{202e}'));
+    assert!(
+        text.starts_with("250-mailjar greets a?[31mb?\r\n"),
+        "{text}"
+    );
+    assert!(
+        text.ends_with("250 mailjar greets ?büch.test\r\n"),
+        "{text}"
+    );
+    // The argument as sent is what the message records.
+    let mut session = Session::new(Config::default());
+    let out =
+        session.receive(format!("EHLO a\x1bb\r\n{}DATA\r\nx\r\n.\r\n", &ENVELOPE[8..]).as_bytes());
+    assert_eq!(messages(&out)[0].helo.as_deref(), Some("a\x1bb"));
+    // Long arguments are cut, not refused.
+    let out = run(format!("EHLO {}\r\n", "h".repeat(1000)).as_bytes());
+    let Output::Reply(reply) = &out[0] else {
+        panic!("{out:?}")
+    };
+    assert_eq!(
+        reply.lines[0],
+        format!("mailjar greets {}", "h".repeat(255))
+    );
+}
+
+#[test]
+fn every_reply_is_printable_ascii_or_letters() {
+    for (name, config, input) in transcripts() {
+        for o in run_with(config, &input) {
+            if let Output::Reply(r) = o {
+                for line in &r.lines {
+                    assert!(
+                        line.chars().all(|c| c == ' '
+                            || c.is_ascii_graphic()
+                            || (!c.is_ascii() && c.is_alphanumeric())),
+                        "{name}: {line:?}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn data_over_budget_is_read_to_its_end_and_refused_with_452() {
+    let (_, cap, input) = budget_transcripts().swap_remove(0);
+    let out = run_budget(cap, &[&input]);
+    assert_eq!(
+        codes(&out),
+        [250, 250, 250, 354, 452, 250, 250, 250, 354, 250]
+    );
+    assert!(render(&out).contains("452 4.3.1 Insufficient system storage\r\n"));
+    let stored = messages(&out);
+    assert_eq!(stored.len(), 1);
+    assert_eq!(stored[0].raw, b"small\r\n");
+}
+
+#[test]
+fn bdat_over_budget_is_refused_and_the_session_goes_on() {
+    let out = run_budget(1000, &[&budget_transcripts()[1].2]);
+    // The big chunk: 452 and the transaction is over; BDAT LAST then has none.
+    assert_eq!(codes(&out), [250, 250, 250, 452, 503, 250, 250, 250]);
+    let stored = messages(&out);
+    assert_eq!(stored.len(), 1);
+    assert_eq!(stored[0].raw, b"hello");
+    let out = run_budget(1000, &[&budget_transcripts()[2].2]);
+    assert_eq!(codes(&out), [250, 250, 250, 250, 452, 250]);
+    assert!(messages(&out).is_empty());
+}
+
+#[test]
+fn envelopes_count_against_the_budget() {
+    let out = run_budget(0, &[&budget_transcripts()[3].2]);
+    assert_eq!(codes(&out), [452, 503, 250]);
+    // 8 bytes of sender, then 8 + a String per recipient: the third does not fit in 100.
+    // With 72 held, the 256 bytes a body starts with do not fit either.
+    let out = run_budget(100, &[&budget_transcripts()[4].2]);
+    assert_eq!(codes(&out), [250, 250, 250, 452, 354, 452]);
+    assert!(messages(&out).is_empty());
+    // The same with room for the text: the message keeps the recipients that fit.
+    let out = run_budget(400, &[b"MAIL FROM:<a@x.test>\r\nRCPT TO:<b@y.test>\r\nRCPT TO:<c@y.test>\r\nDATA\r\nx\r\n.\r\n"]);
+    assert_eq!(codes(&out), [250, 250, 250, 354, 250]);
+    assert_eq!(messages(&out)[0].envelope.to, ["b@y.test", "c@y.test"]);
+}
+
+#[test]
+fn budget_transcripts_give_the_same_outputs_at_every_split_point() {
+    for (name, cap, input) in budget_transcripts() {
+        let whole = run_budget(cap, &[&input]);
+        assert!(!whole.is_empty(), "{name}");
+        for split in 0..=input.len() {
+            let got = run_budget(cap, &[&input[..split], &input[split..]]);
+            assert_eq!(got, whole, "{name}: split at {split}");
+        }
+        let bytes: Vec<&[u8]> = input.chunks(1).collect();
+        assert_eq!(run_budget(cap, &bytes), whole, "{name}: byte by byte");
+    }
+}
+
+/// A budget that records the last total it granted.
+#[derive(Default)]
+struct Recorder {
+    granted: usize,
+    peak: usize,
+}
+
+impl Budget for Recorder {
+    fn hold(&mut self, total: usize) -> bool {
+        self.granted = total;
+        self.peak = self.peak.max(total);
+        true
+    }
+}
+
+#[test]
+fn held_bytes_are_granted_before_growth_and_released_at_settle() {
+    let mut session = Session::new(Config::default());
+    let mut budget = Recorder::default();
+    let body = "z".repeat(10_000);
+    let out = session.receive_within(
+        format!("{ENVELOPE}DATA\r\n{body}\r\n.\r\n").as_bytes(),
+        &mut budget,
+    );
+    assert_eq!(messages(&out)[0].raw.len(), 10_002);
+    // The handed-out message stays counted until the host has stored it.
+    assert!(session.held_bytes() >= 10_002);
+    assert!(budget.granted >= session.held_bytes());
+    // The capacity grows by half at a time: at most 1.5 times the text.
+    assert!(budget.peak <= 10_002 * 3 / 2 + 64, "{}", budget.peak);
+    session.settle(&mut budget);
+    assert_eq!((session.held_bytes(), budget.granted), (0, 0));
+    // A transaction under way is held; RSET drops it and the next settle releases it.
+    session.receive_within(
+        b"MAIL FROM:<a@x.test>\r\nRCPT TO:<b@y.test>\r\nDATA\r\nabc",
+        &mut budget,
+    );
+    let held = session.held_bytes();
+    assert!(held >= 3 + 16, "{held}");
+    assert_eq!(budget.granted, held);
+    session.receive_within(b"\r\n.\r\nRSET\r\n", &mut budget);
+    session.settle(&mut budget);
+    assert_eq!(budget.granted, 0);
+}
+
+#[test]
+fn line_in_progress_names_each_line_from_its_first_byte() {
+    let mut session = Session::new(Config::default());
+    assert_eq!(session.line_in_progress(), None);
+    session.receive(b"NO");
+    let first = session.line_in_progress();
+    assert!(first.is_some());
+    session.receive(b"OP\r\nNO");
+    let second = session.line_in_progress();
+    assert!(second.is_some() && second != first);
+    session.receive(b"OP\r\n");
+    assert_eq!(session.line_in_progress(), None);
+    // An over-long line is still a line in progress until its end.
+    session.receive("x".repeat(5000).as_bytes());
+    assert!(session.line_in_progress().is_some());
+    session.receive(b"\r\nAUTH LOGIN\r\nab");
+    assert!(
+        session.line_in_progress().is_some(),
+        "an AUTH answer is a line"
+    );
+    session.receive(b"c=\r\n");
+    assert_eq!(session.line_in_progress(), None);
+    // Message text is not a command line.
+    session.receive(format!("RSET\r\n{ENVELOPE}DATA\r\nhalf a li").as_bytes());
+    assert_eq!(session.line_in_progress(), None);
+}
+
+#[test]
+fn message_in_progress_names_each_message_from_354_or_first_bdat() {
+    let mut session = Session::new(Config::default());
+    session.receive(ENVELOPE.as_bytes());
+    assert_eq!(session.message_in_progress(), None);
+    session.receive(b"DATA\r\n");
+    let first = session.message_in_progress();
+    assert!(first.is_some());
+    session.receive(b"text\r\n");
+    assert_eq!(session.message_in_progress(), first);
+    session.receive(b".\r\nMAIL FROM:<a@b>\r\nRCPT TO:<c@d>\r\nBDAT 2\r\nab");
+    let second = session.message_in_progress();
+    assert!(second.is_some() && second != first);
+    // Between chunks the same message is still in progress.
+    session.receive(b"BDAT 1\r\nc");
+    assert_eq!(session.message_in_progress(), second);
+    session.receive(b"BDAT 0 LAST\r\n");
+    assert_eq!(session.message_in_progress(), None);
+    // A refused chunk is read under a deadline of its own.
+    session.receive(b"BDAT 10\r\nabc");
+    let refused = session.message_in_progress();
+    assert!(refused.is_some() && refused != second);
+}
+
+#[test]
+fn each_deadline_has_its_421() {
+    for (deadline, text) in [
+        (
+            Deadline::Idle,
+            "421 4.4.2 Idle timeout, closing connection\r\n",
+        ),
+        (
+            Deadline::Command,
+            "421 4.4.2 Command line took too long, closing connection\r\n",
+        ),
+        (
+            Deadline::Data,
+            "421 4.4.2 Message data took too long, closing connection\r\n",
+        ),
+    ] {
+        let mut session = Session::new(Config::default());
+        session.receive(format!("{ENVELOPE}DATA\r\nhalf").as_bytes());
+        assert_eq!(
+            String::from_utf8_lossy(&session.expire(deadline).to_bytes()),
+            text
+        );
+        assert!(session.is_closed());
+        assert_eq!(session.held_bytes(), 0, "a closed session holds nothing");
+        assert!(session.receive(b"\r\n.\r\n").is_empty());
+    }
+}
+
+proptest! {
+    #[test]
+    fn under_any_budget_a_250_means_the_whole_message(
+        body in proptest::collection::vec(prop_oneof![Just(b'a'), Just(b'\r'), Just(b'\n'), Just(b'.')], 0..3000),
+        cap in 100usize..6000,
+        cuts in proptest::collection::vec(any::<usize>(), 0..6),
+    ) {
+        let mut text = Vec::new();
+        let mut at_line_start = true;
+        for (i, &b) in body.iter().enumerate() {
+            if at_line_start && b == b'.' {
+                text.push(b'.');
+            }
+            text.push(b);
+            at_line_start = b == b'\n' && i > 0 && body[i - 1] == b'\r';
+        }
+        let mut expected = body.clone();
+        if !expected.ends_with(b"\r\n") {
+            expected.extend_from_slice(b"\r\n");
+            text.extend_from_slice(b"\r\n");
+        }
+        let mut input = format!("{ENVELOPE}DATA\r\n").into_bytes();
+        input.extend_from_slice(&text);
+        input.extend_from_slice(b".\r\nNOOP\r\n");
+        let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c % (input.len() + 1)).collect();
+        cuts.sort_unstable();
+        let mut chunks: Vec<&[u8]> = Vec::new();
+        let mut start = 0;
+        for cut in cuts.into_iter().chain([input.len()]) {
+            chunks.push(&input[start..cut]);
+            start = cut;
+        }
+        let out = run_budget(cap, &chunks);
+        let stored = messages(&out);
+        let after_data = codes(&out)[4];
+        if after_data == 250 {
+            prop_assert_eq!(stored.len(), 1);
+            prop_assert_eq!(&stored[0].raw, &expected);
+        } else {
+            prop_assert_eq!(after_data, 452);
+            prop_assert!(stored.is_empty());
+        }
+        prop_assert_eq!(codes(&out).last().copied(), Some(250));
     }
 }

@@ -1,0 +1,88 @@
+//! SMTP replies, and how client text may appear in them.
+
+use std::fmt;
+
+/// One SMTP reply: a code and one or more lines of text.
+///
+/// The lines already carry the enhanced status code where one applies.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    /// The three-digit reply code.
+    pub code: u16,
+    /// The text lines, without the code and without CRLF.
+    pub lines: Vec<String>,
+}
+
+impl Reply {
+    /// A one-line reply.
+    pub fn new(code: u16, text: impl Into<String>) -> Reply {
+        Reply {
+            code,
+            lines: vec![text.into()],
+        }
+    }
+
+    /// The reply a host sends when it refuses a connection because too many are open.
+    pub fn too_many_connections() -> Reply {
+        Reply::new(421, "4.7.0 Too many connections, try again later")
+    }
+
+    /// The text lines joined with `\n`.
+    pub fn text(&self) -> String {
+        self.lines.join("\n")
+    }
+
+    /// Appends the reply as it goes on the wire (`NNN-text\r\n` ... `NNN text\r\n`).
+    pub fn write_to(&self, out: &mut Vec<u8>) {
+        let last = self.lines.len().saturating_sub(1);
+        if self.lines.is_empty() {
+            out.extend_from_slice(format!("{} \r\n", self.code).as_bytes());
+        }
+        for (i, line) in self.lines.iter().enumerate() {
+            let sep = if i == last { ' ' } else { '-' };
+            out.extend_from_slice(format!("{}{}{}\r\n", self.code, sep, line).as_bytes());
+        }
+    }
+
+    /// The reply as it goes on the wire.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.write_to(&mut out);
+        out
+    }
+}
+
+impl fmt::Display for Reply {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.code, self.lines.join(" / "))
+    }
+}
+
+/// The most characters of an EHLO or HELO argument echoed (a domain's longest).
+pub(super) const MAX_ECHOED_DOMAIN: usize = 255;
+
+/// Client text echoed in a reply: at most 32 characters, see [`printable`].
+pub(super) fn shown(text: &str) -> String {
+    printable(text, 32)
+}
+
+/// Client text as it may appear in a reply: at most `max` characters, each
+/// one that is not printable as `?`.
+///
+/// Printable is ASCII from space to `~`, and letters and digits of other
+/// scripts (an internationalised domain stays readable). Control characters
+/// (a bare CR would break the reply's framing, ESC starts terminal escape
+/// sequences), format characters such as bidirectional overrides, other
+/// spaces and symbols are not.
+pub(super) fn printable(text: &str, max: usize) -> String {
+    text.chars()
+        .take(max)
+        .map(|c| {
+            if c == ' ' || c.is_ascii_graphic() || (!c.is_ascii() && c.is_alphanumeric()) {
+                c
+            } else {
+                '?'
+            }
+        })
+        .collect()
+}
