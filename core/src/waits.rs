@@ -129,11 +129,41 @@ impl MatchBatch {
             || self.waits.values().any(|w| w.filter.has_pattern())
     }
 
+    /// Splits it into at most `parts` batches over the same messages, each
+    /// with its share of the waits, to run side by side (each wait stays in
+    /// one part, so it still sees the messages in order).
+    pub fn split(self, parts: usize) -> Vec<MatchBatch> {
+        let parts = parts.clamp(1, self.waits.len().max(1));
+        let mut shares = vec![OrdMap::new(); parts];
+        for (i, (id, wait)) in self.waits.into_iter().enumerate() {
+            shares[i % parts].insert(id, wait);
+        }
+        shares
+            .into_iter()
+            .map(|waits| MatchBatch {
+                messages: self.messages.clone(),
+                waits,
+            })
+            .collect()
+    }
+
     /// Tries the messages, oldest first, against every wait that has not
     /// seen them; a wait is settled by its first match, or by its pattern's
     /// budget running out. Pure computation: run it outside the lock.
     pub fn run(self, clock: &dyn Clock) -> Matches {
         let mut found = Vec::new();
+        self.run_each(clock, &mut |id, result| found.push((id, result)));
+        Matches { found }
+    }
+
+    /// As [`MatchBatch::run`], but hands each wait to `settled` as soon as it
+    /// is settled, so one costly wait does not hold back the answers of the
+    /// others (pass them to [`crate::api::Api::resolve`] one at a time).
+    pub fn run_each(
+        self,
+        clock: &dyn Clock,
+        settled: &mut dyn FnMut(WaitId, Result<Arc<Email>, ApiError>),
+    ) {
         let mut open: Vec<(WaitId, &PendingWait)> =
             self.waits.iter().map(|(id, w)| (*id, &**w)).collect();
         for email in self.messages.iter() {
@@ -151,16 +181,24 @@ impl MatchBatch {
                 match result {
                     Ok(false) => true,
                     Ok(true) => {
-                        found.push((*id, Ok(email.clone())));
+                        settled(*id, Ok(email.clone()));
                         false
                     }
                     Err(e) => {
-                        found.push((*id, Err(e)));
+                        settled(*id, Err(e));
                         false
                     }
                 }
             });
         }
-        Matches { found }
+    }
+}
+
+impl Matches {
+    /// What one settled wait found, to resolve it on its own.
+    pub fn one(id: WaitId, found: Result<Arc<Email>, ApiError>) -> Matches {
+        Matches {
+            found: vec![(id, found)],
+        }
     }
 }

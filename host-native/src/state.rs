@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use mailjar_core::api::{Api, Done, Job, Request, Response, Step, WaitId};
+use mailjar_core::api::{Api, Done, Job, Matches, Request, Response, Step, WaitId};
 use mailjar_core::budget::Clock;
 use mailjar_core::id::{Entropy, MessageId};
 use mailjar_core::smtp::Incoming;
@@ -140,36 +140,59 @@ impl Shared {
     }
 
     /// Tries newly stored messages against the parked waits, forever: one
-    /// batch at a time, outside the lock, each wait answered once.
+    /// batch at a time, outside the lock, split over the workers, each wait
+    /// answered once and as soon as it is settled.
     pub async fn match_deliveries(self: Arc<Self>) {
         loop {
             self.stored.notified().await;
             loop {
                 let batch = self.lock().api.match_batch();
                 let Some(batch) = batch else { break };
-                let matches = if batch.is_heavy() {
-                    match self.on_worker(move |clock| batch.run(clock)).await {
-                        Some(matches) => matches,
-                        None => continue,
-                    }
-                } else {
-                    batch.run(&MonotonicClock(Instant::now()))
-                };
-                let woken = {
-                    let mut inner = self.lock();
-                    let responses = inner.api.resolve(matches);
-                    responses
-                        .into_iter()
-                        .filter_map(|(id, response)| {
-                            inner.waiters.remove(&id).map(|sender| (sender, response))
+                if !batch.is_heavy() {
+                    let matches = batch.run(&MonotonicClock(Instant::now()));
+                    self.answer(matches);
+                    continue;
+                }
+                let parts = batch.split(self.workers.available_permits().max(1));
+                let runs: Vec<_> = parts
+                    .into_iter()
+                    .map(|part| {
+                        let shared = self.clone();
+                        tokio::spawn(async move {
+                            let answering = shared.clone();
+                            shared
+                                .on_worker(move |clock| {
+                                    part.run_each(clock, &mut |id, found| {
+                                        answering.answer(Matches::one(id, found));
+                                    });
+                                })
+                                .await
                         })
-                        .collect::<Vec<_>>()
-                };
-                for (sender, response) in woken {
-                    // A client that left between its wake-up and now cancels nothing: fine to drop.
-                    let _ = sender.send(response);
+                    })
+                    .collect();
+                for run in runs {
+                    // A part that failed leaves its waits parked until their deadline.
+                    let _ = run.await;
                 }
             }
+        }
+    }
+
+    /// Resolves settled waits under the lock and sends their answers after it.
+    fn answer(&self, matches: Matches) {
+        let woken = {
+            let mut inner = self.lock();
+            let responses = inner.api.resolve(matches);
+            responses
+                .into_iter()
+                .filter_map(|(id, response)| {
+                    inner.waiters.remove(&id).map(|sender| (sender, response))
+                })
+                .collect::<Vec<_>>()
+        };
+        for (sender, response) in woken {
+            // A client that left between its wake-up and now cancels nothing: fine to drop.
+            let _ = sender.send(response);
         }
     }
 
