@@ -48,17 +48,26 @@ pub fn escape_into(text: &str, lf_only: bool, next: Option<u8>, out: &mut Vec<u8
 }
 
 /// Where a step that starts at `start` should end in `bytes`: about
-/// [`STEP_BYTES`] on, moved back so that it does not split a UTF-8 sequence
-/// (a step never ends right before a continuation byte, unless three such
-/// bytes in a row precede it, which no valid sequence has).
+/// [`STEP_BYTES`] on, moved back to the start of a UTF-8 sequence that would
+/// otherwise be split (so both halves read as the whole would, even when the
+/// bytes are not valid UTF-8).
 pub fn step_end(bytes: &[u8], start: usize) -> usize {
-    let mut end = start.saturating_add(STEP_BYTES).min(bytes.len());
+    let end = start.saturating_add(STEP_BYTES).min(bytes.len());
     if end == bytes.len() {
         return end;
     }
-    for _ in 0..3 {
-        if end > start + 1 && is_continuation(bytes[end]) {
-            end -= 1;
+    for back in 1..=3 {
+        let Some(at) = end.checked_sub(back).filter(|at| *at > start) else {
+            break;
+        };
+        if !is_continuation(bytes[at]) {
+            let length = match bytes[at] {
+                0xc0..=0xdf => 2,
+                0xe0..=0xef => 3,
+                0xf0..=0xf7 => 4,
+                _ => 1,
+            };
+            return if at + length > end { at } else { end };
         }
     }
     end
@@ -138,6 +147,14 @@ mod tests {
                 serde_json::to_vec(&text).unwrap()
             );
         }
+    }
+
+    #[test]
+    fn a_valid_sequence_followed_by_stray_continuation_bytes_is_not_split() {
+        let mut input = vec![b'a'; STEP_BYTES - 5];
+        input.extend_from_slice(&[0, 0xe0, 0xa0, 0x80, 0x80, 0x80, 0x80]);
+        let expected = serde_json::to_vec(&String::from_utf8_lossy(&input)).unwrap();
+        assert_eq!(in_steps_lossy(&input), expected);
     }
 
     proptest! {
