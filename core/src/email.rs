@@ -262,6 +262,38 @@ mod tests {
     }
 
     #[test]
+    fn crlf_bodies_stay_ranges_and_read_with_lf() {
+        let raw = "Subject: s\r\nContent-Type: multipart/alternative; boundary=b\r\n\r\n\
+                   --b\r\nContent-Type: text/plain\r\n\r\nline 1\r\nline 2\r\n\r\n\
+                   --b\r\nContent-Type: text/html\r\n\r\n<p>a</p>\r\n<p>b\rc</p>\r\n--b--\r\n";
+        let email = stored(raw);
+        assert_eq!(email.text(), "line 1\nline 2\n");
+        // A lone CR stays, as InboxTap keeps it.
+        assert_eq!(email.html(), "<p>a</p>\n<p>b\rc</p>");
+        assert!(matches!(email.text, Body::InRaw(_)));
+        assert!(matches!(email.html, Body::InRaw(_)));
+        assert_eq!(email.text.owned_len() + email.html.owned_len(), 0);
+        assert_eq!(email.text(), message::parse(raw.as_bytes()).text);
+        assert_eq!(email.html(), message::parse(raw.as_bytes()).html);
+    }
+
+    #[test]
+    fn text_from_html_is_owned_and_counted() {
+        let html = "<p>Your code is <b>482913</b></p>".repeat(100);
+        let raw = format!("Subject: s\r\nContent-Type: text/html\r\n\r\n{html}\r\n");
+        let email = stored(&raw);
+        let text = email.text().into_owned();
+        assert!(
+            text.starts_with("Your code is 482913\n\nYour code"),
+            "{text}"
+        );
+        assert!(matches!(email.text, Body::Owned(_)));
+        assert!(matches!(email.html, Body::InRaw(_)));
+        assert_eq!(email.codes(), [Box::from("482913")]);
+        assert!(email.footprint() >= raw.len() + text.len());
+    }
+
+    #[test]
     fn decoded_bodies_are_owned() {
         let raw = "Subject: s\r\nContent-Type: text/html; charset=utf-8\r\nContent-Transfer-Encoding: quoted-printable\r\n\r\n<p>caf=C3=A9</p>\r\n";
         let email = stored(raw);

@@ -4,7 +4,9 @@
 //! it is joined to another digit run by one of `- / : . ,` (dates, times,
 //! phone numbers, IP addresses, decimals and grouped numbers), when it lies
 //! inside a URL, or when it follows `©` or `(c)` (the year of a copyright
-//! footer).
+//! footer). Letters of scripts written without spaces between words (Han,
+//! kana, Hangul, Thai: `確認コードは123456です`) do not join a run, as JS's
+//! ASCII `\b` in InboxTap's `\b\d{4,8}\b` does not.
 //!
 //! Linear in the text: one pass over the digits, the URL ranges walked in
 //! step with it, and each run's neighbourhood looked at a bounded number of
@@ -64,7 +66,9 @@ pub(super) fn find_codes(text: &str, codes: &mut Vec<String>) {
 fn is_standalone(text: &str, floor: usize, start: usize, end: usize) -> bool {
     let before = &text[floor..start];
     let after = &text[end..];
-    let joins = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_');
+    let joins = |c: Option<char>| {
+        c.is_some_and(|c| (c.is_alphanumeric() && !is_spaceless_script(c)) || c == '_')
+    };
     let mut back = text[..start].chars().rev();
     let mut fwd = after.chars();
     let (prev, prev2) = (back.next(), back.next());
@@ -84,4 +88,24 @@ fn is_standalone(text: &str, floor: usize, start: usize, end: usize) -> bool {
         || lead
             .get(lead.len().saturating_sub(3)..)
             .is_some_and(|t| t.eq_ignore_ascii_case("(c)")))
+}
+
+/// Whether `c` is a letter of a script written without spaces between words
+/// (or, for Hangul, with particles written onto numbers): Han, kana, Hangul
+/// and Thai.
+fn is_spaceless_script(c: char) -> bool {
+    matches!(c,
+        '\u{0e00}'..='\u{0e7f}' // Thai
+        | '\u{1100}'..='\u{11ff}' // Hangul Jamo
+        | '\u{3040}'..='\u{30ff}' // Hiragana, Katakana
+        | '\u{3130}'..='\u{318f}' // Hangul compatibility Jamo
+        | '\u{31f0}'..='\u{31ff}' // Katakana extensions
+        | '\u{3400}'..='\u{4dbf}' // CJK extension A
+        | '\u{4e00}'..='\u{9fff}' // CJK unified ideographs
+        | '\u{ac00}'..='\u{d7af}' // Hangul syllables
+        | '\u{f900}'..='\u{faff}' // CJK compatibility ideographs
+        | '\u{ff66}'..='\u{ff9f}' // half-width Katakana
+        | '\u{ffa0}'..='\u{ffdc}' // half-width Hangul
+        | '\u{20000}'..='\u{3134f}' // CJK extensions B to G
+    )
 }

@@ -6,8 +6,8 @@
 //! Kept by hand rather than left to mail-parser's unstructured header parser:
 //! adjacent encoded words in one charset are decoded together, so a
 //! character a mailer split across two words (which RFC 2047 forbids, but
-//! happens, and always does with ISO-2022-JP's escape sequences) comes out
-//! whole. Linear in the value: each step consumes the token it looked at,
+//! happens) comes out whole; words in an ISO-2022 charset, which each
+//! begin and end in ASCII state, are decoded one by one. Linear in the value: each step consumes the token it looked at,
 //! and an encoded word is only tried where `=?` starts one (the pattern is
 //! anchored and stops at the first `?` or whitespace that cannot belong to
 //! it, which lies within the token consumed when it fails).
@@ -90,7 +90,7 @@ pub(super) fn unstructured(value: &[u8]) -> String {
             if let Some(decoded) = decoded {
                 if pending.is_empty() {
                     push_raw(&mut out, gap);
-                } else if !pending_charset.eq_ignore_ascii_case(charset) {
+                } else if !pending_charset.eq_ignore_ascii_case(charset) || is_stateful(charset) {
                     push_charset(&mut out, &pending, pending_charset);
                     pending.clear();
                 }
@@ -122,6 +122,16 @@ pub(super) fn unstructured(value: &[u8]) -> String {
         push_charset(&mut out, &pending, pending_charset);
     }
     out
+}
+
+/// Whether `charset` is one of the ISO-2022 family: each of its encoded
+/// words starts and ends in ASCII state, so one may not be decoded joined to
+/// the next (the decoder reads two escape sequences in a row as an error).
+fn is_stateful(charset: &[u8]) -> bool {
+    let lower = charset.to_ascii_lowercase();
+    lower.starts_with(b"iso-2022")
+        || lower.starts_with(b"iso_2022")
+        || lower.starts_with(b"csiso2022")
 }
 
 /// Each line break and the whitespace around it as one space.

@@ -555,6 +555,17 @@ fn codes_positive() {
         simple("x", "On 2026-11-22 your code 445566 was sent").codes,
         ["445566"]
     );
+    // Scripts without spaces between words do not join a code.
+    assert_eq!(
+        simple(
+            "確認コードは123456です",
+            "인증번호는 654321입니다. รหัส 778899 ค่ะ"
+        )
+        .codes,
+        ["123456", "654321", "778899"]
+    );
+    // Latin, Cyrillic and Greek letters still do.
+    assert!(simple("x", "abc123456 кодa4321 β98765").codes.is_empty());
 }
 
 #[test]
@@ -665,6 +676,21 @@ fn html_to_text_drops_hidden_content_to_its_end_tag() {
 }
 
 #[test]
+fn line_endings_become_lf() {
+    assert_eq!(crlf_to_lf("a\r\nb\r\n\r\nc"), "a\nb\n\nc");
+    assert_eq!(crlf_to_lf("\r\n"), "\n");
+    assert_eq!(crlf_to_lf("\r\r\n\n\r"), "\r\n\n\r");
+    assert!(matches!(crlf_to_lf("a\nb\rc"), Cow::Borrowed("a\nb\rc")));
+    for raw in ["", "a", "a\r\nb", "\r\n\r\n", "\r\r\n", "x\r", "\n\r\n"] {
+        assert!(is_crlf_form_of(raw.as_bytes(), &crlf_to_lf(raw)), "{raw:?}");
+    }
+    assert!(!is_crlf_form_of(b"a\r\nb", "a\r\nb"));
+    assert!(!is_crlf_form_of(b"a\r\nb", "a\nbc"));
+    assert!(!is_crlf_form_of(b"a\r\nbc", "a\nb"));
+    assert!(!is_crlf_form_of(b"a\rb", "a\nb"));
+}
+
+#[test]
 fn decode_entities_cases() {
     assert_eq!(
         decode_entities("a&amp;b&lt;&#62;&#x41;&nbsp;"),
@@ -675,6 +701,13 @@ fn decode_entities_cases() {
         "&unknown; & &amp &#xZZ;"
     );
     assert_eq!(decode_entities("&#0;&#1114112;"), "&#0;&#1114112;");
+    assert_eq!(
+        decode_entities("&eacute;&Uuml;&yuml;&#150;&#x80;&euro;&rsquo;&AMP;"),
+        "éÜÿ–€€’&"
+    );
+    // Too long to be an entity: left as written, and the `;` looked for no further.
+    assert_eq!(decode_entities("&#00000000065;"), "&#00000000065;");
+    assert_eq!(decode_entities("&#0000065;"), "A");
 }
 
 #[test]
