@@ -8,14 +8,14 @@
 //! out of its result and adds what it has no notion of, one subject per
 //! submodule:
 //!
-//! - [`header`]: header values as text (unfolding, RFC 2047 words);
-//! - [`links`]: the `href` values of `<a>` and `<area>` tags in the HTML body
+//! - `header`: header values as text (unfolding, RFC 2047 words);
+//! - `links`: the `href` values of `<a>` and `<area>` tags in the HTML body
 //!   (entities decoded), then the `http://` and `https://` URLs written in
 //!   the text body, with trailing punctuation that belongs to the sentence
 //!   rather than to the URL taken off;
-//! - [`codes`]: standalone runs of 4 to 8 ASCII digits in the subject, then
+//! - `codes`: standalone runs of 4 to 8 ASCII digits in the subject, then
 //!   in the text;
-//! - [`html`]: an HTML body as the plain text a mail client shows, the `text`
+//! - `html`: an HTML body as the plain text a mail client shows, the `text`
 //!   of a message that has no text part.
 //!
 //! `text` and `html` have LF line endings (as in InboxTap, whose tests read
@@ -69,7 +69,7 @@ pub struct ParsedMessage {
     pub headers: BTreeMap<String, String>,
     /// The plain-text body, decoded to UTF-8, with LF line endings. Without a
     /// text part (or with an empty one), the HTML body as plain text (see
-    /// [`html`]); "" when the message has neither.
+    /// the `html` submodule); "" when the message has neither.
     pub text: String,
     /// The HTML body, decoded to UTF-8, with LF line endings; "" when the
     /// message has none.
