@@ -1,5 +1,7 @@
 //! One stored message: its raw bytes and the parsed fields kept beside them.
 
+use std::borrow::Cow;
+
 use crate::id::MessageId;
 use crate::message::{self, AttachmentInfo, HeaderFields, ParsedMessage};
 use crate::smtp::{Envelope, Incoming};
@@ -33,7 +35,8 @@ impl Prepared {
 ///
 /// A message costs little more than its raw bytes: the text and HTML bodies
 /// are kept as a range of the raw bytes whenever they appear there verbatim
-/// (no transfer encoding, UTF-8 or ASCII), and the fields that come from the
+/// (no transfer encoding, UTF-8 or ASCII; their CRLF line endings become LF
+/// when they are read, not by a copy at store time), and the fields that come from the
 /// header block alone (the header map, From, Date, Message-ID) are read again
 /// from the raw bytes when the message is shown. What filters need, and what
 /// takes a MIME parse to find, is kept.
@@ -67,7 +70,8 @@ fn boxed(strings: Vec<String>) -> Box<[Box<str>]> {
     strings.into_iter().map(String::into_boxed_str).collect()
 }
 
-/// A decoded body: where it stands in the raw bytes, or its own copy.
+/// A decoded body (LF line endings): where it stands in the raw bytes (with
+/// CRLF there), or its own copy (decoded, or text derived from the HTML).
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Body {
     InRaw(std::ops::Range<usize>),
@@ -75,25 +79,46 @@ enum Body {
 }
 
 impl Body {
-    /// A range of `raw` when the parser found the body there verbatim, else a copy.
+    /// A range of `raw` when the parser found the body there verbatim (but
+    /// for its line endings), else a copy.
     fn new(text: String, span: Option<std::ops::Range<usize>>, raw: &[u8]) -> Body {
         if text.is_empty() {
             return Body::InRaw(0..0);
         }
         match span {
-            Some(span) if raw.get(span.clone()) == Some(text.as_bytes()) => Body::InRaw(span),
+            Some(span)
+                if raw.get(span.clone()).is_some_and(|r| {
+                    std::str::from_utf8(r).is_ok() && message::is_crlf_form_of(r, &text)
+                }) =>
+            {
+                Body::InRaw(span)
+            }
             _ => Body::Owned(text.into_boxed_str()),
         }
     }
 
-    fn get<'a>(&'a self, raw: &'a [u8]) -> &'a str {
+    /// The body with LF line endings: borrowed unless a range of `raw` holds CRLF.
+    fn get<'a>(&'a self, raw: &'a [u8]) -> Cow<'a, str> {
         match self {
-            // The range was found by matching a valid string, so it is valid UTF-8.
+            // The range was checked to be valid UTF-8 when it was made.
             Body::InRaw(range) => raw
                 .get(range.clone())
                 .and_then(|b| std::str::from_utf8(b).ok())
-                .unwrap_or(""),
-            Body::Owned(text) => text,
+                .map_or(Cow::Borrowed(""), message::crlf_to_lf),
+            Body::Owned(text) => Cow::Borrowed(text),
+        }
+    }
+
+    /// The body as kept, and whether its CRLF pairs still need to become LF.
+    fn source<'a>(&'a self, raw: &'a [u8]) -> (&'a str, bool) {
+        match self {
+            Body::InRaw(range) => (
+                raw.get(range.clone())
+                    .and_then(|b| std::str::from_utf8(b).ok())
+                    .unwrap_or(""),
+                true,
+            ),
+            Body::Owned(text) => (text, false),
         }
     }
 
@@ -169,14 +194,28 @@ impl Email {
         &self.kept.attachments
     }
 
-    /// The plain-text body; "" when none.
-    pub fn text(&self) -> &str {
+    /// The plain-text body with LF line endings (the HTML body as plain text
+    /// when there is no text part); "" when none. A copy only when the body
+    /// is kept as a range of the raw bytes and has CRLF line endings there.
+    pub fn text(&self) -> Cow<'_, str> {
         self.text.get(&self.raw)
     }
 
-    /// The HTML body; "" when none.
-    pub fn html(&self) -> &str {
+    /// The HTML body with LF line endings; "" when none. Borrowed or copied as [`Email::text`].
+    pub fn html(&self) -> Cow<'_, str> {
         self.html.get(&self.raw)
+    }
+
+    /// The text body as kept, and whether its CRLF pairs still need to become
+    /// LF: what [`Email::text`] gives, without copying (for writers that
+    /// convert as they go).
+    pub fn text_source(&self) -> (&str, bool) {
+        self.text.source(&self.raw)
+    }
+
+    /// As [`Email::text_source`], for the HTML body.
+    pub fn html_source(&self) -> (&str, bool) {
+        self.html.source(&self.raw)
     }
 
     /// The header map, From, Date and Message-ID, read again from the raw header block.
@@ -185,7 +224,8 @@ impl Email {
     }
 
     /// The bytes this message is counted for against [`StoreLimits::max_bytes`]:
-    /// the raw message and everything kept beside it.
+    /// the raw message and everything kept beside it (a text derived from
+    /// the HTML body included).
     pub fn footprint(&self) -> usize {
         let k = &self.kept;
         let strings = |v: &[Box<str>]| v.iter().map(|s| s.len() + 16).sum::<usize>();
@@ -244,6 +284,38 @@ mod tests {
         assert_eq!(email.text(), message::parse(raw.as_bytes()).text);
         assert!(matches!(email.text, Body::InRaw(_)));
         assert_eq!(email.html(), "");
+    }
+
+    #[test]
+    fn crlf_bodies_stay_ranges_and_read_with_lf() {
+        let raw = "Subject: s\r\nContent-Type: multipart/alternative; boundary=b\r\n\r\n\
+                   --b\r\nContent-Type: text/plain\r\n\r\nline 1\r\nline 2\r\n\r\n\
+                   --b\r\nContent-Type: text/html\r\n\r\n<p>a</p>\r\n<p>b\rc</p>\r\n--b--\r\n";
+        let email = stored(raw);
+        assert_eq!(email.text(), "line 1\nline 2\n");
+        // A lone CR stays, as InboxTap keeps it.
+        assert_eq!(email.html(), "<p>a</p>\n<p>b\rc</p>");
+        assert!(matches!(email.text, Body::InRaw(_)));
+        assert!(matches!(email.html, Body::InRaw(_)));
+        assert_eq!(email.text.owned_len() + email.html.owned_len(), 0);
+        assert_eq!(email.text(), message::parse(raw.as_bytes()).text);
+        assert_eq!(email.html(), message::parse(raw.as_bytes()).html);
+    }
+
+    #[test]
+    fn text_from_html_is_owned_and_counted() {
+        let html = "<p>Your code is <b>482913</b></p>".repeat(100);
+        let raw = format!("Subject: s\r\nContent-Type: text/html\r\n\r\n{html}\r\n");
+        let email = stored(&raw);
+        let text = email.text().into_owned();
+        assert!(
+            text.starts_with("Your code is 482913\n\nYour code"),
+            "{text}"
+        );
+        assert!(matches!(email.text, Body::Owned(_)));
+        assert!(matches!(email.html, Body::InRaw(_)));
+        assert_eq!(email.codes(), [Box::from("482913")]);
+        assert!(email.footprint() >= raw.len() + text.len());
     }
 
     #[test]

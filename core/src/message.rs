@@ -2,23 +2,33 @@
 //!
 //! [`parse`] runs once per message, at delivery, and its [`ParsedMessage`] is
 //! kept for the message's lifetime next to the raw bytes. MIME structure,
-//! transfer encodings, charsets and RFC 2047 words are handled by
-//! `mail-parser`; this module picks the fields out of its result and adds the
-//! two things it has no notion of: the links and the one-time codes.
+//! transfer encodings and body charsets are handled by `mail-parser` (with its
+//! `full_encoding` feature: every charset of the WHATWG Encoding Standard,
+//! Chinese, Japanese and Korean ones included); this module picks the fields
+//! out of its result and adds what it has no notion of, one subject per
+//! submodule:
 //!
-//! Links are the `href` values of `<a>` and `<area>` tags in the HTML body
-//! (entities decoded), then the `http://` and `https://` URLs written in the
-//! text body, with trailing punctuation that belongs to the sentence rather
-//! than to the URL taken off.
+//! - `header`: header values as text (unfolding, RFC 2047 words);
+//! - `links`: the `href` values of `<a>` and `<area>` tags in the HTML body
+//!   (entities decoded), then the `http://` and `https://` URLs written in
+//!   the text body, with trailing punctuation that belongs to the sentence
+//!   rather than to the URL taken off;
+//! - `codes`: standalone runs of 4 to 8 ASCII digits in the subject, then
+//!   in the text;
+//! - `html`: an HTML body as the plain text a mail client shows, the `text`
+//!   of a message that has no text part.
 //!
-//! Codes are standalone runs of 4 to 8 ASCII digits in the subject, then in
-//! the text body (or, without one, in the HTML body's visible text). A run
-//! does not count when it touches a letter, another digit or `_`, when it is
-//! joined to another digit run by one of `- / : . ,` (dates, times, phone
-//! numbers, IP addresses, decimals and grouped numbers), when it lies inside a
-//! URL, or when it follows `©` or `(c)` (the year of a copyright footer).
+//! `text` and `html` have LF line endings (as in InboxTap, whose tests read
+//! them so); `raw` stays as received. Every scanner is linear in its input,
+//! so a hostile message costs its size in time, not its size squared.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+mod codes;
+mod header;
+mod html;
+mod links;
+
+use std::borrow::Cow;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
 use std::sync::LazyLock;
 
@@ -26,7 +36,13 @@ use mail_parser::{
     Address, Encoding, Header, HeaderName, HeaderValue, Message, MessageParser, MessagePart,
     MimeHeaders, PartType,
 };
-use regex::Regex;
+
+use codes::find_codes;
+use header::{header_map, is_field_name, raw_value};
+use html::html_to_text;
+use links::{html_links, text_links};
+#[cfg(test)]
+use {html::decode_entities, links::trim_url_end};
 
 /// What a message says about itself, parsed once at delivery.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
@@ -51,24 +67,27 @@ pub struct ParsedMessage {
     /// the values of a header that occurs several times are joined with "\n"
     /// in order of appearance.
     pub headers: BTreeMap<String, String>,
-    /// The plain-text body, decoded to UTF-8; "" when the message has none
-    /// (never synthesised from the HTML body).
+    /// The plain-text body, decoded to UTF-8, with LF line endings. Without a
+    /// text part (or with an empty one), the HTML body as plain text (see
+    /// the `html` submodule); "" when the message has neither.
     pub text: String,
-    /// The HTML body, decoded to UTF-8; "" when the message has none.
+    /// The HTML body, decoded to UTF-8, with LF line endings; "" when the
+    /// message has none.
     pub html: String,
-    /// http and https URLs of the HTML body's links, then of the text body,
+    /// http and https URLs of the HTML body's links, then of the text part,
     /// de-duplicated, in first-seen order.
     pub links: Vec<String>,
     /// One-time codes (standalone runs of 4 to 8 digits) of the subject, then
-    /// of the text body (or the HTML body's visible text when there is no text
-    /// body), de-duplicated, in first-seen order.
+    /// of `text` (so of the HTML body's text when there is no text part),
+    /// de-duplicated, in first-seen order.
     pub codes: Vec<String>,
     /// The attachments and inline parts that are not the text or HTML body.
     pub attachments: Vec<AttachmentInfo>,
-    /// Where `text` stands verbatim in the raw bytes, when it needed no decoding.
+    /// Where `text` stands in the raw bytes, when it needed no decoding: the
+    /// bytes there are `text` but for CRLF where `text` has LF.
     #[serde(skip)]
     pub text_span: Option<Range<usize>>,
-    /// Where `html` stands verbatim in the raw bytes, when it needed no decoding.
+    /// Where `html` stands in the raw bytes, as `text_span`.
     #[serde(skip)]
     pub html_span: Option<Range<usize>>,
 }
@@ -148,10 +167,11 @@ fn fields_of(headers: &[Header<'_>], raw: &[u8]) -> HeaderFields {
 
 /// The result for bytes that have no recognisable message structure.
 fn unparsed(raw: &[u8]) -> ParsedMessage {
-    let text = String::from_utf8_lossy(raw).into_owned();
+    let lossy = String::from_utf8_lossy(raw);
+    let text_span = matches!(lossy, Cow::Borrowed(_)).then_some(0..raw.len());
     let mut parsed = ParsedMessage {
-        text_span: (text.len() == raw.len()).then_some(0..raw.len()),
-        text,
+        text_span,
+        text: owned(&crlf_to_lf(&lossy)),
         ..ParsedMessage::default()
     };
     let mut seen = BTreeSet::new();
@@ -171,7 +191,7 @@ fn parse_unguarded(raw: &[u8], with_header_fields: bool) -> ParsedMessage {
     };
     let headers = &root.headers;
 
-    let (text, text_span) = body(&message, raw, &message.text_body, false);
+    let (mut text, text_span) = body(&message, raw, &message.text_body, false);
     let (html, html_span) = body(&message, raw, &message.html_body, true);
     // mail-parser takes a line without a colon for a header name.
     let no_headers = !headers.iter().any(|h| is_field_name(h.name()));
@@ -183,6 +203,11 @@ fn parse_unguarded(raw: &[u8], with_header_fields: bool) -> ParsedMessage {
     let mut seen = BTreeSet::new();
     html_links(&html, &mut links, &mut seen);
     text_links(&text, &mut links, &mut seen);
+    // After the links: a URL in the HTML's text is not a link unless an
+    // `<a>` points to it, as before there was a text derived from HTML.
+    if text.is_empty() && !html.is_empty() {
+        text = html_to_text(&html);
+    }
 
     let subject = headers
         .iter()
@@ -192,11 +217,7 @@ fn parse_unguarded(raw: &[u8], with_header_fields: bool) -> ParsedMessage {
 
     let mut codes = Vec::new();
     find_codes(&subject, &mut codes);
-    if !text.is_empty() {
-        find_codes(&text, &mut codes);
-    } else if !html.is_empty() {
-        find_codes(&html_visible_text(&html), &mut codes);
-    }
+    find_codes(&text, &mut codes);
 
     let HeaderFields {
         headers: header_map,
@@ -249,9 +270,11 @@ fn body(
             continue;
         };
         match &part.body {
-            PartType::Html(html) if want_html => return (owned(html), span_in(raw, html)),
+            PartType::Html(html) if want_html => {
+                return (owned(&crlf_to_lf(html)), span_in(raw, html));
+            }
             PartType::Text(text) if !want_html && is_plain(part) => {
-                return (owned(text), span_in(raw, text));
+                return (owned(&crlf_to_lf(text)), span_in(raw, text));
             }
             _ => {}
         }
@@ -259,7 +282,8 @@ fn body(
     (String::new(), None)
 }
 
-/// The range of `raw` that `text` borrows, when it points into `raw` (a decoded copy does not).
+/// The range of `raw` that `text` borrows, when it points into `raw` (a
+/// decoded copy does not); the range holds `text` as written, CRLF included.
 fn span_in(raw: &[u8], text: &str) -> Option<Range<usize>> {
     let start = (text.as_ptr() as usize).checked_sub(raw.as_ptr() as usize)?;
     let span = start..start.checked_add(text.len())?;
@@ -271,6 +295,46 @@ fn owned(s: &str) -> String {
     let mut s = s.to_owned();
     s.shrink_to_fit();
     s
+}
+
+/// `text` with each CRLF as LF; a lone CR stays (as InboxTap reads bodies).
+pub fn crlf_to_lf(text: &str) -> Cow<'_, str> {
+    match memchr::memmem::find(text.as_bytes(), b"\r\n") {
+        None => Cow::Borrowed(text),
+        Some(first) => {
+            let mut out = String::with_capacity(text.len() - 1);
+            out.push_str(&text[..first]);
+            let mut rest = &text[first + 1..];
+            // `rest` starts with the LF of a CRLF whose CR is dropped.
+            while let Some(p) = memchr::memmem::find(&rest.as_bytes()[1..], b"\r\n") {
+                out.push_str(&rest[..p + 1]);
+                rest = &rest[p + 2..];
+            }
+            out.push_str(rest);
+            Cow::Owned(out)
+        }
+    }
+}
+
+/// Whether `raw` is `text` but for CRLF where `text` has LF: what
+/// [`crlf_to_lf`] of `raw` would give, checked without a copy.
+pub fn is_crlf_form_of(raw: &[u8], text: &str) -> bool {
+    let text = text.as_bytes();
+    let mut t = 0;
+    let mut r = 0;
+    while r < raw.len() {
+        let b = raw[r];
+        if b == b'\r' && raw.get(r + 1) == Some(&b'\n') {
+            r += 1;
+            continue;
+        }
+        if text.get(t) != Some(&b) {
+            return false;
+        }
+        t += 1;
+        r += 1;
+    }
+    t == text.len()
 }
 
 /// Whether a text part is text/plain; a part without Content-Type is.
@@ -363,194 +427,6 @@ fn message_id(value: &HeaderValue<'_>) -> Option<String> {
     (!id.is_empty()).then(|| id.to_owned())
 }
 
-/// Whether `name` is a valid RFC 5322 field name.
-fn is_field_name(name: &str) -> bool {
-    !name.is_empty() && name.bytes().all(|b| (33..=126).contains(&b) && b != b':')
-}
-
-/// A header's value, decoded from the raw bytes.
-fn raw_value(header: &Header<'_>, raw: &[u8]) -> String {
-    raw.get(header.offset_start as usize..header.offset_end as usize)
-        .map(|v| unstructured(v).trim().to_owned())
-        .unwrap_or_default()
-}
-
-/// Every header, its value re-read from the raw bytes as unstructured text
-/// (unfolded, RFC 2047 decoded), whatever mail-parser made of it.
-fn header_map(headers: &[Header<'_>], raw: &[u8]) -> BTreeMap<String, String> {
-    let mut map: BTreeMap<String, String> = BTreeMap::new();
-    for header in headers.iter().filter(|h| is_field_name(h.name())) {
-        let value = raw_value(header, raw);
-        match map.entry(header.name().to_ascii_lowercase()) {
-            std::collections::btree_map::Entry::Vacant(e) => {
-                e.insert(value);
-            }
-            std::collections::btree_map::Entry::Occupied(mut e) => {
-                let joined = e.get_mut();
-                joined.push('\n');
-                joined.push_str(&value);
-            }
-        }
-    }
-    map
-}
-
-/// A raw header value (everything after the colon, folds included) as text:
-/// unfolded, RFC 2047 words decoded, raw 8-bit bytes read as UTF-8 or else
-/// as windows-1252.
-///
-/// Unlike mail-parser's own unstructured parser, adjacent encoded words in
-/// one charset are decoded together, so a character that a mailer split
-/// across two words (which RFC 2047 forbids, but happens) comes out whole.
-fn unstructured(value: &[u8]) -> String {
-    if !value.windows(2).any(|w| w == b"=?")
-        && let Ok(text) = std::str::from_utf8(value)
-    {
-        return unfold(text);
-    }
-    let mut out = String::with_capacity(value.len());
-    // Decoded bytes of a run of adjacent encoded words, and their charset.
-    let mut pending: Vec<u8> = Vec::new();
-    let mut pending_charset: &[u8] = b"";
-    let mut rest = value;
-    let mut gap: &[u8] = b"";
-    while !rest.is_empty() {
-        let word = if rest.starts_with(b"=?") {
-            ENCODED_WORD.captures(rest)
-        } else {
-            None
-        };
-        if let Some(caps) = word {
-            let (Some(all), Some(charset), Some(enc), Some(data)) =
-                (caps.get(0), caps.get(1), caps.get(2), caps.get(3))
-            else {
-                break;
-            };
-            let charset = charset.as_bytes();
-            let charset = charset.split(|&b| b == b'*').next().unwrap_or(charset);
-            let decoded = if enc.as_bytes().eq_ignore_ascii_case(b"b") {
-                mail_parser::decoders::base64::base64_decode(data.as_bytes())
-            } else {
-                Some(q_decode(data.as_bytes()))
-            };
-            if let Some(decoded) = decoded {
-                if pending.is_empty() {
-                    push_raw(&mut out, gap);
-                } else if !pending_charset.eq_ignore_ascii_case(charset) {
-                    push_charset(&mut out, &pending, pending_charset);
-                    pending.clear();
-                }
-                // Whitespace between two encoded words is not text.
-                gap = b"";
-                pending_charset = charset;
-                pending.extend_from_slice(&decoded);
-                rest = &rest[all.end()..];
-                continue;
-            }
-        }
-        // Plain text up to the next encoded word candidate or whitespace run.
-        let len = next_token_len(rest);
-        let token = &rest[..len];
-        rest = &rest[len..];
-        if token.iter().all(u8::is_ascii_whitespace) {
-            gap = token;
-            continue;
-        }
-        if !pending.is_empty() {
-            push_charset(&mut out, &pending, pending_charset);
-            pending.clear();
-        }
-        push_raw(&mut out, gap);
-        gap = b"";
-        push_raw(&mut out, token);
-    }
-    if !pending.is_empty() {
-        push_charset(&mut out, &pending, pending_charset);
-    }
-    out
-}
-
-/// Each line break and the whitespace around it as one space.
-fn unfold(text: &str) -> String {
-    let mut lines = text.split('\n');
-    let mut out = String::with_capacity(text.len());
-    out.push_str(lines.next().unwrap_or("").trim_end());
-    for line in lines {
-        let line = line.trim();
-        if !line.is_empty() {
-            out.push(' ');
-            out.push_str(line);
-        }
-    }
-    out
-}
-
-static ENCODED_WORD: LazyLock<regex::bytes::Regex> = LazyLock::new(|| {
-    regex::bytes::Regex::new(r"\A=\?([^?\s]+)\?([bBqQ])\?([^?\s]*)\?=").expect("valid regex")
-});
-
-/// Length of the next token: a whitespace run (folds collapsed by the caller)
-/// or text up to the next whitespace or `=?`.
-fn next_token_len(s: &[u8]) -> usize {
-    let ws = s[0].is_ascii_whitespace();
-    let mut i = 1;
-    while i < s.len() {
-        if s[i].is_ascii_whitespace() != ws || !ws && s[i] == b'=' && s.get(i + 1) == Some(&b'?') {
-            break;
-        }
-        i += 1;
-    }
-    i
-}
-
-/// Appends raw header bytes; a fold (line break and the whitespace around
-/// it) becomes one space.
-fn push_raw(out: &mut String, bytes: &[u8]) {
-    if bytes.is_empty() {
-        return;
-    }
-    if bytes.iter().all(u8::is_ascii_whitespace) && bytes.iter().any(|&b| b == b'\n' || b == b'\r')
-    {
-        out.push(' ');
-        return;
-    }
-    match std::str::from_utf8(bytes) {
-        Ok(s) => out.push_str(s),
-        Err(_) => push_charset(out, bytes, b"windows-1252"),
-    }
-}
-
-fn push_charset(out: &mut String, bytes: &[u8], charset: &[u8]) {
-    match mail_parser::decoders::charsets::map::charset_decoder(charset) {
-        Some(decode) => out.push_str(&decode(bytes)),
-        None => out.push_str(&String::from_utf8_lossy(bytes)),
-    }
-}
-
-/// The "Q" encoding of RFC 2047: `_` is a space, `=XX` a byte.
-fn q_decode(data: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(data.len());
-    let mut i = 0;
-    while i < data.len() {
-        let b = data[i];
-        let hex = |j: usize| data.get(j).and_then(|&c| (c as char).to_digit(16));
-        match b {
-            b'_' => out.push(b' '),
-            b'=' => {
-                if let (Some(h), Some(l)) = (hex(i + 1), hex(i + 2)) {
-                    out.push((h * 16 + l) as u8);
-                    i += 3;
-                    continue;
-                }
-                out.push(b'=');
-            }
-            _ => out.push(b),
-        }
-        i += 1;
-    }
-    out
-}
-
 fn attachment_info(part: &MessagePart<'_>) -> AttachmentInfo {
     let content_type = match part.content_type() {
         Some(ct) => {
@@ -588,298 +464,6 @@ fn attachment_info(part: &MessagePart<'_>) -> AttachmentInfo {
             .filter(|id| !id.is_empty())
             .map(str::to_owned),
     }
-}
-
-// ---------------------------------------------------------------- links
-
-static HREF: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r#"(?i)<(?:a|area)\s[^>]*?(?-u:\b)href\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s"'>]+))"#)
-        .expect("valid regex")
-});
-
-static URL: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r#"(?i)https?://[^\s<>"\x00-\x1f\x7f]+"#).expect("valid regex"));
-
-fn push_link(url: String, links: &mut Vec<String>, seen: &mut BTreeSet<String>) {
-    if !seen.contains(&url) {
-        seen.insert(url.clone());
-        links.push(url);
-    }
-}
-
-/// Absolute http(s) `href`s of `<a>` and `<area>` tags.
-fn html_links(html: &str, links: &mut Vec<String>, seen: &mut BTreeSet<String>) {
-    for caps in HREF.captures_iter(html) {
-        let Some(value) = caps.get(1).or(caps.get(2)).or(caps.get(3)) else {
-            continue;
-        };
-        let decoded = decode_entities(value.as_str());
-        // As browsers do: outer whitespace trimmed, tabs and newlines dropped.
-        let url: String = decoded
-            .trim()
-            .chars()
-            .filter(|c| !matches!(c, '\t' | '\n' | '\r'))
-            .collect();
-        if has_http_scheme(&url) && url.len() > scheme_len(&url) {
-            push_link(url, links, seen);
-        }
-    }
-}
-
-/// URLs written in plain text.
-fn text_links(text: &str, links: &mut Vec<String>, seen: &mut BTreeSet<String>) {
-    for m in text_urls(text) {
-        push_link(m.to_owned(), links, seen);
-    }
-}
-
-/// The http(s) URLs in `text`, trailing punctuation removed, and the ranges
-/// they were found in (before trimming).
-fn url_matches(text: &str) -> impl Iterator<Item = (Range<usize>, &str)> {
-    URL.find_iter(text).filter_map(move |m| {
-        // "xhttp://" is not a URL start.
-        if text[..m.start()]
-            .chars()
-            .next_back()
-            .is_some_and(char::is_alphanumeric)
-        {
-            return None;
-        }
-        let url = trim_url_end(m.as_str());
-        let host = url[scheme_len(url)..].chars().next()?;
-        (host.is_alphanumeric() || host == '[').then_some((m.range(), url))
-    })
-}
-
-fn text_urls(text: &str) -> impl Iterator<Item = &str> {
-    url_matches(text).map(|(_, url)| url)
-}
-
-fn has_http_scheme(url: &str) -> bool {
-    let lower = |n: usize| url.get(..n).map(str::to_ascii_lowercase);
-    lower(7).as_deref() == Some("http://") || lower(8).as_deref() == Some("https://")
-}
-
-/// Length of the `http://` or `https://` prefix of a URL that has one.
-fn scheme_len(url: &str) -> usize {
-    if url
-        .as_bytes()
-        .get(4)
-        .is_some_and(|b| b.eq_ignore_ascii_case(&b's'))
-    {
-        8
-    } else {
-        7
-    }
-}
-
-/// Drops trailing characters that end the sentence rather than the URL; a
-/// closing bracket stays when the URL opened it, as in Wikipedia links.
-fn trim_url_end(url: &str) -> &str {
-    let mut url = url;
-    while let Some(last) = url.chars().next_back() {
-        let strip = match last {
-            '.' | ',' | ';' | ':' | '!' | '?' | '\'' | '*' | '_' | '~' | '`' | '>' | '…' | '。'
-            | '、' | '，' | '»' | '”' | '’' => true,
-            ')' => url.matches('(').count() < url.matches(')').count(),
-            ']' => url.matches('[').count() < url.matches(']').count(),
-            '}' => url.matches('{').count() < url.matches('}').count(),
-            _ => false,
-        };
-        if !strip {
-            break;
-        }
-        url = &url[..url.len() - last.len_utf8()];
-    }
-    url
-}
-
-// ---------------------------------------------------------------- codes
-
-/// Appends the one-time codes of `text` that `codes` does not hold yet.
-fn find_codes(text: &str, codes: &mut Vec<String>) {
-    let urls: Vec<Range<usize>> = if text.contains("://") {
-        url_matches(text).map(|(range, _)| range).collect()
-    } else {
-        Vec::new()
-    };
-    // Both lookups stay linear in the text: a message may hold thousands of numbers and URLs.
-    let mut seen: HashSet<String> = codes.iter().cloned().collect();
-    let mut next_url = 0;
-    let bytes = text.as_bytes();
-    let mut i = 0;
-    while i < bytes.len() {
-        if !bytes[i].is_ascii_digit() {
-            i += 1;
-            continue;
-        }
-        let start = i;
-        while i < bytes.len() && bytes[i].is_ascii_digit() {
-            i += 1;
-        }
-        let end = i;
-        // URL matches are sorted and disjoint, and digit runs come in order.
-        while urls.get(next_url).is_some_and(|r| r.end < end) {
-            next_url += 1;
-        }
-        let in_url = urls
-            .get(next_url)
-            .is_some_and(|r| r.start <= start && end <= r.end);
-        if (4..=8).contains(&(end - start)) && is_standalone(text, start, end) && !in_url {
-            let code = &text[start..end];
-            if seen.insert(code.to_owned()) {
-                codes.push(code.to_owned());
-            }
-        }
-    }
-}
-
-/// Whether the digit run `text[start..end]` stands on its own.
-fn is_standalone(text: &str, start: usize, end: usize) -> bool {
-    let before = &text[..start];
-    let after = &text[end..];
-    let joins = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_');
-    let mut back = before.chars().rev();
-    let mut fwd = after.chars();
-    let (prev, prev2) = (back.next(), back.next());
-    let (next, next2) = (fwd.next(), fwd.next());
-    if joins(prev) || joins(next) {
-        return false;
-    }
-    let separator = |c: Option<char>| matches!(c, Some('-' | '/' | ':' | '.' | ','));
-    let digit = |c: Option<char>| c.is_some_and(|c| c.is_ascii_digit());
-    if separator(prev) && digit(prev2) || separator(next) && digit(next2) {
-        return false;
-    }
-    let lead = before.trim_end();
-    !(lead.ends_with('©')
-        || lead
-            .get(lead.len().saturating_sub(3)..)
-            .is_some_and(|t| t.eq_ignore_ascii_case("(c)")))
-}
-
-// ---------------------------------------------------------------- HTML text
-
-/// Tags that do not separate words when removed, e.g. a code styled digit by
-/// digit in `<span>`s.
-const INLINE_TAGS: &[&str] = &[
-    "a", "abbr", "b", "bdi", "bdo", "big", "cite", "code", "dfn", "em", "font", "i", "kbd", "mark",
-    "q", "s", "samp", "small", "span", "strike", "strong", "sub", "sup", "tt", "u", "var", "wbr",
-];
-
-/// The visible text of an HTML document, roughly: tags, comments, `<script>`,
-/// `<style>` and `<head>` removed, entities decoded.
-fn html_visible_text(html: &str) -> String {
-    let mut out = String::with_capacity(html.len() / 2);
-    let mut rest = html;
-    while let Some(lt) = rest.find('<') {
-        out.push_str(&decode_entities(&rest[..lt]));
-        rest = &rest[lt..];
-        if rest.starts_with("<!--") {
-            rest = rest.find("-->").map_or("", |e| &rest[e + 3..]);
-            out.push(' ');
-            continue;
-        }
-        let name_len = rest[1..]
-            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '/'))
-            .unwrap_or(rest.len() - 1);
-        let name = rest[1..1 + name_len].to_ascii_lowercase();
-        let Some(gt) = rest.find('>') else {
-            rest = "";
-            break;
-        };
-        rest = &rest[gt + 1..];
-        if matches!(name.as_str(), "script" | "style" | "head" | "title") {
-            let close = format!("</{name}");
-            rest = find_ascii_ci(rest, &close)
-                .and_then(|p| rest[p..].find('>').map(|g| &rest[p + g + 1..]))
-                .unwrap_or("");
-            out.push(' ');
-            continue;
-        }
-        let bare = name.trim_start_matches('/');
-        if name.is_empty() || !INLINE_TAGS.contains(&bare) {
-            out.push(' ');
-        }
-    }
-    out.push_str(&decode_entities(rest));
-    out
-}
-
-/// Byte position of the first ASCII-case-insensitive occurrence of `needle`.
-fn find_ascii_ci(haystack: &str, needle: &str) -> Option<usize> {
-    let (h, n) = (haystack.as_bytes(), needle.as_bytes());
-    if n.is_empty() || h.len() < n.len() {
-        return None;
-    }
-    (0..=h.len() - n.len()).find(|&i| h[i..i + n.len()].eq_ignore_ascii_case(n))
-}
-
-/// Decodes numeric character references and the common named entities;
-/// anything else is left as written.
-fn decode_entities(s: &str) -> std::borrow::Cow<'_, str> {
-    if !s.contains('&') {
-        return s.into();
-    }
-    let mut out = String::with_capacity(s.len());
-    let mut rest = s;
-    while let Some(amp) = rest.find('&') {
-        out.push_str(&rest[..amp]);
-        rest = &rest[amp..];
-        let entity = rest[1..]
-            .find(';')
-            .filter(|&semi| semi > 0 && semi <= 10)
-            .and_then(|semi| Some((entity_char(&rest[1..1 + semi])?, semi + 2)));
-        match entity {
-            Some((c, len)) => {
-                out.push(c);
-                rest = &rest[len..];
-            }
-            None => {
-                out.push('&');
-                rest = &rest[1..];
-            }
-        }
-    }
-    out.push_str(rest);
-    out.into()
-}
-
-fn entity_char(name: &str) -> Option<char> {
-    if let Some(num) = name.strip_prefix('#') {
-        let code = match num.strip_prefix(['x', 'X']) {
-            Some(hex) => u32::from_str_radix(hex, 16).ok()?,
-            None => num.parse().ok()?,
-        };
-        return char::from_u32(code).filter(|&c| c != '\0');
-    }
-    Some(match name {
-        "amp" | "AMP" => '&',
-        "lt" | "LT" => '<',
-        "gt" | "GT" => '>',
-        "quot" | "QUOT" => '"',
-        "apos" => '\'',
-        "nbsp" => '\u{a0}',
-        "copy" | "COPY" => '©',
-        "reg" => '®',
-        "trade" => '™',
-        "zwnj" => '\u{200c}',
-        "zwj" => '\u{200d}',
-        "shy" => '\u{ad}',
-        "ndash" => '–',
-        "mdash" => '—',
-        "hellip" => '…',
-        "laquo" => '«',
-        "raquo" => '»',
-        "lsquo" => '‘',
-        "rsquo" => '’',
-        "ldquo" => '“',
-        "rdquo" => '”',
-        "middot" => '·',
-        "bull" => '•',
-        "euro" => '€',
-        _ => return None,
-    })
 }
 
 #[cfg(test)]

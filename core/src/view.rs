@@ -131,10 +131,16 @@ impl EmailJson {
     /// Escapes one step of `field` from `at`; returns where the next step starts, None at the end.
     fn escape_step(&self, field: Large, at: usize, out: &mut Vec<u8>) -> Option<usize> {
         let email = &*self.email;
-        let bytes = match field {
-            Large::Text => email.text().as_bytes(),
-            Large::Html => email.html().as_bytes(),
-            Large::Raw => email.raw(),
+        let (bytes, lf_only) = match field {
+            Large::Text => {
+                let (text, lf_only) = email.text_source();
+                (text.as_bytes(), lf_only)
+            }
+            Large::Html => {
+                let (html, lf_only) = email.html_source();
+                (html.as_bytes(), lf_only)
+            }
+            Large::Raw => (email.raw(), false),
         };
         let end = step_end(bytes, at);
         match field {
@@ -142,7 +148,7 @@ impl EmailJson {
             Large::Text | Large::Html => {
                 // Valid UTF-8 cut at a character boundary: never lossy here.
                 let text = String::from_utf8_lossy(&bytes[at..end]);
-                escape_into(&text, false, bytes.get(end).copied(), out);
+                escape_into(&text, lf_only, bytes.get(end).copied(), out);
             }
         }
         (end < bytes.len()).then_some(end)
@@ -288,6 +294,19 @@ mod tests {
         assert_eq!(list[1]["subject"], "n1");
         let (empty, _) = chunks(ListJson::new(Vec::new()));
         assert_eq!(empty, br#"{"emails":[]}"#);
+    }
+
+    #[test]
+    fn text_and_html_kept_as_ranges_of_the_raw_bytes_come_out_with_lf() {
+        let line = "line one\r\nline two\r\n".repeat(2000);
+        let raw = format!("Subject: crlf\r\nContent-Type: text/plain\r\n\r\n{line}");
+        let email = stored(raw.as_bytes());
+        let (json, _) = chunks(EmailJson::new(email.clone(), b"", b""));
+        let value: Value = serde_json::from_slice(&json).expect("valid JSON");
+        let text = value["text"].as_str().unwrap();
+        assert!(!text.contains('\r'));
+        assert_eq!(text, email.text());
+        assert_eq!(value["raw"].as_str().unwrap(), raw);
     }
 
     #[test]

@@ -36,7 +36,7 @@ fn plain_ascii_message() {
     assert_eq!(p.subject, "Hello there");
     assert_eq!(p.date.as_deref(), Some("2026-11-22T02:42:07+00:00"));
     assert_eq!(p.message_id.as_deref(), Some("abc.123@example.com"));
-    assert_eq!(p.text, "Hi Bob,\r\njust saying hello.\r\n");
+    assert_eq!(p.text, "Hi Bob,\njust saying hello.\n");
     assert_eq!(p.html, "");
     assert!(p.links.is_empty());
     assert!(p.codes.is_empty());
@@ -236,7 +236,7 @@ fn quoted_printable_and_base64_bodies_in_charsets() {
             "quoted-printable",
             "Andr=E9 =\r\nPirard"
         ),
-        "André Pirard\r\n"
+        "André Pirard\n"
     );
     assert_eq!(
         body(
@@ -244,11 +244,11 @@ fn quoted_printable_and_base64_bodies_in_charsets() {
             "quoted-printable",
             "=80 5 =93quoted=94"
         ),
-        "€ 5 “quoted”\r\n"
+        "€ 5 “quoted”\n"
     );
     assert_eq!(
         body("text/plain; charset=utf-8", "quoted-printable", "Caf=C3=A9"),
-        "Café\r\n"
+        "Café\n"
     );
     assert_eq!(
         body(
@@ -272,7 +272,7 @@ fn quoted_printable_and_base64_bodies_in_charsets() {
     );
     // 8-bit without a charset is read as UTF-8.
     let p = parse("Subject: x\r\n\r\nGrüße\r\n".as_bytes());
-    assert_eq!(p.text, "Grüße\r\n");
+    assert_eq!(p.text, "Grüße\n");
 }
 
 #[test]
@@ -308,7 +308,7 @@ fn multipart_alternative() {
 }
 
 #[test]
-fn html_only_does_not_synthesise_text() {
+fn html_only_gives_text_from_the_html() {
     let p = parse(&crlf(&[
         "Subject: html",
         "Content-Type: text/html; charset=utf-8",
@@ -316,8 +316,10 @@ fn html_only_does_not_synthesise_text() {
         "<html><head><style>.c{color:#123456}</style><title>T 9999</title></head>",
         "<body><p>Your code is <b>482913</b>.</p><p>&copy; 2026 Example</p></body></html>",
     ]));
-    assert_eq!(p.text, "");
+    assert_eq!(p.text, "Your code is 482913.\n\n© 2026 Example");
     assert!(p.html.starts_with("<html>"));
+    // LF line endings in the HTML too.
+    assert!(p.html.contains("</head>\n<body>"), "{:?}", p.html);
     assert_eq!(p.codes, ["482913"]);
 
     // An alternative that has only its HTML part.
@@ -330,7 +332,7 @@ fn html_only_does_not_synthesise_text() {
         "<p>only html</p>",
         "--b--",
     ]));
-    assert_eq!(p.text, "");
+    assert_eq!(p.text, "only html");
     assert_eq!(p.html, "<p>only html</p>");
 }
 
@@ -553,6 +555,17 @@ fn codes_positive() {
         simple("x", "On 2026-11-22 your code 445566 was sent").codes,
         ["445566"]
     );
+    // Scripts without spaces between words do not join a code.
+    assert_eq!(
+        simple(
+            "確認コードは123456です",
+            "인증번호는 654321입니다. รหัส 778899 ค่ะ"
+        )
+        .codes,
+        ["123456", "654321", "778899"]
+    );
+    // Latin, Cyrillic and Greek letters still do.
+    assert!(simple("x", "abc123456 кодa4321 β98765").codes.is_empty());
 }
 
 #[test]
@@ -612,13 +625,69 @@ fn codes_from_text_body_ignore_html() {
 }
 
 #[test]
-fn html_visible_text_basics() {
+fn html_to_text_basics() {
     assert_eq!(
-        html_visible_text("<p>a&amp;b</p><STYLE>x{}</STYLE>c<b>d</b><br>e"),
-        " a&b  cd e"
+        html_to_text("<p>a&amp;b</p><STYLE>x{}</STYLE>c<b>d</b><br>e"),
+        "a&b\n\ncd\ne"
     );
-    assert_eq!(html_visible_text("unterminated <p"), "unterminated ");
-    assert_eq!(html_visible_text("<!-- open comment"), " ");
+    assert_eq!(html_to_text("unterminated <p"), "unterminated");
+    assert_eq!(html_to_text("<!-- open comment"), "");
+    assert_eq!(html_to_text("a < b and c<3"), "a < b and c<3");
+    assert_eq!(html_to_text(""), "");
+}
+
+#[test]
+fn html_to_text_lays_out_blocks_and_whitespace() {
+    let html = "<!DOCTYPE html>\n<html><head><meta charset=utf-8><title>Title</title>\n\
+        <style>p { margin: 0 }</style><script>alert('x < y')</script></head>\n\
+        <body>\n  <h1>Welcome,   Ada</h1>\n\
+        <div>Line one<br/>Line   two<br><br>after a blank</div>\
+        <div><div>nested</div></div>\
+        <ul><li>first</li><li>second</li></ul>\
+        <table><tr><td>Code</td><td><b>12</b><i>34</i></td></tr><tr><td>Next</td><td>row</td></tr></table>\
+        <p>See <a href=\"https://example.com/x\" title='a > b'>the page</a>.</p>\
+        <p>caf&eacute;&nbsp;&nbsp;cr&egrave;me&#8203;&zwnj; &lt;tag&gt; &#x263A; &#146;</p>\
+        <pre>  keep\n    this</pre><p>tail</p>\n</body></html>\n";
+    assert_eq!(
+        html_to_text(html),
+        "Welcome, Ada\n\n\
+         Line one\nLine two\n\nafter a blank\n\
+         nested\n\n\
+         first\nsecond\n\n\
+         Code 1234\nNext row\n\n\
+         See the page.\n\n\
+         café crème <tag> ☺ ’\n\n\
+         \u{20}\u{20}keep\n    this\n\n\
+         tail"
+    );
+}
+
+#[test]
+fn html_to_text_drops_hidden_content_to_its_end_tag() {
+    // A `>` or `</p>` inside a script is not markup; `</SCRIPT >` ends it.
+    assert_eq!(
+        html_to_text("a<script type=x>if (a</p>b) {}</scripts></SCRIPT >b"),
+        "ab"
+    );
+    // An unterminated script hides the rest, as in a browser.
+    assert_eq!(html_to_text("a<style>b"), "a");
+    // Declarations, processing instructions and stray end tags leave nothing.
+    assert_eq!(html_to_text("<?xml x?>a<![CDATA[b]]>c</>d"), "acd");
+}
+
+#[test]
+fn line_endings_become_lf() {
+    assert_eq!(crlf_to_lf("a\r\nb\r\n\r\nc"), "a\nb\n\nc");
+    assert_eq!(crlf_to_lf("\r\n"), "\n");
+    assert_eq!(crlf_to_lf("\r\r\n\n\r"), "\r\n\n\r");
+    assert!(matches!(crlf_to_lf("a\nb\rc"), Cow::Borrowed("a\nb\rc")));
+    for raw in ["", "a", "a\r\nb", "\r\n\r\n", "\r\r\n", "x\r", "\n\r\n"] {
+        assert!(is_crlf_form_of(raw.as_bytes(), &crlf_to_lf(raw)), "{raw:?}");
+    }
+    assert!(!is_crlf_form_of(b"a\r\nb", "a\r\nb"));
+    assert!(!is_crlf_form_of(b"a\r\nb", "a\nbc"));
+    assert!(!is_crlf_form_of(b"a\r\nbc", "a\nb"));
+    assert!(!is_crlf_form_of(b"a\rb", "a\nb"));
 }
 
 #[test]
@@ -632,6 +701,13 @@ fn decode_entities_cases() {
         "&unknown; & &amp &#xZZ;"
     );
     assert_eq!(decode_entities("&#0;&#1114112;"), "&#0;&#1114112;");
+    assert_eq!(
+        decode_entities("&eacute;&Uuml;&yuml;&#150;&#x80;&euro;&rsquo;&AMP;"),
+        "éÜÿ–€€’&"
+    );
+    // Too long to be an entity: left as written, and the `;` looked for no further.
+    assert_eq!(decode_entities("&#00000000065;"), "&#00000000065;");
+    assert_eq!(decode_entities("&#0000065;"), "A");
 }
 
 #[test]
@@ -688,7 +764,7 @@ fn unknown_charset_falls_back() {
         "",
         "plain",
     ]));
-    assert_eq!(p.text, "plain\r\n");
+    assert_eq!(p.text, "plain\n");
     assert!(serde_json::to_string(&p).is_ok());
 }
 
