@@ -1,0 +1,186 @@
+//! ECMAScript regular expressions, as Node runs them, on top of `regex` and `fancy-regex`.
+//!
+//! The JS pattern is parsed by a small ECMAScript (2024, with Annex B) parser that throws
+//! exactly where JS throws a `SyntaxError`, then emitted as a Rust pattern in which every
+//! character class is spelled out as explicit code point ranges. Case-insensitivity is
+//! resolved at translation time (JS canonicalisation, not Rust's), so the Rust engines never
+//! see an `(?i)` flag except around backreferences.
+//!
+//! Without the `u`/`v` flag JS matches UTF-16 code units. We reproduce that exactly by
+//! mapping every surrogate code unit to a private-use "pseudo" character (plane 15): astral
+//! characters in the pattern and in the subject become two pseudo characters each.
+//!
+//! Why by hand: the design asks for JS semantics on `regex` (linear time) and `fancy-regex`
+//! (only where lookaround or backreferences need it), with their size and backtrack limits. No
+//! crate translates JS syntax for them (`\d`, `\w`, `[^]`, `$`, case folding, Annex B escapes
+//! and UTF-16 code units all differ from Perl syntax), and a JS engine crate such as `regress`
+//! backtracks on every pattern, with no bound on compiled size.
+//!
+//! Layout (no module imports a module above it in this list; `tables`, `error` and `utf16` are
+//! leaves): `tables` (Unicode property names, data only), `error`, `utf16` (code units),
+//! `flags`, `charset` (code point sets, case folding), `ast`, `parser` (pattern to [`ast`]),
+//! `translate` (ast to a Rust pattern and the engine choice), and this module
+//! ([`JsRegex`]: compiling and matching).
+//!
+//! Known, documented gaps (all rare in practice):
+//! - captures are not reset on each iteration of a quantified group (JS does reset them);
+//! - lookbehind must have a fixed length (JS allows any length): otherwise an "unsupported" error;
+//! - a case-insensitive backreference compares with Unicode simple case folding;
+//! - Unicode property tables are those of the `regex` crate, which may lag Node's ICU version;
+//!   properties it does not know are an "unsupported" error;
+//! - `v`-flag properties of strings (`\p{RGI_Emoji}`, ...) are an "unsupported" error.
+
+mod ast;
+mod charset;
+mod error;
+mod flags;
+mod parser;
+mod tables;
+mod translate;
+mod utf16;
+
+#[cfg(test)]
+mod test_util;
+
+use std::borrow::Cow;
+
+pub use error::JsRegexError;
+use flags::Flags;
+use parser::Parser;
+use translate::translate;
+use utf16::to_code_units;
+
+/// Compiled-size limit for both engines, in bytes.
+const SIZE_LIMIT: usize = 8 << 20;
+/// Backtracking budget of fancy-regex per match attempt.
+const BACKTRACK_LIMIT: usize = 1_000_000;
+
+/// A compiled JavaScript regular expression.
+#[derive(Clone, Debug)]
+pub struct JsRegex {
+    engine: Engine,
+    /// Without `u`/`v`: the subject is matched as UTF-16 code units (see module docs).
+    utf16: bool,
+}
+
+#[derive(Clone, Debug)]
+enum Engine {
+    Plain(regex::Regex),
+    Fancy(fancy_regex::Regex),
+}
+
+impl JsRegex {
+    /// Compiles `pattern` (the source text, as in `new RegExp(pattern, flags)`) with `flags`.
+    pub fn new(pattern: &str, flags: &str) -> Result<JsRegex, JsRegexError> {
+        let fl = Flags::parse(flags)?;
+        let ast = Parser::parse(pattern, &fl)?;
+        let translated = translate(&ast, &fl);
+        let engine = if translated.fancy {
+            let re = fancy_regex::RegexBuilder::new(&translated.pattern)
+                .backtrack_limit(BACKTRACK_LIMIT)
+                .delegate_size_limit(SIZE_LIMIT)
+                .delegate_dfa_size_limit(SIZE_LIMIT)
+                .build()
+                .map_err(fancy_error)?;
+            Engine::Fancy(re)
+        } else {
+            let re = regex::RegexBuilder::new(&translated.pattern)
+                .size_limit(SIZE_LIMIT)
+                .dfa_size_limit(SIZE_LIMIT)
+                .nest_limit(1000)
+                .build()
+                .map_err(|e| match e {
+                    regex::Error::CompiledTooBig(_) => {
+                        JsRegexError::TooLarge("compiled size limit exceeded".into())
+                    }
+                    other => JsRegexError::Unsupported(format!("this pattern ({other})")),
+                })?;
+            Engine::Plain(re)
+        };
+        Ok(JsRegex {
+            engine,
+            utf16: !fl.unicode,
+        })
+    }
+
+    /// Whether the regex matches `subject` (like JS `re.test(subject)` on a fresh RegExp, lastIndex 0).
+    pub fn is_match(&self, subject: &str) -> Result<bool, JsRegexError> {
+        let subject = if self.utf16 {
+            to_code_units(subject)
+        } else {
+            Cow::Borrowed(subject)
+        };
+        match &self.engine {
+            Engine::Plain(re) => Ok(re.is_match(&subject)),
+            // The only runtime error fancy-regex reports is the backtrack limit.
+            Engine::Fancy(re) => re
+                .is_match(&subject)
+                .map_err(|_| JsRegexError::BacktrackLimit),
+        }
+    }
+}
+
+fn fancy_error(e: fancy_regex::Error) -> JsRegexError {
+    use fancy_regex::{CompileError, Error};
+    match e {
+        Error::CompileError(ce) => match ce {
+            CompileError::LookBehindNotConst => {
+                JsRegexError::Unsupported("lookbehind whose length is not fixed".into())
+            }
+            CompileError::InnerError(e) if e.size_limit().is_some() => {
+                JsRegexError::TooLarge("compiled size limit exceeded".into())
+            }
+            other => JsRegexError::Unsupported(format!("this pattern ({other})")),
+        },
+        other => JsRegexError::Unsupported(format!("this pattern ({other})")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backtrack_limit_is_an_error() {
+        let re = JsRegex::new(r"^(a+)+\1b$", "").expect("compile");
+        let subject = "a".repeat(40);
+        assert_eq!(re.is_match(&subject), Err(JsRegexError::BacktrackLimit));
+        assert!(matches!(
+            JsRegex::new(&"(".repeat(500), ""),
+            Err(JsRegexError::Unsupported(_))
+        ));
+        assert!(matches!(
+            JsRegex::new(r"\p{L}{10000}", "u"),
+            Err(JsRegexError::TooLarge(_))
+        ));
+    }
+
+    fn assert_traits<T: Clone + std::fmt::Debug + Send + Sync>() {}
+
+    #[test]
+    fn public_type_traits() {
+        assert_traits::<JsRegex>();
+        assert_traits::<JsRegexError>();
+    }
+
+    #[test]
+    fn never_panics_on_random_input() {
+        let mut runner = proptest::test_runner::TestRunner::new(proptest::test_runner::Config {
+            cases: 3000,
+            ..Default::default()
+        });
+        let strat = (
+            "[\\\\()\\[\\]{}a-c0-9?*+|^$.<>=!:kpPuxdwsbB,\\-&~\u{1F600}ſK]{0,16}",
+            "[dgimsuvyx]{0,3}",
+            "[a-c0-9 \\n\\r\u{2028}\u{1F600}ſK]{0,8}",
+        );
+        runner
+            .run(&strat, |(p, f, s)| {
+                if let Ok(re) = JsRegex::new(&p, &f) {
+                    let _ = re.is_match(&s);
+                }
+                Ok(())
+            })
+            .expect("no panic");
+    }
+}
