@@ -17,8 +17,9 @@ pub enum JsRegexError {
     /// The pattern is valid JS but uses a construct this server cannot run.
     #[error("invalid subjectPattern: {0} is not supported")]
     Unsupported(String),
-    /// The pattern is valid but compiles to something too big.
-    #[error("invalid subjectPattern: pattern is too large or too complex ({0})")]
+    /// The pattern is valid but its compiled form would exceed
+    /// [`MAX_COMPILED_BYTES`](super::MAX_COMPILED_BYTES).
+    #[error("invalid subjectPattern: pattern too large ({0})")]
     TooLarge(String),
     /// Matching gave up after too much backtracking.
     #[error(

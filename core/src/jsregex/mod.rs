@@ -32,6 +32,7 @@
 
 mod ast;
 mod charset;
+mod cost;
 mod error;
 mod flags;
 mod parser;
@@ -43,17 +44,22 @@ mod utf16;
 mod test_util;
 
 use std::borrow::Cow;
+use std::sync::Arc;
 
+use cost::Profile;
 pub use error::JsRegexError;
 use flags::Flags;
 use parser::Parser;
-use translate::translate;
+use translate::{size_surrogate, translate};
 use utf16::to_code_units;
 
-/// Compiled-size limit for both engines, in bytes.
-const SIZE_LIMIT: usize = 8 << 20;
-/// Backtracking budget of fancy-regex per match attempt.
-const BACKTRACK_LIMIT: usize = 1_000_000;
+/// The most one compiled pattern may hold, in bytes: the limit on `regex`'s program
+/// (`size_limit`) and lazy-DFA cache (`dfa_size_limit`), and on the sum of fancy-regex's
+/// delegates (see [`JsRegex::new`]). A pattern over it is [`JsRegexError::TooLarge`].
+pub const MAX_COMPILED_BYTES: usize = 1 << 20;
+/// Backtracking budget of fancy-regex per match (fancy-regex's default is 1,000,000, about
+/// 75 ms for `(a*)*\1x`; this bounds one fancy match to a few tens of milliseconds).
+pub const BACKTRACK_LIMIT: usize = 100_000;
 
 /// A compiled JavaScript regular expression.
 #[derive(Clone, Debug)]
@@ -61,6 +67,8 @@ pub struct JsRegex {
     engine: Engine,
     /// Without `u`/`v`: the subject is matched as UTF-16 code units (see module docs).
     utf16: bool,
+    /// What the cost estimate needs (shared by clones).
+    profile: Arc<Profile>,
 }
 
 #[derive(Clone, Debug)]
@@ -76,30 +84,22 @@ impl JsRegex {
         let ast = Parser::parse(pattern, &fl)?;
         let translated = translate(&ast, &fl);
         let engine = if translated.fancy {
+            // fancy-regex bounds each delegate alone: bound their sum first.
+            drop(plain_regex(&size_surrogate(&ast, &fl))?);
             let re = fancy_regex::RegexBuilder::new(&translated.pattern)
                 .backtrack_limit(BACKTRACK_LIMIT)
-                .delegate_size_limit(SIZE_LIMIT)
-                .delegate_dfa_size_limit(SIZE_LIMIT)
+                .delegate_size_limit(MAX_COMPILED_BYTES)
+                .delegate_dfa_size_limit(MAX_COMPILED_BYTES)
                 .build()
                 .map_err(fancy_error)?;
             Engine::Fancy(re)
         } else {
-            let re = regex::RegexBuilder::new(&translated.pattern)
-                .size_limit(SIZE_LIMIT)
-                .dfa_size_limit(SIZE_LIMIT)
-                .nest_limit(1000)
-                .build()
-                .map_err(|e| match e {
-                    regex::Error::CompiledTooBig(_) => {
-                        JsRegexError::TooLarge("compiled size limit exceeded".into())
-                    }
-                    other => JsRegexError::Unsupported(format!("this pattern ({other})")),
-                })?;
-            Engine::Plain(re)
+            Engine::Plain(plain_regex(&translated.pattern)?)
         };
         Ok(JsRegex {
             engine,
             utf16: !fl.unicode,
+            profile: Arc::new(Profile::new(&ast, &fl, translated.fancy, BACKTRACK_LIMIT)),
         })
     }
 
@@ -118,6 +118,41 @@ impl JsRegex {
                 .map_err(|_| JsRegexError::BacktrackLimit),
         }
     }
+
+    /// An upper estimate, in nanoseconds, of how long one [`JsRegex::is_match`] on `subject`
+    /// can take (calibrated on a 2-core x86_64 with a margin; see `cost.rs`), so that a caller
+    /// can refuse a match it cannot afford before running it: neither engine can be
+    /// interrupted. It reads `subject` once and allocates nothing.
+    pub fn worst_case_nanos(&self, subject: &str) -> u64 {
+        let mut n = subject.len();
+        let astral = subject.bytes().filter(|&b| b >= 0xF0).count();
+        let converted = self.utf16 && astral > 0;
+        if converted {
+            // An astral character (4 bytes) becomes two pseudo characters (4 bytes each).
+            n += 4 * astral;
+        }
+        self.profile.worst_case_nanos(n, converted)
+    }
+}
+
+/// `pattern` compiled by `regex` within [`MAX_COMPILED_BYTES`].
+fn plain_regex(pattern: &str) -> Result<regex::Regex, JsRegexError> {
+    regex::RegexBuilder::new(pattern)
+        .size_limit(MAX_COMPILED_BYTES)
+        .dfa_size_limit(MAX_COMPILED_BYTES)
+        .nest_limit(1000)
+        .build()
+        .map_err(|e| match e {
+            regex::Error::CompiledTooBig(_) => too_large(),
+            other => JsRegexError::Unsupported(format!("this pattern ({other})")),
+        })
+}
+
+fn too_large() -> JsRegexError {
+    JsRegexError::TooLarge(format!(
+        "its compiled form would exceed {} KiB",
+        MAX_COMPILED_BYTES / 1024
+    ))
 }
 
 fn fancy_error(e: fancy_regex::Error) -> JsRegexError {
@@ -127,9 +162,7 @@ fn fancy_error(e: fancy_regex::Error) -> JsRegexError {
             CompileError::LookBehindNotConst => {
                 JsRegexError::Unsupported("lookbehind whose length is not fixed".into())
             }
-            CompileError::InnerError(e) if e.size_limit().is_some() => {
-                JsRegexError::TooLarge("compiled size limit exceeded".into())
-            }
+            CompileError::InnerError(e) if e.size_limit().is_some() => too_large(),
             other => JsRegexError::Unsupported(format!("this pattern ({other})")),
         },
         other => JsRegexError::Unsupported(format!("this pattern ({other})")),

@@ -28,11 +28,24 @@ fn needs_fancy(node: &Node, fl: &Flags) -> bool {
 
 /// Emits `node` as a Rust pattern.
 pub(super) fn translate(node: &Node, fl: &Flags) -> Translated {
-    let fancy = needs_fancy(node, fl);
+    emit_pattern(node, fl, false)
+}
+
+/// A pattern for `regex` alone that holds every part fancy-regex would hand to `regex` for
+/// `node` (lookaround bodies inline, backreferences dropped, assertions as plain ones): its
+/// compiled size bounds the sum of fancy-regex's delegates, which fancy-regex limits only one
+/// by one. It matches something else: compile it only to check the size.
+pub(super) fn size_surrogate(node: &Node, fl: &Flags) -> String {
+    emit_pattern(node, fl, true).pattern
+}
+
+fn emit_pattern(node: &Node, fl: &Flags, surrogate: bool) -> Translated {
+    let fancy = needs_fancy(node, fl) && !surrogate;
     let mut e = Emitter {
         out: String::new(),
         open: Vec::new(),
         fancy,
+        surrogate,
         fl,
         word: word_set(fl),
     };
@@ -54,6 +67,8 @@ struct Emitter<'f> {
     /// Capture groups being emitted (a backreference to one of them matches empty).
     open: Vec<usize>,
     fancy: bool,
+    /// Emitting [`size_surrogate`].
+    surrogate: bool,
     fl: &'f Flags,
     word: Set,
 }
@@ -81,14 +96,14 @@ impl Emitter<'_> {
                 self.out.push(')');
             }
             Node::Start => {
-                if self.fl.multiline {
+                if self.fl.multiline && !self.surrogate {
                     let _ = write!(self.out, "(?:^|(?<={LINE_TERMINATOR_CLASS}))");
                 } else {
                     self.out.push('^');
                 }
             }
             Node::End => {
-                if self.fl.multiline {
+                if self.fl.multiline && !self.surrogate {
                     let _ = write!(self.out, "(?:$|(?={LINE_TERMINATOR_CLASS}))");
                 } else {
                     self.out.push('$');
@@ -120,6 +135,12 @@ impl Emitter<'_> {
                 negate,
                 node,
             } => {
+                if self.surrogate {
+                    self.out.push_str("(?:");
+                    self.emit(node);
+                    self.out.push(')');
+                    return;
+                }
                 self.out.push_str(match (ahead, negate) {
                     (true, false) => "(?=",
                     (true, true) => "(?!",
@@ -132,7 +153,7 @@ impl Emitter<'_> {
             Node::Backref(n) => {
                 // JS: a reference to a group that has not matched matches the empty string;
                 // inside the group itself it is always unset (reset on each iteration).
-                if self.open.contains(n) {
+                if self.open.contains(n) || self.surrogate {
                     return;
                 }
                 if self.fl.ignore_case {
