@@ -4,9 +4,10 @@
 //!
 //! The model, in the engines' own terms:
 //! - `regex` (no lookaround, no backreference) is linear: each subject byte costs at most a
-//!   lazy-DFA step plus, when the DFA gives up or builds a new state, one step per NFA state
-//!   that can be active at once, which is at most the pattern's *positions* (characters and
-//!   classes, with counted repetitions unrolled).
+//!   lazy-DFA step plus, when the DFA builds a new state or has given up, one step per NFA
+//!   state that can be active at once, which is at most the pattern's *positions* (characters
+//!   and classes, with counted repetitions unrolled). A pattern that starts with `^` reads at
+//!   most as many bytes as it can match.
 //! - fancy-regex runs a backtracking VM from every start position (one, when the pattern
 //!   starts with `^`). It hands every part without lookaround or backreference to `regex`
 //!   (a *delegate*, which scans at most the rest of the subject and yields one result), and
@@ -424,7 +425,13 @@ impl Profile {
             let bounded = add(mul(add(2.0 * backtracks, starts), c.line), c.one);
             add(explored.min(bounded), c.build)
         } else {
-            self.shape.scan(n)
+            // Anchored at the start, the DFA stops where no match can go on.
+            let bytes = if self.anchored {
+                n.min(self.shape.max_len)
+            } else {
+                n
+            };
+            self.shape.scan(bytes)
         };
         let total = add(fixed, ns);
         if total >= u64::MAX as f64 {

@@ -188,6 +188,18 @@ mod tests {
         ));
     }
 
+    #[test]
+    fn finding_4_pattern_is_too_large() {
+        // Held ~8.9 MB per compiled copy under the old 8 MiB limit.
+        let err = JsRegex::new(r"(?:\p{L}|\p{N}|\p{P}){150}", "iu").expect_err("too large");
+        assert!(matches!(err, JsRegexError::TooLarge(_)), "{err:?}");
+        assert!(err.to_string().contains("pattern too large"), "{err}");
+        // The same with lookaround: fancy-regex's delegates are bounded together.
+        let err = JsRegex::new(r"(?<=a)(?:\p{L}|\p{N}|\p{P}){150}", "iu").expect_err("too large");
+        assert!(err.to_string().contains("pattern too large"), "{err}");
+        assert!(JsRegex::new(r"(?:\p{L}|\p{N}|\p{P}){10}", "iu").is_ok());
+    }
+
     fn assert_traits<T: Clone + std::fmt::Debug + Send + Sync>() {}
 
     #[test]
