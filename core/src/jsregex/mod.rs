@@ -57,6 +57,12 @@ use utf16::to_code_units;
 /// (`size_limit`) and lazy-DFA cache (`dfa_size_limit`), and on the sum of fancy-regex's
 /// delegates (see [`JsRegex::new`]). A pattern over it is [`JsRegexError::TooLarge`].
 pub const MAX_COMPILED_BYTES: usize = 1 << 20;
+
+/// The most heap one compiled pattern holds once matched on two threads (its programs and a
+/// lazy-DFA cache per thread): a bound for the memory of parked waits. Measured 2.3 MiB for
+/// a pattern just under [`MAX_COMPILED_BYTES`], 12-50 KiB for typical ones;
+/// `tests/jsregex_memory.rs` checks it.
+pub const MAX_HEAP_BYTES: usize = 4 * MAX_COMPILED_BYTES;
 /// Backtracking budget of fancy-regex per match (fancy-regex's default is 1,000,000, about
 /// 75 ms for `(a*)*\1x`; this bounds one fancy match to a few tens of milliseconds).
 pub const BACKTRACK_LIMIT: usize = 100_000;
