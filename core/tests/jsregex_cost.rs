@@ -60,7 +60,7 @@ fn ms(ns: u64) -> f64 {
 }
 
 #[test]
-fn estimate_bounds_adversarial_matches() {
+fn jsregex_estimate_bounds_adversarial_matches() {
     let words = random(&['a', 'b', ' ', 'x', 'é'], 20_000, 7);
     let ab = random(&['a', 'b'], 100_000, 3);
     let cases: Vec<(&str, &str, String)> = vec![
@@ -121,14 +121,14 @@ fn estimate_bounds_adversarial_matches() {
 }
 
 #[test]
-fn finding_5_estimates_far_above_the_budget() {
+fn jsregex_finding_5_estimates_far_above_the_budget() {
     let re = JsRegex::new(r"(?<=a)(?=[\s\S]*b)", "").expect("compiles");
     let estimate = re.worst_case_nanos(&"a".repeat(150_000));
     assert!(estimate > 10 * 250_000_000, "{} ms", ms(estimate));
 }
 
 #[test]
-fn ordinary_patterns_estimate_under_a_millisecond() {
+fn jsregex_ordinary_patterns_estimate_under_a_millisecond() {
     let subject = "Your order #123456 is confirmed: reset your password or verify it ".repeat(14);
     assert!(subject.len() < 1_000);
     for (pattern, flags) in [

@@ -75,7 +75,7 @@ fn largest_count(pattern: &dyn Fn(usize) -> String, flags: &str) -> usize {
 }
 
 #[test]
-fn compiled_patterns_hold_bounded_memory() {
+fn jsregex_compiled_patterns_hold_bounded_memory() {
     let mut keep = Vec::new();
     // Typical patterns first (1,000 of each, for resolution), while the heap is still small.
     let order = per_pattern(
