@@ -17,9 +17,14 @@
 //!   limit (every forward run between two backtracks executes each instruction at most once,
 //!   repetitions below their minimum unrolled).
 //!
-//! The constants are nanoseconds on the development machine (2-core x86_64, optimised regex
-//! crates) times a margin of about 4; `core/tests/jsregex_cost.rs` checks measured time
-//! against the estimate on adversarial cases.
+//! The constants are nanoseconds measured on the development machine (2-core x86_64) in the
+//! dev profile (regex-automata and fancy-regex at opt-level 3, `regex` and `memchr` not; a
+//! release build is faster, so the estimate is looser there), with a margin of 2 to 4 on the
+//! worst cases found; `core/tests/jsregex_cost.rs` checks measured time against the estimate
+//! on adversarial cases, and the `jsregex` fuzz target looks for gross misses. The model
+//! follows fancy-regex 0.16's compiler (`compile_concat`, `compile_repeat`); revisit it when
+//! that dependency moves. Its weak spot is the bound on lazy-DFA states (2 to the number of
+//! classes and repeated positions), which overestimates some ordinary patterns.
 
 use super::ast::Node;
 use super::charset::Set;
