@@ -42,6 +42,12 @@ pub struct Settings {
     /// How long an HTTP client may take to send a request head once it has started (408 after).
     #[arg(long, env = "MAILJAR_HTTP_HEAD_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
     pub http_head_timeout: Duration,
+    /// How long an HTTP client may take to send a request body once its head has arrived (408 after, and the connection closes).
+    #[arg(long, env = "MAILJAR_HTTP_BODY_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub http_body_timeout: Duration,
+    /// Most HTTP connections open at once (a new one above it is answered 503 and closed).
+    #[arg(long, env = "MAILJAR_MAX_HTTP_CONNECTIONS", default_value_t = 1000)]
+    pub max_http_connections: usize,
     /// Most SMTP connections open at once (421 at accept above it).
     #[arg(long, env = "MAILJAR_MAX_CONNECTIONS", default_value_t = 1000)]
     pub max_connections: usize,
@@ -90,6 +96,7 @@ impl Settings {
             ("--max-line-bytes", self.max_line_bytes),
             ("--max-errors", self.max_errors),
             ("--max-connections", self.max_connections),
+            ("--max-http-connections", self.max_http_connections),
             ("--max-messages", self.max_messages),
             ("--max-store-bytes", self.max_store_bytes),
         ];
@@ -111,6 +118,9 @@ impl Settings {
         if self.http_head_timeout.is_zero() {
             return Err("--http-head-timeout must be greater than 0".to_owned());
         }
+        if self.http_body_timeout.is_zero() {
+            return Err("--http-body-timeout must be greater than 0".to_owned());
+        }
         Ok(())
     }
 }
@@ -128,6 +138,8 @@ mod tests {
         assert_eq!(s.max_message_bytes, 25 * 1024 * 1024);
         assert_eq!(s.max_store_bytes, 512 * 1024 * 1024);
         assert_eq!(s.idle_timeout, Duration::from_secs(300));
+        assert_eq!(s.http_body_timeout, Duration::from_secs(10));
+        assert_eq!(s.max_http_connections, 1000);
         assert_eq!(s.validate(), Ok(()));
     }
 
@@ -145,5 +157,11 @@ mod tests {
         let s = Settings::parse_from(["mailjar", "--max-store-bytes", "1MiB"]);
         assert!(s.validate().unwrap_err().contains("--max-message-bytes"));
         assert!(Settings::try_parse_from(["mailjar", "--max-store-bytes", "lots"]).is_err());
+        let s = Settings::parse_from(["mailjar", "--max-http-connections", "0"]);
+        assert!(s.validate().unwrap_err().contains("--max-http-connections"));
+        let s = Settings::parse_from(["mailjar", "--http-body-timeout", "0s"]);
+        assert!(s.validate().unwrap_err().contains("--http-body-timeout"));
+        let s = Settings::parse_from(["mailjar", "--http-body-timeout", "2s"]);
+        assert_eq!(s.http_body_timeout, Duration::from_secs(2));
     }
 }

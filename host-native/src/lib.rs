@@ -1,5 +1,6 @@
-//! The native host of mailjar: tokio sockets for SMTP, warp over hyper for
-//! the HTTP API, both driving the sans-IO core in `mailjar-core`.
+//! The native host of mailjar: tokio sockets for SMTP, warp's routes driven
+//! by our own HTTP/1.1 connection code ([`http1`]) for the HTTP API, both
+//! driving the sans-IO core in `mailjar-core`.
 
 pub mod config;
 pub mod http1;
@@ -24,9 +25,55 @@ pub struct Server {
     smtp: TcpListener,
     http: TcpListener,
     shared: Arc<Shared>,
+    http_connections: http1::HttpConnections,
 }
 
 use state::Shared;
+
+/// File descriptors kept for what is not a connection: listeners, the
+/// runtime, logs, and connections being refused over a cap.
+const FD_SLACK: u64 = 128;
+
+/// Raises the soft `RLIMIT_NOFILE` to the hard limit and warns when the
+/// connection caps cannot fit in it.
+///
+/// Uses the `rlimit` crate: it wraps getrlimit/setrlimit (and macOS's
+/// `OPEN_MAX` quirk) so this crate needs no unsafe code of its own, and does
+/// nothing on platforms without the limit.
+fn raise_fd_limit(settings: &Settings) {
+    let needed = fds_needed(settings);
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(soft) => {
+            if let Some(warning) = fd_warning(soft, needed) {
+                tracing::warn!("{warning}");
+            } else {
+                tracing::debug!(soft, needed, "file descriptor limit");
+            }
+        }
+        Err(e) => tracing::warn!("could not raise the file descriptor limit (RLIMIT_NOFILE): {e}"),
+    }
+}
+
+/// The descriptors the caps may use at once: every SMTP and HTTP connection plus [`FD_SLACK`].
+fn fds_needed(settings: &Settings) -> u64 {
+    let connections = settings
+        .max_connections
+        .saturating_add(settings.max_http_connections);
+    u64::try_from(connections)
+        .unwrap_or(u64::MAX)
+        .saturating_add(FD_SLACK)
+}
+
+/// The warning to give when `needed` descriptors do not fit in the `soft` limit.
+fn fd_warning(soft: u64, needed: u64) -> Option<String> {
+    (soft < needed).then(|| {
+        format!(
+            "the file descriptor limit ({soft}) is below what --max-connections and \
+             --max-http-connections may use ({needed} with {FD_SLACK} to spare): past it, \
+             new connections fail to be accepted; lower the caps or raise the hard limit (ulimit -Hn)"
+        )
+    })
+}
 
 /// How many connections may wait to be accepted: tests open hundreds at once.
 const ACCEPT_BACKLOG: u32 = 4096;
@@ -46,6 +93,7 @@ fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
 impl Server {
     /// Binds both listeners; fails when an address is taken or not local.
     pub async fn bind(settings: Settings) -> std::io::Result<Server> {
+        raise_fd_limit(&settings);
         let smtp = listen(SocketAddr::new(settings.smtp_host, settings.smtp_port))?;
         let http = listen(SocketAddr::new(settings.http_host, settings.http_port))?;
         let address = |a: SocketAddr| Address {
@@ -65,6 +113,7 @@ impl Server {
         });
         Ok(Server {
             shared: Arc::new(Shared::new(api)),
+            http_connections: http1::HttpConnections::new(settings.max_http_connections),
             settings,
             smtp,
             http,
@@ -84,6 +133,12 @@ impl Server {
     /// The shared API, for tests that look inside.
     pub fn shared(&self) -> Arc<Shared> {
         self.shared.clone()
+    }
+
+    /// The HTTP connection cap and the live count of open HTTP connections
+    /// (`open()`), for `/health`'s `httpConnections`.
+    pub fn http_connections(&self) -> http1::HttpConnections {
+        self.http_connections.clone()
     }
 
     /// Serves until `stop` resolves, then stops accepting, lets messages in
@@ -123,7 +178,11 @@ impl Server {
             shutdown: shutdown_rx,
         };
         let smtp_task = tokio::spawn(smtp_server::serve(self.smtp, slots.clone(), smtp_context));
-        let http_task = tokio::spawn(http_server::serve(self.http, http_context));
+        let http_options = http1::HttpOptions {
+            body_timeout: self.settings.http_body_timeout,
+            connections: self.http_connections.clone(),
+        };
+        let http_task = tokio::spawn(http_server::serve(self.http, http_context, http_options));
         stop.await;
         tracing::info!("shutting down");
         let _ = shutdown_tx.send(true);
@@ -141,5 +200,26 @@ impl Server {
         }
         // Parked waits see the shutdown and answer 503; give them a moment to be written.
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[test]
+    fn the_caps_are_checked_against_the_descriptor_limit() {
+        let settings = Settings::parse_from([
+            "mailjar",
+            "--max-connections",
+            "100",
+            "--max-http-connections",
+            "200",
+        ]);
+        assert_eq!(fds_needed(&settings), 300 + FD_SLACK);
+        assert_eq!(fd_warning(300 + FD_SLACK, fds_needed(&settings)), None);
+        let warning = fd_warning(256, fds_needed(&settings)).expect("a warning");
+        assert!(warning.contains("256") && warning.contains("--max-http-connections"));
     }
 }
