@@ -1,6 +1,6 @@
-//! The native host of mailjar: tokio sockets for SMTP, warp's routes driven
-//! by our own HTTP/1.1 connection code ([`http1`]) for the HTTP API, both
-//! driving the sans-IO core in `mailjar-core`.
+//! The native host of mailjar: tokio sockets for SMTP, warp routes over a
+//! small HTTP/1.1 driver of our own for the HTTP API, both driving the
+//! sans-IO core in `mailjar-core`.
 
 pub mod config;
 pub mod http1;
