@@ -332,10 +332,9 @@ async fn read_head<T: AsyncRead + Unpin>(
         if !idle {
             deadline.get_or_insert_with(|| tokio::time::Instant::now() + timeouts.head);
         }
-        let buf = reader.buffer_mut();
-        buf.reserve(1024);
+        // Through a scratch array: an idle connection keeps no read buffer.
         let read = tokio::select! {
-            read = stream.read_buf(buf) => read?,
+            read = read_into(stream, reader.buffer_mut()) => read?,
             _ = sleep_until(deadline) => {
                 return Ok(Next::Refused(Refusal {
                     status: 408,
@@ -428,7 +427,7 @@ where
 /// and its buffer is not grown in advance.
 async fn read_into<T: AsyncRead + Unpin>(stream: &mut T, buf: &mut Vec<u8>) -> io::Result<usize> {
     std::future::poll_fn(|cx: &mut Context<'_>| {
-        let mut scratch = [0u8; 1024];
+        let mut scratch = [0u8; 4096];
         let mut read = ReadBuf::new(&mut scratch);
         match Pin::new(&mut *stream).poll_read(cx, &mut read) {
             Poll::Ready(Ok(())) => {
