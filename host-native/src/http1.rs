@@ -193,89 +193,134 @@ where
                 return write_error(&mut stream, &refusal, timeouts.write_stall).await;
             }
         };
-        if !read_body(&mut stream, &mut reader, &head, &timeouts).await? {
-            return Ok(());
-        }
-        // A parked wait should not hold a read buffer.
-        reader.release();
-        let is_head = head.method == http::Method::HEAD;
-        let version = head.version;
-        let keep_alive = head.keep_alive;
-        let (parts, payload) = match head.refusal {
-            Some(refusal) => error_response(&refusal),
-            None => {
-                let mut request = head.to_request();
-                drop(head);
-                if is_head {
-                    *request.method_mut() = http::Method::GET;
-                }
-                // Boxed: an idle connection should not carry the space of a request in flight.
-                let call = Box::pin(service.call(request));
-                let Some(response) = call_watching(&mut stream, &mut reader, call).await? else {
-                    // The client left; dropping the call cancels what it waited for.
-                    return Ok(());
-                };
-                let (mut parts, body) = response.into_parts();
-                match parts
-                    .extensions
-                    .remove::<StreamedBody>()
-                    .and_then(|s| s.take())
-                {
-                    Some(source) => (parts, Payload::Stream(source)),
-                    None => {
-                        let body = match body.collect().await {
-                            Ok(collected) => collected.to_bytes(),
-                            Err(_) => {
-                                Bytes::from_static(br#"{"error":"the response body failed"}"#)
-                            }
-                        };
-                        (parts, Payload::Full(body))
-                    }
-                }
-            }
-        };
-        let mut closing = !keep_alive || *shutdown.borrow();
-        let framing = match &payload {
-            Payload::Full(body) => Framing::Length(body.len()),
-            Payload::Stream(_) if version == http::Version::HTTP_11 => Framing::Chunked,
-            Payload::Stream(_) => {
-                closing = true;
-                Framing::Close
-            }
-        };
-        let mut out = Vec::with_capacity(256);
-        write_head(&mut out, parts.status, &parts.headers, framing, closing);
-        drop(parts);
-        let stall = timeouts.write_stall;
-        match payload {
-            Payload::Full(body) if is_head => {
-                drop(body);
-                write_all(&mut stream, &out, stall).await?;
-            }
-            Payload::Full(body) if body.len() <= SMALL_BODY_BYTES => {
-                out.extend_from_slice(&body);
-                write_all(&mut stream, &out, stall).await?;
-            }
-            Payload::Full(body) => {
-                write_all(&mut stream, &out, stall).await?;
-                write_all(&mut stream, &body, stall).await?;
-            }
-            // HEAD never pulls the stream.
-            Payload::Stream(_) if is_head => write_all(&mut stream, &out, stall).await?,
-            Payload::Stream(source) => {
-                write_all(&mut stream, &out, stall).await?;
-                drop(out);
-                write_stream(&mut stream, source, framing == Framing::Chunked, stall).await?;
-            }
-        }
-        stream.flush().await?;
-        if closing {
+        if !exchange(
+            &mut stream,
+            &mut reader,
+            &mut service,
+            head,
+            &shutdown,
+            &timeouts,
+        )
+        .await?
+        {
             let _ = stream.shutdown().await;
             return Ok(());
         }
         // An idle connection holds no buffer.
         reader.release();
     }
+}
+
+/// Reads the body of `head`, has the request answered and writes the
+/// answer; false when the connection is to close.
+async fn exchange<T, S>(
+    stream: &mut T,
+    reader: &mut RequestReader,
+    service: &mut S,
+    head: Box<RequestHead>,
+    shutdown: &watch::Receiver<bool>,
+    timeouts: &Timeouts,
+) -> io::Result<bool>
+where
+    T: AsyncRead + AsyncWrite + Unpin,
+    S: Service<http::Request<Empty<Bytes>>, Response = warp::reply::Response, Error = Infallible>,
+{
+    // The steps that wait on timers are boxed apart: a connection (and a
+    // parked request) carries the space of the step it is in, not of the largest.
+    if !Box::pin(read_body(stream, reader, &head, timeouts)).await? {
+        return Ok(false);
+    }
+    // A parked wait should not hold a read buffer.
+    reader.release();
+    let is_head = head.method == http::Method::HEAD;
+    let version = head.version;
+    let keep_alive = head.keep_alive;
+    let (parts, payload) = match head.refusal {
+        Some(refusal) => error_response(&refusal),
+        None => {
+            let mut request = head.to_request();
+            drop(head);
+            if is_head {
+                *request.method_mut() = http::Method::GET;
+            }
+            // Boxed apart: a parked request holds the call's own size, no more.
+            let call = Box::pin(service.call(request));
+            let Some(response) = call_watching(stream, reader, call).await? else {
+                // The client left; dropping the call cancels what it waited for.
+                return Ok(false);
+            };
+            let (mut parts, body) = response.into_parts();
+            match parts
+                .extensions
+                .remove::<StreamedBody>()
+                .and_then(|s| s.take())
+            {
+                Some(source) => (parts, Payload::Stream(source)),
+                None => {
+                    let body = match body.collect().await {
+                        Ok(collected) => collected.to_bytes(),
+                        Err(_) => Bytes::from_static(br#"{"error":"the response body failed"}"#),
+                    };
+                    (parts, Payload::Full(body))
+                }
+            }
+        }
+    };
+    let mut closing = !keep_alive || *shutdown.borrow();
+    let framing = match &payload {
+        Payload::Full(body) => Framing::Length(body.len()),
+        Payload::Stream(_) if version == http::Version::HTTP_11 => Framing::Chunked,
+        Payload::Stream(_) => {
+            closing = true;
+            Framing::Close
+        }
+    };
+    let mut out = Vec::with_capacity(256);
+    write_head(&mut out, parts.status, &parts.headers, framing, closing);
+    drop(parts);
+    Box::pin(write_answer(
+        stream,
+        out,
+        payload,
+        is_head,
+        framing,
+        timeouts.write_stall,
+    ))
+    .await?;
+    Ok(!closing)
+}
+
+/// Writes a response head (`out`) and its body (none for HEAD).
+async fn write_answer<T: AsyncWrite + Unpin>(
+    stream: &mut T,
+    mut out: Vec<u8>,
+    payload: Payload,
+    is_head: bool,
+    framing: Framing,
+    stall: Duration,
+) -> io::Result<()> {
+    match payload {
+        Payload::Full(body) if is_head => {
+            drop(body);
+            write_all(stream, &out, stall).await?;
+        }
+        Payload::Full(body) if body.len() <= SMALL_BODY_BYTES => {
+            out.extend_from_slice(&body);
+            write_all(stream, &out, stall).await?;
+        }
+        Payload::Full(body) => {
+            write_all(stream, &out, stall).await?;
+            write_all(stream, &body, stall).await?;
+        }
+        // HEAD never pulls the stream.
+        Payload::Stream(_) if is_head => write_all(stream, &out, stall).await?,
+        Payload::Stream(source) => {
+            write_all(stream, &out, stall).await?;
+            drop(out);
+            write_stream(stream, source, framing == Framing::Chunked, stall).await?;
+        }
+    }
+    stream.flush().await
 }
 
 /// Answers a connection refused at accept (over the cap) with `refusal`

@@ -480,3 +480,15 @@ fn response_heads_carry_the_framing_and_close() {
         "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
     );
 }
+
+/// What every open connection costs besides its socket: the connection's
+/// future (928 bytes in a debug build when this was written; the request in
+/// flight, the body and the answer are boxed apart).
+#[test]
+fn a_connection_future_stays_small() {
+    let (_client, server) = tokio::io::duplex(1024);
+    let (_tx, rx) = watch::channel(false);
+    let future = serve_connection(server, service(0, 0, Arc::default()), rx, timeouts());
+    let size = std::mem::size_of_val(&future);
+    assert!(size <= 1536, "the connection future is {size} bytes");
+}
