@@ -444,11 +444,14 @@ fn origin_form(
     let Some(authority) = uri.authority() else {
         return Err(Refusal::new(400, "the request target has no host"));
     };
-    if authority.as_str().contains('@') || authority.host().is_empty() {
+    if authority.as_str().contains('@') {
         return Err(Refusal::new(
             400,
             "the request target must not carry userinfo",
         ));
+    }
+    if authority.host().is_empty() {
+        return Err(Refusal::new(400, "the request target has no host"));
     }
     let authority = HeaderValue::from_str(authority.as_str())
         .map_err(|_| Refusal::new(400, "malformed host in the request target"))?;
