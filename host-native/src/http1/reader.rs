@@ -36,6 +36,8 @@ pub const MAX_URL_BYTES: usize = 8 * 1024;
 pub const MAX_HEADER_BYTES: usize = 16 * 1024;
 /// The most header fields in one request (431 above it).
 pub const MAX_HEADERS: usize = 100;
+/// The most CR and LF bytes ignored before a request line (400 above it).
+pub const MAX_EMPTY_LINE_BYTES: usize = 64;
 /// The request headers the API looks at; the others are not handed to the filter.
 const FORWARDED_HEADERS: [&str; 4] = [
     "host",
@@ -115,8 +117,9 @@ pub enum Step {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
-    /// Waiting for a head; `scanned` bytes of the buffer hold no line feed.
-    Head { scanned: usize },
+    /// Waiting for a head; `scanned` bytes of the buffer were parsed (or
+    /// hold no line feed), `skipped` empty-line bytes came before it.
+    Head { scanned: usize, skipped: usize },
     /// Skipping this many body bytes.
     Body { left: usize },
     /// A fatal error was reported; nothing more is read.
@@ -149,7 +152,10 @@ impl RequestReader {
     pub fn new() -> RequestReader {
         RequestReader {
             buf: Vec::new(),
-            state: State::Head { scanned: 0 },
+            state: State::Head {
+                scanned: 0,
+                skipped: 0,
+            },
         }
     }
 
@@ -189,26 +195,50 @@ impl RequestReader {
                 let take = left.min(self.buf.len());
                 self.buf.drain(..take);
                 if take == left {
-                    self.state = State::Head { scanned: 0 };
+                    self.state = State::Head {
+                        scanned: 0,
+                        skipped: 0,
+                    };
                     Step::BodyDone
                 } else {
                     self.state = State::Body { left: left - take };
                     Step::NeedMore
                 }
             }
-            State::Head { scanned } => {
+            State::Head { scanned, skipped } => {
+                // Empty lines before a request line are ignored (RFC 9112 2.2),
+                // a few of them: httparse would skip them again on every parse.
+                let lead = self.buf[scanned..]
+                    .iter()
+                    .take_while(|&&b| b == b'\r' || b == b'\n')
+                    .count();
+                let (scanned, skipped) = if scanned == 0 && lead > 0 {
+                    self.buf.drain(..lead);
+                    (0, skipped + lead)
+                } else {
+                    (scanned, skipped)
+                };
+                if skipped > MAX_EMPTY_LINE_BYTES {
+                    return self.fail(Refusal::new(
+                        400,
+                        "too many empty lines before the request line",
+                    ));
+                }
                 // A head can only end at a line feed: parse again only when one
-                // has arrived, so a head sent a byte at a time costs linear time.
-                if !self.buf[scanned..].contains(&b'\n') {
+                // has arrived, so a head sent a byte at a time costs linear
+                // time, and parse only up to the last one, so that what the
+                // bytes say does not depend on how they were split.
+                let Some(last) = self.buf[scanned..].iter().rposition(|&b| b == b'\n') else {
                     if self.buf.len() >= MAX_HEAD_BYTES {
                         return self.fail(head_too_large());
                     }
                     self.state = State::Head {
                         scanned: self.buf.len(),
+                        skipped,
                     };
                     return Step::NeedMore;
-                }
-                match parse_head(&self.buf) {
+                };
+                match parse_head(&self.buf[..=scanned + last]) {
                     Parsed::Partial if self.buf.len() >= MAX_HEAD_BYTES => {
                         self.fail(head_too_large())
                     }
@@ -216,6 +246,7 @@ impl RequestReader {
                         // The next parse waits for a line feed after these bytes.
                         self.state = State::Head {
                             scanned: self.buf.len(),
+                            skipped,
                         };
                         Step::NeedMore
                     }
@@ -611,6 +642,38 @@ mod tests {
         reader.feed(b"GET / HTTP/1.1\r\nContent-Length: +3\r\n\r\nGET / HTTP/1.1\r\n\r\n");
         assert!(matches!(reader.next_step(), Step::Fatal(_)));
         assert_eq!(reader.next_step(), Step::NeedMore);
+    }
+
+    #[test]
+    fn the_verdict_does_not_depend_on_the_split() {
+        // A bad byte after the last line feed is judged once its line ends,
+        // however the bytes came (found by the http_request fuzz target).
+        let raw = b"GET / HTTP/1.1\r\nHost: localhost\r\nHost: evil\x00\x00";
+        assert_eq!(steps(raw), []);
+        let mut reader = RequestReader::new();
+        for byte in raw {
+            reader.feed(&[*byte]);
+            assert_eq!(drain(&mut reader), []);
+        }
+        reader.feed(b"\r\n\r\n");
+        assert!(matches!(drain(&mut reader).as_slice(), [Step::Fatal(r)] if r.status == 400));
+    }
+
+    #[test]
+    fn a_few_empty_lines_before_a_request_are_ignored() {
+        let head = head(b"\r\n\r\nGET /x HTTP/1.1\r\n\r\n");
+        assert_eq!(head.target, "/x");
+        let all = steps(b"GET /a HTTP/1.1\r\n\r\n\r\nGET /b HTTP/1.1\r\n\r\n");
+        assert!(
+            matches!(&all[2], Step::Head(h) if h.target == "/b"),
+            "{all:?}"
+        );
+        let many = [
+            &[b'\n'; MAX_EMPTY_LINE_BYTES + 1][..],
+            b"GET / HTTP/1.1\r\n\r\n",
+        ]
+        .concat();
+        assert_eq!(fatal(&many), 400);
     }
 
     #[test]
