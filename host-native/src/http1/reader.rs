@@ -486,13 +486,18 @@ fn origin_form(
     }
     let authority = HeaderValue::from_str(authority.as_str())
         .map_err(|_| Refusal::new(400, "malformed host in the request target"))?;
-    let path = match uri.path_and_query() {
-        Some(path) if path.as_str().starts_with('/') => path.clone(),
+    // Built again from its text: the http crate keeps the `/` of
+    // `http://host` (and of `http://host:#x`) as an empty path, which an
+    // origin-form URI would then report as "".
+    let text = uri.path_and_query().map_or("/", |path| path.as_str());
+    let text = if text.starts_with('/') {
+        text.to_owned()
+    } else {
         // `http://host?query` has an empty path: it means `/`.
-        Some(path) => http::uri::PathAndQuery::try_from(format!("/{}", path.as_str()))
-            .map_err(|e| Refusal::new(400, format!("malformed request target: {e}")))?,
-        None => http::uri::PathAndQuery::from_static("/"),
+        format!("/{text}")
     };
+    let path = http::uri::PathAndQuery::try_from(text)
+        .map_err(|e| Refusal::new(400, format!("malformed request target: {e}")))?;
     Ok((path, Some(authority)))
 }
 
@@ -730,6 +735,16 @@ mod tests {
         assert_eq!(head.refusal, None);
         assert_eq!(head.target, "/");
         assert_eq!(head.headers[0].1, "evil.test");
+        // Found by the fuzz target: the empty path of an absolute URI is `/`
+        // in the request handed on too.
+        for raw in [
+            &b"GET http://localhost:#8025/x HTTP/1.1\r\n\r\n"[..],
+            b"GET http://localhost HTTP/1.1\r\n\r\n",
+            b"GET http://localhost?x=1 HTTP/1.1\r\n\r\n",
+        ] {
+            let request = self::head(raw).to_request();
+            assert!(request.uri().path().starts_with('/'), "{:?}", request.uri());
+        }
     }
 
     #[test]
