@@ -169,9 +169,9 @@ impl Filter {
     }
 }
 
-/// An upper estimate of one match's time, until the translator reports its own.
-pub(crate) fn worst_case_nanos(_regex: &JsRegex, _subject: &str) -> u64 {
-    0
+/// An upper estimate of one match's time (see [`JsRegex::worst_case_nanos`]).
+pub(crate) fn worst_case_nanos(regex: &JsRegex, subject: &str) -> u64 {
+    regex.worst_case_nanos(subject)
 }
 
 /// Whether `haystack` contains `needle_lower` (already lower-cased), ignoring case.

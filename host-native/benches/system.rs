@@ -363,7 +363,9 @@ fn wait_latency(samples: usize) -> (Vec<f64>, Vec<f64>) {
 }
 
 fn many_waits(count: usize) -> (u64, u64, f64) {
-    let mailjar = Mailjar::start(&[]);
+    // Every wait holds an HTTP connection: the cap (default 1000) must fit them and /health.
+    let cap = (count + 100).to_string();
+    let mailjar = Mailjar::start(&["--max-http-connections", &cap]);
     let idle = rss(mailjar.pid());
     let mut clients = Vec::with_capacity(count);
     for _ in 0..count {

@@ -51,6 +51,12 @@ pub struct Settings {
     /// How long an HTTP client may take to send a request head once it has started (408 after).
     #[arg(long, env = "MAILJAR_HTTP_HEAD_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
     pub http_head_timeout: Duration,
+    /// How long an HTTP client may take to send a request body once its head has arrived (408 after, and the connection closes).
+    #[arg(long, env = "MAILJAR_HTTP_BODY_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub http_body_timeout: Duration,
+    /// Most HTTP connections open at once (a new one above it is answered 503 and closed).
+    #[arg(long, env = "MAILJAR_MAX_HTTP_CONNECTIONS", default_value_t = 1000)]
+    pub max_http_connections: usize,
     /// Most SMTP connections open at once (421 at accept above it).
     #[arg(long, env = "MAILJAR_MAX_CONNECTIONS", default_value_t = 1000)]
     pub max_connections: usize,
@@ -105,6 +111,7 @@ impl Settings {
             ("--max-line-bytes", self.max_line_bytes),
             ("--max-errors", self.max_errors),
             ("--max-connections", self.max_connections),
+            ("--max-http-connections", self.max_http_connections),
             ("--max-messages", self.max_messages),
             ("--max-store-bytes", self.max_store_bytes),
             ("--max-waits", self.max_waits),
@@ -143,6 +150,9 @@ impl Settings {
         if self.http_head_timeout.is_zero() {
             return Err("--http-head-timeout must be greater than 0".to_owned());
         }
+        if self.http_body_timeout.is_zero() {
+            return Err("--http-body-timeout must be greater than 0".to_owned());
+        }
         Ok(())
     }
 }
@@ -163,6 +173,8 @@ mod tests {
         assert_eq!(s.smtp_command_timeout, Duration::from_secs(60));
         assert_eq!(s.smtp_data_timeout, Duration::from_secs(600));
         assert_eq!(s.max_inflight_bytes, 256 * 1024 * 1024);
+        assert_eq!(s.http_body_timeout, Duration::from_secs(10));
+        assert_eq!(s.max_http_connections, 1000);
         assert_eq!(s.validate(), Ok(()));
     }
 
@@ -186,5 +198,11 @@ mod tests {
         assert!(s.validate().unwrap_err().contains("--smtp-command-timeout"));
         let s = Settings::parse_from(["mailjar", "--smtp-data-timeout", "0s"]);
         assert!(s.validate().unwrap_err().contains("--smtp-data-timeout"));
+        let s = Settings::parse_from(["mailjar", "--max-http-connections", "0"]);
+        assert!(s.validate().unwrap_err().contains("--max-http-connections"));
+        let s = Settings::parse_from(["mailjar", "--http-body-timeout", "0s"]);
+        assert!(s.validate().unwrap_err().contains("--http-body-timeout"));
+        let s = Settings::parse_from(["mailjar", "--http-body-timeout", "2s"]);
+        assert_eq!(s.http_body_timeout, Duration::from_secs(2));
     }
 }

@@ -1,222 +1,554 @@
 //! A small HTTP/1.1 server connection that drives warp's service.
 //!
-//! hyper keeps two 8 KiB buffers per connection for the connection's whole
-//! life, which makes 10,000 parked waits cost over 160 MiB. The API takes no
-//! request bodies and sends small JSON responses, so this driver reads heads
-//! with `httparse` into a buffer that grows only as needed, hands each request
-//! to the warp filter, and writes the response itself. Every refusal it makes
-//! is JSON, like the API's own.
+//! Kept by hand instead of hyper's: hyper keeps two 8 KiB buffers per
+//! connection for the connection's whole life, which makes 10,000 parked
+//! waits cost over 160 MiB, and warp 0.4 gives no way to stream a body it did
+//! not build. This driver reads requests with the sans-IO [`reader`] into a
+//! buffer that grows only as needed (and is freed while a request is parked
+//! or the connection idles), hands each request to the warp filter, and
+//! writes the response itself. Every refusal it makes is JSON, like the
+//! API's own.
 //!
-//! What it does: keep-alive (HTTP/1.1 by default, HTTP/1.0 on request;
-//! [`IDLE_TIMEOUT`] between requests),
-//! pipelined requests answered in order, a deadline for a head once its first
-//! byte has arrived, a cap on head size, request bodies up to
-//! [`MAX_BODY_BYTES`] read and ignored, `Expect: 100-continue`, HEAD answered
-//! without a body, and a client that goes away while its request is in flight
-//! drops that request (which cancels a parked wait).
+//! What it does:
+//! - keep-alive (HTTP/1.1 by default, HTTP/1.0 on request), pipelined
+//!   requests answered in order;
+//! - deadlines: a head must arrive within the head timeout once its first
+//!   byte has, a body within the body timeout once its head has (408 and
+//!   close), a kept-alive connection is closed after [`IDLE_TIMEOUT`] without
+//!   a request, and a write that makes no progress for
+//!   [`WRITE_STALL_TIMEOUT`] ends the connection (a client that stops reading
+//!   holds its socket buffers and one chunk, and only that long);
+//! - caps on head, URL, headers and body sizes (see [`reader`]), and on open
+//!   connections ([`HttpConnections`]: past it a new connection gets 503);
+//! - `Expect: 100-continue` for HTTP/1.1 clients; HEAD is asked of the API as
+//!   GET and answered with GET's status and headers and no body;
+//! - a client that goes away while its request is in flight drops that
+//!   request (which cancels a parked wait); a response that is ready is
+//!   always written first;
+//! - streamed bodies: a response that carries a [`StreamedBody`] extension is
+//!   written chunked (HTTP/1.1) or close-delimited (HTTP/1.0), one chunk
+//!   pulled from its [`ChunkSource`] only once the previous one is written.
+
+pub mod reader;
 
 use std::convert::Infallible;
+use std::io;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
-use tokio::sync::watch;
+use mailjar_core::response::{CHUNK_BYTES, ChunkSource};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tower_service::Service;
 use warp::http::{self, HeaderValue};
 
-/// The largest request head accepted, in bytes (431 above it).
-pub const MAX_HEAD_BYTES: usize = 64 * 1024;
-/// The largest request body read and ignored (413 above it).
-pub const MAX_BODY_BYTES: usize = 64 * 1024;
+pub use reader::{
+    MAX_BODY_BYTES, MAX_HEAD_BYTES, MAX_HEADER_BYTES, MAX_URL_BYTES, Refusal, RequestHead,
+    RequestReader, Step,
+};
+
 /// How long a connection may sit between requests before it is closed.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
-/// The most header fields in one request (431 above it).
-const MAX_HEADERS: usize = 100;
-/// The request headers the API looks at; the others are not handed to the filter.
-const FORWARDED_HEADERS: [&str; 4] = [
-    "host",
-    "origin",
-    "access-control-request-method",
-    "access-control-request-headers",
-];
-/// The longest request target (path and query) served, in bytes (414 above it).
-pub const MAX_URL_BYTES: usize = 8 * 1024;
-/// The most header bytes served, names and values (431 above it).
-pub const MAX_HEADER_BYTES: usize = 16 * 1024;
+/// How long a write may make no progress (the client reads nothing) before
+/// the connection is ended.
+pub const WRITE_STALL_TIMEOUT: Duration = Duration::from_secs(60);
+/// Bodies up to this size are written in one piece with their head; larger
+/// ones are written after it, not copied.
+const SMALL_BODY_BYTES: usize = 16 * 1024;
+/// Connections refused over the cap that may be answered at once; past it a
+/// refused connection is closed without an answer.
+const MAX_REFUSING: usize = 64;
+/// How long a refused connection is read (and the bytes dropped) after its
+/// 503, so that closing it does not reset the answer away.
+const REFUSAL_LINGER: Duration = Duration::from_secs(1);
+/// Room for a chunk-size line before a chunk: 16 hex digits and CRLF.
+const CHUNK_PREFIX: usize = 18;
+
+/// The deadlines of one connection.
+#[derive(Debug, Clone, Copy)]
+pub struct Timeouts {
+    /// A request head, from its first byte.
+    pub head: Duration,
+    /// A request body, from the end of its head.
+    pub body: Duration,
+    /// Between requests.
+    pub idle: Duration,
+    /// A write that makes no progress.
+    pub write_stall: Duration,
+}
+
+/// The cap on open HTTP connections, and the live count of them (for `/health`).
+#[derive(Debug, Clone)]
+pub struct HttpConnections {
+    slots: Arc<Semaphore>,
+    max: usize,
+    refusing: Arc<Semaphore>,
+}
+
+impl HttpConnections {
+    /// At most `max` connections open at once.
+    pub fn new(max: usize) -> HttpConnections {
+        let max = max.min(Semaphore::MAX_PERMITS);
+        HttpConnections {
+            slots: Arc::new(Semaphore::new(max)),
+            max,
+            refusing: Arc::new(Semaphore::new(MAX_REFUSING)),
+        }
+    }
+
+    /// How many HTTP connections are open now.
+    pub fn open(&self) -> usize {
+        self.max.saturating_sub(self.slots.available_permits())
+    }
+
+    /// The cap.
+    pub fn max(&self) -> usize {
+        self.max
+    }
+
+    /// A slot for a new connection, held while it is open; None when full.
+    pub fn try_open(&self) -> Option<OwnedSemaphorePermit> {
+        self.slots.clone().try_acquire_owned().ok()
+    }
+
+    /// Leave to answer a refused connection; None when too many are being answered.
+    fn try_refuse(&self) -> Option<OwnedSemaphorePermit> {
+        self.refusing.clone().try_acquire_owned().ok()
+    }
+}
+
+/// What the accept loop needs besides the routes' context.
+#[derive(Debug, Clone)]
+pub struct HttpOptions {
+    /// How long a request body may take once its head has arrived.
+    pub body_timeout: Duration,
+    /// The connection cap and count.
+    pub connections: HttpConnections,
+}
+
+/// A response body produced chunk by chunk as the driver writes it.
+///
+/// warp 0.4's body cannot wrap a stream, so the route puts one of these in
+/// `http::Response::extensions_mut()` (with an empty warp body) and the
+/// driver writes it: chunked for HTTP/1.1, close-delimited for HTTP/1.0,
+/// never pulled for HEAD.
+#[derive(Clone)]
+pub struct StreamedBody(pub Arc<Mutex<Option<Box<dyn ChunkSource>>>>);
+
+impl StreamedBody {
+    /// Wraps a source.
+    pub fn new(source: Box<dyn ChunkSource>) -> StreamedBody {
+        StreamedBody(Arc::new(Mutex::new(Some(source))))
+    }
+
+    /// The source, once (None afterwards).
+    pub fn take(&self) -> Option<Box<dyn ChunkSource>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).take()
+    }
+}
+
+impl std::fmt::Debug for StreamedBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StreamedBody")
+    }
+}
+
+/// A response body as the driver writes it.
+enum Payload {
+    Full(Bytes),
+    Stream(Box<dyn ChunkSource>),
+}
+
+/// How the end of a response body is shown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Framing {
+    Length(usize),
+    Chunked,
+    /// The body ends when the connection closes (HTTP/1.0 streams).
+    Close,
+}
 
 /// Serves one connection until the client closes it, a request asks to close,
-/// a protocol error ends it, or the server shuts down while it is idle.
-pub async fn serve_connection<S>(
-    mut stream: TcpStream,
+/// a protocol error or a deadline ends it, or the server shuts down while it is idle.
+pub async fn serve_connection<T, S>(
+    mut stream: T,
     mut service: S,
     mut shutdown: watch::Receiver<bool>,
-    head_timeout: Duration,
-) -> std::io::Result<()>
+    timeouts: Timeouts,
+) -> io::Result<()>
 where
+    T: AsyncRead + AsyncWrite + Unpin,
     S: Service<http::Request<Empty<Bytes>>, Response = warp::reply::Response, Error = Infallible>,
 {
-    let mut buf: Vec<u8> = Vec::new();
+    let mut reader = RequestReader::new();
     loop {
-        let head = match read_head(&mut stream, &mut buf, &mut shutdown, head_timeout).await? {
-            Head::Request(head) => head,
-            Head::Closed => return Ok(()),
-            Head::Refused(status, error) => {
-                write_error(&mut stream, status, &error).await?;
-                return Ok(());
+        let head = match read_head(&mut stream, &mut reader, &mut shutdown, &timeouts).await? {
+            Next::Head(head) => head,
+            Next::Closed => return Ok(()),
+            Next::Refused(refusal) => {
+                return write_error(&mut stream, &refusal, timeouts.write_stall).await;
             }
         };
-        // The bytes of a head were consumed; what follows may be a body or the next request.
-        let Head1 {
-            request,
-            consumed,
-            keep_alive,
-            body_length,
-            expect_continue,
-        } = *head;
-        buf.drain(..consumed);
-        if buf.is_empty() {
-            // A parked wait should not hold a read buffer.
-            buf = Vec::new();
-        }
-        if body_length > MAX_BODY_BYTES {
-            write_error(&mut stream, 413, "request bodies are not accepted").await?;
+        if !exchange(
+            &mut stream,
+            &mut reader,
+            &mut service,
+            head,
+            &shutdown,
+            &timeouts,
+        )
+        .await?
+        {
+            let _ = stream.shutdown().await;
             return Ok(());
         }
-        if body_length > 0 {
-            if expect_continue {
-                stream.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await?;
+        // An idle connection holds no buffer.
+        reader.release();
+    }
+}
+
+/// Reads the body of `head`, has the request answered and writes the
+/// answer; false when the connection is to close.
+async fn exchange<T, S>(
+    stream: &mut T,
+    reader: &mut RequestReader,
+    service: &mut S,
+    head: Box<RequestHead>,
+    shutdown: &watch::Receiver<bool>,
+    timeouts: &Timeouts,
+) -> io::Result<bool>
+where
+    T: AsyncRead + AsyncWrite + Unpin,
+    S: Service<http::Request<Empty<Bytes>>, Response = warp::reply::Response, Error = Infallible>,
+{
+    // The steps that wait on timers are boxed apart: a connection (and a
+    // parked request) carries the space of the step it is in, not of the largest.
+    if !Box::pin(read_body(stream, reader, &head, timeouts)).await? {
+        return Ok(false);
+    }
+    // A parked wait should not hold a read buffer.
+    reader.release();
+    let is_head = head.method == http::Method::HEAD;
+    let version = head.version;
+    let keep_alive = head.keep_alive;
+    let (parts, payload) = match head.refusal {
+        Some(refusal) => error_response(&refusal),
+        None => {
+            let mut request = head.to_request();
+            drop(head);
+            if is_head {
+                *request.method_mut() = http::Method::GET;
             }
-            while buf.len() < body_length {
-                buf.reserve(body_length - buf.len());
-                if stream.read_buf(&mut buf).await? == 0 {
-                    return Ok(());
+            // Boxed apart: a parked request holds the call's own size, no more.
+            let call = Box::pin(service.call(request));
+            let Some(response) = call_watching(stream, reader, call).await? else {
+                // The client left; dropping the call cancels what it waited for.
+                return Ok(false);
+            };
+            let (mut parts, body) = response.into_parts();
+            match parts
+                .extensions
+                .remove::<StreamedBody>()
+                .and_then(|s| s.take())
+            {
+                Some(source) => (parts, Payload::Stream(source)),
+                None => {
+                    let body = match body.collect().await {
+                        Ok(collected) => collected.to_bytes(),
+                        Err(_) => Bytes::from_static(br#"{"error":"the response body failed"}"#),
+                    };
+                    (parts, Payload::Full(body))
                 }
             }
-            buf.drain(..body_length);
         }
-        let is_head = request.method() == http::Method::HEAD;
-        let response = {
-            // Boxed: an idle connection should not carry the space of a request in flight.
-            let mut call = Box::pin(service.call(request));
-            // Watch the socket while the request is in flight: EOF means the client left.
-            loop {
-                tokio::select! {
-                    result = call.as_mut() => match result {
-                        Ok(response) => break response,
-                        Err(never) => match never {},
-                    },
-                    ready = stream.readable() => {
-                        ready?;
-                        match read_ready(&stream, &mut buf)? {
-                            // Dropping the call cancels what it waited for.
-                            Ready::Closed => return Ok(()),
-                            // A flood of pipelined bytes: not a client we serve.
-                            Ready::Read if buf.len() > MAX_HEAD_BYTES => return Ok(()),
-                            Ready::Read | Ready::Nothing => {}
-                        }
-                    }
-                }
-            }
-        };
-        let (parts, body) = response.into_parts();
-        let body = match body.collect().await {
-            Ok(collected) => collected.to_bytes(),
-            Err(_) => Bytes::from_static(br#"{"error":"the response body failed"}"#),
-        };
-        let closing = !keep_alive || *shutdown.borrow();
-        let mut out = Vec::with_capacity(256 + body.len());
-        write_head(&mut out, parts.status, &parts.headers, body.len(), closing);
-        if !is_head {
+    };
+    let mut closing = !keep_alive || *shutdown.borrow();
+    let framing = match &payload {
+        Payload::Full(body) => Framing::Length(body.len()),
+        Payload::Stream(_) if version == http::Version::HTTP_11 => Framing::Chunked,
+        Payload::Stream(_) => {
+            closing = true;
+            Framing::Close
+        }
+    };
+    let mut out = Vec::with_capacity(256);
+    write_head(&mut out, parts.status, &parts.headers, framing, closing);
+    drop(parts);
+    Box::pin(write_answer(
+        stream,
+        out,
+        payload,
+        is_head,
+        framing,
+        timeouts.write_stall,
+    ))
+    .await?;
+    Ok(!closing)
+}
+
+/// Writes a response head (`out`) and its body (none for HEAD).
+async fn write_answer<T: AsyncWrite + Unpin>(
+    stream: &mut T,
+    mut out: Vec<u8>,
+    payload: Payload,
+    is_head: bool,
+    framing: Framing,
+    stall: Duration,
+) -> io::Result<()> {
+    match payload {
+        Payload::Full(body) if is_head => {
+            drop(body);
+            write_all(stream, &out, stall).await?;
+        }
+        Payload::Full(body) if body.len() <= SMALL_BODY_BYTES => {
             out.extend_from_slice(&body);
+            write_all(stream, &out, stall).await?;
         }
-        stream.write_all(&out).await?;
-        if closing {
-            return Ok(());
+        Payload::Full(body) => {
+            write_all(stream, &out, stall).await?;
+            write_all(stream, &body, stall).await?;
         }
-        if buf.is_empty() {
-            // An idle connection holds no buffer.
-            buf = Vec::new();
+        // HEAD never pulls the stream.
+        Payload::Stream(_) if is_head => write_all(stream, &out, stall).await?,
+        Payload::Stream(source) => {
+            write_all(stream, &out, stall).await?;
+            drop(out);
+            write_stream(stream, source, framing == Framing::Chunked, stall).await?;
         }
     }
+    stream.flush().await
 }
 
-enum Ready {
-    Closed,
-    Read,
-    Nothing,
-}
-
-/// Reads what the socket has without waiting; kept out of the async state so
-/// its scratch space does not enlarge every connection.
-fn read_ready(stream: &TcpStream, buf: &mut Vec<u8>) -> std::io::Result<Ready> {
-    let mut chunk = [0u8; 1024];
-    match stream.try_read(&mut chunk) {
-        Ok(0) => Ok(Ready::Closed),
-        Ok(n) => {
-            buf.extend_from_slice(&chunk[..n]);
-            Ok(Ready::Read)
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(Ready::Nothing),
-        Err(e) => Err(e),
+/// Answers a connection refused at accept (over the cap) with `refusal`
+/// and closes it, reading what the client sent for a moment so that the
+/// close does not reset the answer away. Bounded: when too many are being
+/// answered already, the connection is closed without an answer.
+pub async fn refuse_connection<T>(mut stream: T, connections: &HttpConnections, refusal: &Refusal)
+where
+    T: AsyncRead + AsyncWrite + Unpin,
+{
+    let Some(_answering) = connections.try_refuse() else {
+        return;
+    };
+    if write_error(&mut stream, refusal, REFUSAL_LINGER)
+        .await
+        .is_err()
+    {
+        return;
     }
+    let _ = tokio::time::timeout(REFUSAL_LINGER, async {
+        let mut read = 0usize;
+        while read < MAX_HEAD_BYTES {
+            match read_into(&mut stream, &mut Vec::new()).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => read += n,
+            }
+        }
+    })
+    .await;
 }
 
-/// A parsed request head.
-struct Head1 {
-    request: http::Request<Empty<Bytes>>,
-    /// How many bytes of the buffer the head took.
-    consumed: usize,
-    keep_alive: bool,
-    body_length: usize,
-    expect_continue: bool,
-}
-
-enum Head {
-    Request(Box<Head1>),
+enum Next {
+    Head(Box<RequestHead>),
     /// The client closed the connection between requests, or the server is shutting down.
     Closed,
-    /// The head is refused with this status and error text; the connection closes after it.
-    Refused(u16, String),
+    /// Answer this and close.
+    Refused(Refusal),
 }
 
-async fn read_head(
-    stream: &mut TcpStream,
-    buf: &mut Vec<u8>,
+async fn read_head<T: AsyncRead + Unpin>(
+    stream: &mut T,
+    reader: &mut RequestReader,
     shutdown: &mut watch::Receiver<bool>,
-    head_timeout: Duration,
-) -> std::io::Result<Head> {
+    timeouts: &Timeouts,
+) -> io::Result<Next> {
     let mut deadline: Option<tokio::time::Instant> = None;
     loop {
-        if !buf.is_empty() {
-            match parse_head(buf) {
-                Parsed::Complete(head) => return Ok(Head::Request(head)),
-                Parsed::Error(status, text) => return Ok(Head::Refused(status, text)),
-                Parsed::Partial if buf.len() >= MAX_HEAD_BYTES => {
-                    return Ok(Head::Refused(
-                        431,
-                        format!("the request head is larger than {MAX_HEAD_BYTES} bytes"),
-                    ));
-                }
-                Parsed::Partial => {}
-            }
-            deadline.get_or_insert_with(|| tokio::time::Instant::now() + head_timeout);
+        match reader.next_step() {
+            Step::Head(head) => return Ok(Next::Head(head)),
+            Step::Fatal(refusal) => return Ok(Next::Refused(refusal)),
+            Step::NeedMore | Step::BodyDone => {}
         }
-        buf.reserve(1024);
+        let idle = reader.is_idle();
+        if !idle {
+            deadline.get_or_insert_with(|| tokio::time::Instant::now() + timeouts.head);
+        }
+        // Through a scratch array: an idle connection keeps no read buffer.
         let read = tokio::select! {
-            read = stream.read_buf(buf) => read?,
+            read = read_into(stream, reader.buffer_mut()) => read?,
             _ = sleep_until(deadline) => {
-                return Ok(Head::Refused(408, "the request head did not arrive in time".to_owned()));
+                return Ok(Next::Refused(Refusal {
+                    status: 408,
+                    error: "the request head did not arrive in time".to_owned(),
+                }));
             }
-            _ = crate::http_server::stopped(shutdown), if buf.is_empty() => return Ok(Head::Closed),
+            _ = shut_down(shutdown), if idle => return Ok(Next::Closed),
             // A kept-alive connection with nothing to ask is let go after a while.
-            _ = tokio::time::sleep(IDLE_TIMEOUT), if buf.is_empty() => return Ok(Head::Closed),
+            _ = tokio::time::sleep(timeouts.idle), if idle => return Ok(Next::Closed),
         };
         if read == 0 {
-            return Ok(Head::Closed);
+            return Ok(Next::Closed);
         }
     }
+}
+
+/// Reads (and drops) the body of `head` within the body timeout; false when
+/// the connection is over (the client left, or a 408 was written).
+async fn read_body<T: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut T,
+    reader: &mut RequestReader,
+    head: &RequestHead,
+    timeouts: &Timeouts,
+) -> io::Result<bool> {
+    if head.expect_continue && reader.buffered() < head.body_length {
+        write_all(
+            stream,
+            b"HTTP/1.1 100 Continue\r\n\r\n",
+            timeouts.write_stall,
+        )
+        .await?;
+    }
+    let deadline = tokio::time::Instant::now() + timeouts.body;
+    loop {
+        match reader.next_step() {
+            Step::BodyDone => return Ok(true),
+            Step::NeedMore => {}
+            // A body step never gives a head or an error.
+            Step::Head(_) | Step::Fatal(_) => return Ok(false),
+        }
+        let buf = reader.buffer_mut();
+        buf.reserve(4096);
+        let read = tokio::select! {
+            read = stream.read_buf(buf) => read?,
+            _ = tokio::time::sleep_until(deadline) => {
+                let refusal = Refusal {
+                    status: 408,
+                    error: "the request body did not arrive in time".to_owned(),
+                };
+                write_error(stream, &refusal, timeouts.write_stall).await?;
+                return Ok(false);
+            }
+        };
+        if read == 0 {
+            return Ok(false);
+        }
+    }
+}
+
+/// Runs the call while watching the socket: EOF means the client left (None).
+async fn call_watching<T, F>(
+    stream: &mut T,
+    reader: &mut RequestReader,
+    mut call: Pin<Box<F>>,
+) -> io::Result<Option<warp::reply::Response>>
+where
+    T: AsyncRead + Unpin,
+    F: Future<Output = Result<warp::reply::Response, Infallible>>,
+{
+    loop {
+        tokio::select! {
+            // A response that is ready is taken before a half-close is seen.
+            biased;
+            result = call.as_mut() => match result {
+                Ok(response) => return Ok(Some(response)),
+                Err(never) => match never {},
+            },
+            read = read_into(stream, reader.buffer_mut()) => match read? {
+                0 => return Ok(None),
+                // A flood of pipelined bytes: not a client we serve.
+                _ if reader.buffered() > MAX_HEAD_BYTES => return Ok(None),
+                _ => {}
+            },
+        }
+    }
+}
+
+/// Reads what the socket has into `buf` through a small scratch array that
+/// lives only while polled, so a parked request's future does not carry it
+/// and its buffer is not grown in advance.
+async fn read_into<T: AsyncRead + Unpin>(stream: &mut T, buf: &mut Vec<u8>) -> io::Result<usize> {
+    std::future::poll_fn(|cx: &mut Context<'_>| {
+        let mut scratch = [0u8; 4096];
+        let mut read = ReadBuf::new(&mut scratch);
+        match Pin::new(&mut *stream).poll_read(cx, &mut read) {
+            Poll::Ready(Ok(())) => {
+                buf.extend_from_slice(read.filled());
+                Poll::Ready(Ok(read.filled().len()))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => Poll::Pending,
+        }
+    })
+    .await
+}
+
+/// Writes all of `data`; fails when a write makes no progress within `stall`.
+async fn write_all<T: AsyncWrite + Unpin>(
+    stream: &mut T,
+    mut data: &[u8],
+    stall: Duration,
+) -> io::Result<()> {
+    while !data.is_empty() {
+        match tokio::time::timeout(stall, stream.write(data)).await {
+            Err(_) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "the client stopped reading",
+                ));
+            }
+            Ok(Ok(0)) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(Ok(n)) => data = &data[n..],
+            Ok(Err(e)) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Writes a streamed body: one chunk pulled, framed and written at a time
+/// into one reused buffer, so a client that does not read holds one chunk
+/// and pauses this stream only.
+async fn write_stream<T: AsyncWrite + Unpin>(
+    stream: &mut T,
+    mut source: Box<dyn ChunkSource>,
+    chunked: bool,
+    stall: Duration,
+) -> io::Result<()> {
+    let mut frame: Vec<u8> = Vec::with_capacity(CHUNK_PREFIX + CHUNK_BYTES + 2);
+    loop {
+        frame.clear();
+        frame.resize(CHUNK_PREFIX, 0);
+        let more = source.next_chunk(&mut frame);
+        let len = frame.len() - CHUNK_PREFIX;
+        // An empty chunk would end a chunked body: nothing is written for it.
+        if len > 0 {
+            let start = if chunked {
+                let size = format!("{len:x}\r\n");
+                let start = CHUNK_PREFIX - size.len();
+                frame[start..CHUNK_PREFIX].copy_from_slice(size.as_bytes());
+                frame.extend_from_slice(b"\r\n");
+                start
+            } else {
+                CHUNK_PREFIX
+            };
+            write_all(stream, &frame[start..], stall).await?;
+        }
+        if !more {
+            break;
+        }
+    }
+    if chunked {
+        write_all(stream, b"0\r\n\r\n", stall).await?;
+    }
+    Ok(())
+}
+
+/// Resolves once the server shuts down (or is gone).
+async fn shut_down(shutdown: &mut watch::Receiver<bool>) {
+    let _ = shutdown.wait_for(|down| *down).await;
 }
 
 async fn sleep_until(deadline: Option<tokio::time::Instant>) {
@@ -226,100 +558,11 @@ async fn sleep_until(deadline: Option<tokio::time::Instant>) {
     }
 }
 
-enum Parsed {
-    Complete(Box<Head1>),
-    Partial,
-    Error(u16, String),
-}
-
-fn parse_head(buf: &[u8]) -> Parsed {
-    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut parsed = httparse::Request::new(&mut headers);
-    let consumed = match parsed.parse(buf) {
-        Ok(httparse::Status::Complete(n)) => n,
-        Ok(httparse::Status::Partial) => return Parsed::Partial,
-        Err(httparse::Error::TooManyHeaders) => {
-            return Parsed::Error(431, format!("more than {MAX_HEADERS} header fields"));
-        }
-        Err(e) => return Parsed::Error(400, format!("malformed HTTP request: {e}")),
-    };
-    let (Some(method), Some(path), Some(version)) = (parsed.method, parsed.path, parsed.version)
-    else {
-        return Parsed::Error(400, "malformed HTTP request line".to_owned());
-    };
-    let mut request = http::Request::builder()
-        .method(method)
-        .uri(path)
-        .version(if version == 0 {
-            http::Version::HTTP_10
-        } else {
-            http::Version::HTTP_11
-        });
-    let mut keep_alive = version == 1;
-    let mut body_length = 0usize;
-    let mut expect_continue = false;
-    let mut header_bytes = 0usize;
-    for header in parsed.headers.iter() {
-        let name = header.name;
-        if name.eq_ignore_ascii_case("connection") {
-            let value = String::from_utf8_lossy(header.value).to_ascii_lowercase();
-            if value.split(',').any(|t| t.trim() == "close") {
-                keep_alive = false;
-            } else if value.split(',').any(|t| t.trim() == "keep-alive") {
-                keep_alive = true;
-            }
-        } else if name.eq_ignore_ascii_case("content-length") {
-            let Some(length) = std::str::from_utf8(header.value)
-                .ok()
-                .and_then(|v| v.trim().parse::<usize>().ok())
-            else {
-                return Parsed::Error(400, "malformed Content-Length".to_owned());
-            };
-            body_length = length;
-        } else if name.eq_ignore_ascii_case("transfer-encoding") {
-            return Parsed::Error(
-                400,
-                "request bodies are not accepted (Transfer-Encoding)".to_owned(),
-            );
-        } else if name.eq_ignore_ascii_case("expect") {
-            expect_continue = header.value.eq_ignore_ascii_case(b"100-continue");
-        }
-        // The filter reads only these; a parked wait keeps its request, so the rest is not copied.
-        if FORWARDED_HEADERS
-            .iter()
-            .any(|f| name.eq_ignore_ascii_case(f))
-        {
-            request = request.header(name, header.value);
-        }
-        header_bytes += name.len() + header.value.len() + 4;
-    }
-    // Path and query, the `?` between them not counted.
-    if path.len() - usize::from(path.contains('?')) > MAX_URL_BYTES {
-        return Parsed::Error(414, format!("the URL is longer than {MAX_URL_BYTES} bytes"));
-    }
-    if header_bytes > MAX_HEADER_BYTES {
-        return Parsed::Error(
-            431,
-            format!("the request headers are larger than {MAX_HEADER_BYTES} bytes"),
-        );
-    }
-    match request.body(Empty::new()) {
-        Ok(request) => Parsed::Complete(Box::new(Head1 {
-            request,
-            consumed,
-            keep_alive,
-            body_length,
-            expect_continue,
-        })),
-        Err(e) => Parsed::Error(400, format!("malformed HTTP request: {e}")),
-    }
-}
-
 fn write_head(
     out: &mut Vec<u8>,
     status: http::StatusCode,
     headers: &http::HeaderMap,
-    length: usize,
+    framing: Framing,
     closing: bool,
 ) {
     out.extend_from_slice(b"HTTP/1.1 ");
@@ -328,7 +571,10 @@ fn write_head(
     out.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
     out.extend_from_slice(b"\r\n");
     for (name, value) in headers {
-        if name == http::header::CONTENT_LENGTH || name == http::header::CONNECTION {
+        if name == http::header::CONTENT_LENGTH
+            || name == http::header::CONNECTION
+            || name == http::header::TRANSFER_ENCODING
+        {
             continue;
         }
         out.extend_from_slice(name.as_str().as_bytes());
@@ -336,86 +582,64 @@ fn write_head(
         out.extend_from_slice(value.as_bytes());
         out.extend_from_slice(b"\r\n");
     }
-    out.extend_from_slice(format!("content-length: {length}\r\n").as_bytes());
+    match framing {
+        Framing::Length(length) => {
+            out.extend_from_slice(format!("content-length: {length}\r\n").as_bytes());
+        }
+        Framing::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
+        Framing::Close => {}
+    }
     if closing {
         out.extend_from_slice(b"connection: close\r\n");
     }
     out.extend_from_slice(b"\r\n");
 }
 
-async fn write_error(stream: &mut TcpStream, status: u16, error: &str) -> std::io::Result<()> {
-    let body = serde_json::json!({ "error": error }).to_string();
-    let mut headers = http::HeaderMap::new();
+/// The head and body of a JSON `{"error"}` answer made by the driver.
+fn error_response(refusal: &Refusal) -> (http::response::Parts, Payload) {
+    let body = serde_json::json!({ "error": refusal.error }).to_string();
+    let mut response = http::Response::new(());
+    *response.status_mut() =
+        http::StatusCode::from_u16(refusal.status).unwrap_or(http::StatusCode::BAD_REQUEST);
+    let headers = response.headers_mut();
     headers.insert(
         http::header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
-    let status = http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::BAD_REQUEST);
-    let mut out = Vec::new();
-    write_head(&mut out, status, &headers, body.len(), true);
-    out.extend_from_slice(body.as_bytes());
-    stream.write_all(&out).await?;
+    headers.insert(
+        http::header::CACHE_CONTROL,
+        HeaderValue::from_static("no-store"),
+    );
+    headers.insert(
+        "x-content-type-options",
+        HeaderValue::from_static("nosniff"),
+    );
+    let (parts, ()) = response.into_parts();
+    (parts, Payload::Full(Bytes::from(body)))
+}
+
+/// Writes a JSON error with `connection: close` and closes the writing side.
+async fn write_error<T: AsyncWrite + Unpin>(
+    stream: &mut T,
+    refusal: &Refusal,
+    stall: Duration,
+) -> io::Result<()> {
+    let (parts, payload) = error_response(refusal);
+    let Payload::Full(body) = payload else {
+        return Ok(());
+    };
+    let mut out = Vec::with_capacity(256 + body.len());
+    write_head(
+        &mut out,
+        parts.status,
+        &parts.headers,
+        Framing::Length(body.len()),
+        true,
+    );
+    out.extend_from_slice(&body);
+    write_all(stream, &out, stall).await?;
     stream.shutdown().await
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn complete(raw: &[u8]) -> Head1 {
-        match parse_head(raw) {
-            Parsed::Complete(head) => *head,
-            Parsed::Partial => panic!("partial"),
-            Parsed::Error(status, text) => panic!("{status} {text}"),
-        }
-    }
-
-    #[test]
-    fn heads_parse_with_keep_alive_rules() {
-        let head = complete(b"GET /health?x=1 HTTP/1.1\r\nHost: localhost\r\n\r\nGET /next");
-        assert_eq!(head.request.uri(), "/health?x=1");
-        assert_eq!(head.consumed, 45);
-        assert!(head.keep_alive);
-        assert!(!complete(b"GET / HTTP/1.0\r\n\r\n").keep_alive);
-        assert!(complete(b"GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n").keep_alive);
-        assert!(!complete(b"GET / HTTP/1.1\r\nConnection: close\r\n\r\n").keep_alive);
-        let head =
-            complete(b"DELETE / HTTP/1.1\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n");
-        assert_eq!(head.body_length, 5);
-        assert!(head.expect_continue);
-    }
-
-    #[test]
-    fn bad_heads_are_refused_with_a_status() {
-        assert!(matches!(parse_head(b"GET / HTTP/1.1\r\n"), Parsed::Partial));
-        assert!(matches!(
-            parse_head(b"\x01\x02 / HTTP/1.1\r\n\r\n"),
-            Parsed::Error(400, _)
-        ));
-        assert!(matches!(
-            parse_head(b"GET / HTTP/1.1\r\nContent-Length: x\r\n\r\n"),
-            Parsed::Error(400, _)
-        ));
-        assert!(matches!(
-            parse_head(b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"),
-            Parsed::Error(400, _)
-        ));
-        let many: String = (0..=MAX_HEADERS).map(|i| format!("X-{i}: v\r\n")).collect();
-        assert!(matches!(
-            parse_head(format!("GET / HTTP/1.1\r\n{many}\r\n").as_bytes()),
-            Parsed::Error(431, _)
-        ));
-    }
-
-    #[test]
-    fn response_heads_carry_length_and_close() {
-        let mut out = Vec::new();
-        let mut headers = http::HeaderMap::new();
-        headers.insert("content-type", HeaderValue::from_static("application/json"));
-        write_head(&mut out, http::StatusCode::NOT_FOUND, &headers, 12, true);
-        assert_eq!(
-            String::from_utf8(out).unwrap(),
-            "HTTP/1.1 404 Not Found\r\ncontent-type: application/json\r\ncontent-length: 12\r\nconnection: close\r\n\r\n"
-        );
-    }
-}
+mod tests;

@@ -7,12 +7,13 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use mailjar_core::api::{Request, Response, WaitId};
-use mailjar_core::response::{Body, ChunkSource};
+use mailjar_core::response::Body;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use warp::Filter;
 use warp::http::{self, StatusCode};
 
+use crate::http1;
 use crate::state::{Handled, Shared, now_ms};
 
 /// What the HTTP side needs.
@@ -124,17 +125,56 @@ fn preflight() -> http::Response<Bytes> {
     response
 }
 
-/// Whether a `Host` header names this machine (localhost, a *.localhost name, a loopback IP) or an allowed name, with any port.
+/// Whether a `Host` header names this machine (localhost, a *.localhost
+/// name, a loopback IP) or an allowed name, with any port.
+///
+/// The value is read strictly as RFC 3986 `host [":" port]`: a registered
+/// name (letters, digits, `-`, `.`, `_`), an IPv4 address, or an IPv6 address
+/// in brackets, then optionally `:` and 1 to 5 digits up to 65535. Anything
+/// else (userinfo, a path, an empty or non-numeric port, zone ids) is not
+/// this machine.
 fn is_allowed_host(host: &str, allowed: &[String]) -> bool {
-    let name = match host.strip_prefix('[') {
-        Some(rest) => rest.split(']').next().unwrap_or(""),
-        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
+    let Some(name) = host_name(host) else {
+        return false;
     };
     let name = name.trim_end_matches('.').to_ascii_lowercase();
     name == "localhost"
         || name.ends_with(".localhost")
         || name.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
         || allowed.contains(&name)
+}
+
+/// The host of a `Host` value (without brackets for IPv6), or None when the
+/// value is not `host [":" port]`.
+fn host_name(host: &str) -> Option<&str> {
+    let (name, port) = match host.strip_prefix('[') {
+        Some(rest) => {
+            let (ip, after) = rest.split_once(']')?;
+            ip.parse::<std::net::Ipv6Addr>().ok()?;
+            let port = match after {
+                "" => None,
+                after => Some(after.strip_prefix(':')?),
+            };
+            (ip, port)
+        }
+        None => match host.split_once(':') {
+            Some((name, port)) => (name, Some(port)),
+            None => (host, None),
+        },
+    };
+    if let Some(port) = port {
+        let digits =
+            !port.is_empty() && port.len() <= 5 && port.bytes().all(|b| b.is_ascii_digit());
+        if !digits || port.parse::<u32>().ok()? > 65535 {
+            return None;
+        }
+    }
+    let registered = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_');
+    if host.starts_with('[') || (!name.is_empty() && name.bytes().all(registered)) {
+        Some(name)
+    } else {
+        None
+    }
 }
 
 /// Answers a request, waiting for a delivery or the deadline when the core parks it.
@@ -200,34 +240,41 @@ fn json(response: Response) -> http::Response<Bytes> {
     for (name, value) in &response.headers {
         builder = builder.header(*name, value.as_str());
     }
-    let body = match response.body {
-        Body::Full(bytes) => bytes,
-        Body::Stream(source) => collect(source),
+    let (body, streamed) = match response.body {
+        Body::Full(bytes) => (bytes, None),
+        // The driver writes it chunk by chunk beside warp's (empty) body.
+        Body::Stream(source) => (Bytes::new(), Some(crate::http1::StreamedBody::new(source))),
     };
-    builder
-        .body(body)
-        .unwrap_or_else(|_| http::Response::new(Bytes::from_static(br#"{"error":"bad response"}"#)))
-}
-
-/// Builds a streamed body whole.
-fn collect(mut source: Box<dyn ChunkSource>) -> Bytes {
-    let mut out = Vec::new();
-    while source.next_chunk(&mut out) {}
-    Bytes::from(out)
+    let mut response = builder.body(body).unwrap_or_else(|_| {
+        http::Response::new(Bytes::from_static(br#"{"error":"bad response"}"#))
+    });
+    if let Some(streamed) = streamed {
+        response.extensions_mut().insert(streamed);
+    }
+    response
 }
 
 /// Serves HTTP/1.1 until shutdown; open connections finish their current request.
 ///
-/// Each connection is driven by [`crate::http1`], which hands requests to the warp filter.
-pub async fn serve(listener: TcpListener, context: HttpContext) {
+/// Each connection is driven by [`crate::http1`], which hands requests to the
+/// warp filter. At most `options.connections.max()` are open at once; past
+/// it a new connection is answered 503 `{"error"}` and closed.
+pub async fn serve(listener: TcpListener, context: HttpContext, options: http1::HttpOptions) {
     let mut shutdown = context.shutdown.clone();
-    let head_timeout = context.head_timeout;
+    let timeouts = http1::Timeouts {
+        head: context.head_timeout,
+        body: options.body_timeout,
+        idle: http1::IDLE_TIMEOUT,
+        write_stall: http1::WRITE_STALL_TIMEOUT,
+    };
+    let connections = options.connections;
     let service = warp::service(routes(context));
     loop {
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(pair) => pair,
                 Err(e) => {
+                    // Out of file descriptors and the like: back off instead of spinning.
                     tracing::warn!("HTTP accept failed: {e}");
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
@@ -236,14 +283,29 @@ pub async fn serve(listener: TcpListener, context: HttpContext) {
             _ = stopped(&mut shutdown) => break,
         };
         let _ = stream.set_nodelay(true);
+        let Some(slot) = connections.try_open() else {
+            tracing::warn!(%peer, "too many HTTP connections: refused");
+            let connections = connections.clone();
+            tokio::spawn(async move {
+                let refusal = http1::Refusal {
+                    status: 503,
+                    error: format!(
+                        "too many HTTP connections (at most {}; see --max-http-connections)",
+                        connections.max()
+                    ),
+                };
+                http1::refuse_connection(stream, &connections, &refusal).await;
+            });
+            continue;
+        };
         let service = service.clone();
         let shutdown = shutdown.clone();
         tokio::spawn(async move {
-            let connection =
-                crate::http1::serve_connection(stream, service, shutdown, head_timeout);
+            let connection = http1::serve_connection(stream, service, shutdown, timeouts);
             if let Err(e) = connection.await {
                 tracing::debug!(%peer, "HTTP connection ended: {e}");
             }
+            drop(slot);
         });
     }
 }
@@ -263,6 +325,9 @@ mod tests {
             "app.localhost",
             "LOCALHOST.",
             "127.1.2.3",
+            "localhost:0",
+            "localhost:65535",
+            "[::1]:65535",
         ] {
             assert!(is_allowed_host(host, &[]), "{host}");
         }
@@ -273,6 +338,24 @@ mod tests {
             "localhost.evil.test",
             "[::2]:80",
             "",
+            // Not `host [":" port]` (issue 9, finding 12).
+            "localhost:80@evil.com",
+            "user@localhost",
+            "localhost:evil",
+            "127.0.0.1:99999999",
+            "127.0.0.1:65536",
+            "localhost:",
+            "[::1]:",
+            "localhost/path",
+            "localhost:80/",
+            "[::1]x",
+            "[::1",
+            "[localhost]",
+            "[fe80::1%25lo]",
+            "localhost:80:80",
+            "localhost ",
+            " localhost",
+            "local%68ost",
         ] {
             assert!(!is_allowed_host(host, &[]), "{host}");
         }

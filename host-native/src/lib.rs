@@ -26,9 +26,55 @@ pub struct Server {
     http: TcpListener,
     shared: Arc<Shared>,
     smtp_load: Arc<smtp_server::SmtpLoad>,
+    http_connections: http1::HttpConnections,
 }
 
 use state::Shared;
+
+/// File descriptors kept for what is not a connection: listeners, the
+/// runtime, logs, and connections being refused over a cap.
+const FD_SLACK: u64 = 128;
+
+/// Raises the soft `RLIMIT_NOFILE` to the hard limit and warns when the
+/// connection caps cannot fit in it.
+///
+/// Uses the `rlimit` crate: it wraps getrlimit/setrlimit (and macOS's
+/// `OPEN_MAX` quirk) so this crate needs no unsafe code of its own, and does
+/// nothing on platforms without the limit.
+fn raise_fd_limit(settings: &Settings) {
+    let needed = fds_needed(settings);
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(soft) => {
+            if let Some(warning) = fd_warning(soft, needed) {
+                tracing::warn!("{warning}");
+            } else {
+                tracing::debug!(soft, needed, "file descriptor limit");
+            }
+        }
+        Err(e) => tracing::warn!("could not raise the file descriptor limit (RLIMIT_NOFILE): {e}"),
+    }
+}
+
+/// The descriptors the caps may use at once: every SMTP and HTTP connection plus [`FD_SLACK`].
+fn fds_needed(settings: &Settings) -> u64 {
+    let connections = settings
+        .max_connections
+        .saturating_add(settings.max_http_connections);
+    u64::try_from(connections)
+        .unwrap_or(u64::MAX)
+        .saturating_add(FD_SLACK)
+}
+
+/// The warning to give when `needed` descriptors do not fit in the `soft` limit.
+fn fd_warning(soft: u64, needed: u64) -> Option<String> {
+    (soft < needed).then(|| {
+        format!(
+            "the file descriptor limit ({soft}) is below what --max-connections and \
+             --max-http-connections may use ({needed} with {FD_SLACK} to spare): past it, \
+             new connections fail to be accepted; lower the caps or raise the hard limit (ulimit -Hn)"
+        )
+    })
+}
 
 /// How many connections may wait to be accepted: tests open hundreds at once.
 const ACCEPT_BACKLOG: u32 = 4096;
@@ -56,12 +102,23 @@ fn host_limits(settings: &Settings) -> Vec<(&'static str, u64)> {
         ("smtpCommandTimeoutMs", ms(settings.smtp_command_timeout)),
         ("smtpDataTimeoutMs", ms(settings.smtp_data_timeout)),
         ("httpHeadTimeoutMs", ms(settings.http_head_timeout)),
+        ("httpBodyTimeoutMs", ms(settings.http_body_timeout)),
+        ("maxHttpConnections", settings.max_http_connections as u64),
+        (
+            "maxCompiledPatternBytes",
+            mailjar_core::jsregex::MAX_COMPILED_BYTES as u64,
+        ),
+        (
+            "backtrackLimit",
+            mailjar_core::jsregex::BACKTRACK_LIMIT as u64,
+        ),
     ]
 }
 
 impl Server {
     /// Binds both listeners; fails when an address is taken or not local.
     pub async fn bind(settings: Settings) -> std::io::Result<Server> {
+        raise_fd_limit(&settings);
         let smtp = listen(SocketAddr::new(settings.smtp_host, settings.smtp_port))?;
         let http = listen(SocketAddr::new(settings.http_host, settings.http_port))?;
         let address = |a: SocketAddr| Address {
@@ -84,17 +141,21 @@ impl Server {
                 .unwrap_or(u64::MAX),
             host_limits: host_limits(&settings),
         });
+        let http_connections = http1::HttpConnections::new(settings.max_http_connections);
         let load = smtp_load.clone();
+        let open_http = http_connections.clone();
         api.set_live_counts(Box::new(move || {
             vec![
                 ("inflightBytes", load.inflight_bytes() as u64),
                 ("smtpConnections", load.connections() as u64),
+                ("httpConnections", open_http.open() as u64),
             ]
         }));
         let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
         Ok(Server {
             shared: Arc::new(Shared::new(api, workers)),
             smtp_load,
+            http_connections,
             settings,
             smtp,
             http,
@@ -114,6 +175,12 @@ impl Server {
     /// The SMTP bytes in flight and open connections (`inflightBytes`, `smtpConnections`).
     pub fn smtp_load(&self) -> Arc<smtp_server::SmtpLoad> {
         self.smtp_load.clone()
+    }
+
+    /// The HTTP connection cap and the live count of open HTTP connections
+    /// (`open()`), for `/health`'s `httpConnections`.
+    pub fn http_connections(&self) -> http1::HttpConnections {
+        self.http_connections.clone()
     }
 
     /// Serves until `stop` resolves, then stops accepting, lets messages in
@@ -157,7 +224,11 @@ impl Server {
         };
         let matcher = tokio::spawn(self.shared.clone().match_deliveries());
         let smtp_task = tokio::spawn(smtp_server::serve(self.smtp, slots.clone(), smtp_context));
-        let http_task = tokio::spawn(http_server::serve(self.http, http_context));
+        let http_options = http1::HttpOptions {
+            body_timeout: self.settings.http_body_timeout,
+            connections: self.http_connections.clone(),
+        };
+        let http_task = tokio::spawn(http_server::serve(self.http, http_context, http_options));
         stop.await;
         tracing::info!("shutting down");
         let _ = shutdown_tx.send(true);
@@ -176,5 +247,26 @@ impl Server {
         // Parked waits see the shutdown and answer 503; give them a moment to be written.
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         matcher.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[test]
+    fn the_caps_are_checked_against_the_descriptor_limit() {
+        let settings = Settings::parse_from([
+            "mailjar",
+            "--max-connections",
+            "100",
+            "--max-http-connections",
+            "200",
+        ]);
+        assert_eq!(fds_needed(&settings), 300 + FD_SLACK);
+        assert_eq!(fd_warning(300 + FD_SLACK, fds_needed(&settings)), None);
+        let warning = fd_warning(256, fds_needed(&settings)).expect("a warning");
+        assert!(warning.contains("256") && warning.contains("--max-http-connections"));
     }
 }

@@ -13,7 +13,8 @@ use common::{Server, message};
 #[test]
 fn a_thousand_abandoned_waits_are_all_cancelled() {
     const WAITS: usize = 1000;
-    let server = Server::start();
+    // A thousand parked waits and /health beside them: past the default cap of 1000 connections.
+    let server = Server::start_with(&["--max-http-connections", "1100"]);
     let start = Instant::now();
     // In batches of a hundred, each parked before the next: the listener's
     // accept queue holds 128, and a burst past it costs a 1 s SYN retransmission.
