@@ -539,6 +539,9 @@ async fn write_stream<T: AsyncWrite + Unpin>(
         if !more {
             break;
         }
+        // Serialising a chunk is CPU work: let other connections (a /health
+        // probe, a small request) run between chunks of a long body.
+        tokio::task::yield_now().await;
     }
     if chunked {
         write_all(stream, b"0\r\n\r\n", stall).await?;
