@@ -55,7 +55,7 @@ pub use reader::{
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 /// How long a write may make no progress (the client reads nothing) before
 /// the connection is ended.
-pub const WRITE_STALL_TIMEOUT: Duration = Duration::from_secs(60);
+pub const WRITE_STALL_TIMEOUT: Duration = Duration::from_secs(300);
 /// Bodies up to this size are written in one piece with their head; larger
 /// ones are written after it, not copied.
 const SMALL_BODY_BYTES: usize = 16 * 1024;
