@@ -82,7 +82,7 @@ mod tests {
     impl Clock for Ticking {
         fn nanos(&self) -> u64 {
             let now = self.0.get();
-            self.0.set(now + 40);
+            self.0.set(now + 40_000_000);
             now
         }
     }
@@ -91,9 +91,9 @@ mod tests {
     fn each_run_charges_the_time_it_took_until_nothing_is_left() {
         let regex = JsRegex::new("^a", "").unwrap();
         let clock = Ticking(Cell::new(0));
-        let mut budget = Budget::new(100);
+        let mut budget = Budget::new(100_000_000);
         assert_eq!(budget.run(&regex, "abc", &clock), Ok(true));
-        assert_eq!(budget.remaining_ns(), 60);
+        assert_eq!(budget.remaining_ns(), 60_000_000);
         assert_eq!(budget.run(&regex, "xbc", &clock), Ok(false));
         assert_eq!(budget.run(&regex, "abc", &clock), Ok(true));
         assert_eq!(budget.remaining_ns(), 0);
