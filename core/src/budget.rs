@@ -59,7 +59,7 @@ impl Budget {
         subject: &str,
         clock: &dyn Clock,
     ) -> Result<bool, ApiError> {
-        let estimate = crate::filter::worst_case_nanos(regex, subject);
+        let estimate = regex.worst_case_nanos(subject);
         if self.remaining_ns == 0 || estimate > self.remaining_ns {
             self.remaining_ns = 0;
             return Err(ApiError::TooExpensive);

@@ -169,11 +169,6 @@ impl Filter {
     }
 }
 
-/// An upper estimate of one match's time (see [`JsRegex::worst_case_nanos`]).
-pub(crate) fn worst_case_nanos(regex: &JsRegex, subject: &str) -> u64 {
-    regex.worst_case_nanos(subject)
-}
-
 /// Whether `haystack` contains `needle_lower` (already lower-cased), ignoring case.
 fn contains_ignore_case(haystack: &str, needle_lower: &str) -> bool {
     if haystack.is_ascii() && needle_lower.is_ascii() {
