@@ -126,22 +126,8 @@ fn http_get(port: u16, target: &str) -> (u16, String) {
         "GET {target} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
     )
     .expect("send");
-    let mut response = String::new();
-    stream.read_to_string(&mut response).expect("read");
-    parse_response(&response)
-}
-
-fn parse_response(response: &str) -> (u16, String) {
-    let status = response
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = response
-        .split_once("\r\n\r\n")
-        .map_or("", |(_, b)| b)
-        .to_owned();
-    (status, body)
+    let (status, body) = read_response(&mut BufReader::new(stream));
+    (status, String::from_utf8_lossy(&body).into_owned())
 }
 
 /// A keep-alive HTTP/1.1 client for latency samples.
@@ -177,21 +163,40 @@ fn read_response(reader: &mut BufReader<TcpStream>) -> (u16, Vec<u8>) {
         .and_then(|s| s.parse().ok())
         .unwrap_or(0);
     let mut length = 0usize;
+    let mut chunked = false;
     loop {
         line.clear();
         reader.read_line(&mut line).expect("header");
         if line == "\r\n" || line.is_empty() {
             break;
         }
-        if let Some((name, value)) = line.split_once(':')
-            && name.eq_ignore_ascii_case("content-length")
-        {
-            length = value.trim().parse().unwrap_or(0);
+        if let Some((name, value)) = line.split_once(':') {
+            if name.eq_ignore_ascii_case("content-length") {
+                length = value.trim().parse().unwrap_or(0);
+            } else if name.eq_ignore_ascii_case("transfer-encoding") {
+                chunked = value.trim().eq_ignore_ascii_case("chunked");
+            }
         }
     }
-    let mut body = vec![0; length];
-    reader.read_exact(&mut body).expect("body");
-    (status, body)
+    if !chunked {
+        let mut body = vec![0; length];
+        reader.read_exact(&mut body).expect("body");
+        return (status, body);
+    }
+    // Streamed answers (lists) come chunked.
+    let mut body = Vec::new();
+    loop {
+        line.clear();
+        reader.read_line(&mut line).expect("chunk size");
+        let size = usize::from_str_radix(line.trim(), 16).expect("chunk size is hex");
+        let start = body.len();
+        body.resize(start + size + 2, 0);
+        reader.read_exact(&mut body[start..]).expect("chunk");
+        body.truncate(start + size);
+        if size == 0 {
+            return (status, body);
+        }
+    }
 }
 
 fn median(values: &mut [f64]) -> f64 {
