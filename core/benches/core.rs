@@ -78,7 +78,7 @@ fn deliver(c: &mut Criterion) {
         })
     });
     group.bench_function("parse_and_store", |b| {
-        let mut api = Api::new(ApiConfig::default());
+        let mut api: Api = Api::new(ApiConfig::default());
         let mut i = 0u64;
         b.iter(|| {
             i += 1;
@@ -90,7 +90,7 @@ fn deliver(c: &mut Criterion) {
 }
 
 fn stored_api(n: usize) -> Api {
-    let mut api = Api::new(ApiConfig::default());
+    let mut api: Api = Api::new(ApiConfig::default());
     for i in 0..n {
         api.deliver(Prepared::new(incoming(i)), 1_000_000 + i as u64, [1; 10]);
     }
@@ -155,7 +155,7 @@ fn list(c: &mut Criterion) {
     group.bench_function("api_list_limit_100", |b| {
         b.iter(|| match api.answer(&request, 0, &StoppedClock) {
             Outcome::Ready(r) => r.body.collect().len(),
-            Outcome::Wait(_) => 0,
+            Outcome::Wait(_) | Outcome::Subscribe(_) => 0,
         })
     });
     group.finish();

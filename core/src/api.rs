@@ -32,6 +32,10 @@ use serde::Serialize;
 use crate::budget::{Budget, Clock};
 use crate::email::Email;
 pub use crate::error::ApiError;
+pub use crate::events::{
+    Event, EventBatch, NextEvents, Reason, Replay, SubscriberId, Subscription,
+};
+use crate::events::{LiveFilter, Subscribers};
 use crate::id::{Entropy, IdGenerator, MessageId};
 pub use crate::job::{Commit, Done, Job};
 use crate::job::{CommitKind, JobKind, WaitFilter, WaitWork, one};
@@ -39,7 +43,7 @@ use crate::patterns::PatternCache;
 use crate::query::{Query, percent_decode, truncate};
 pub use crate::response::Response;
 use crate::store::{Prepared, Snapshot, Store, StoreLimits};
-pub use crate::waits::{MatchBatch, Matches, WaitId, WaitSpec};
+pub use crate::waits::{MatchBatch, Matches, Parking, WaitId, WaitSpec};
 use crate::waits::{PendingWait, Waits};
 
 /// An HTTP request, as much of it as the API looks at.
@@ -51,6 +55,8 @@ pub struct Request {
     pub path: String,
     /// The query string without its `?`, still percent-encoded.
     pub query: String,
+    /// The `Last-Event-ID` header, which resumes `/api/events`.
+    pub last_event_id: Option<String>,
 }
 
 impl Request {
@@ -61,6 +67,7 @@ impl Request {
             method: method.to_owned(),
             path: path.to_owned(),
             query: query.to_owned(),
+            last_event_id: None,
         }
     }
 }
@@ -93,6 +100,10 @@ pub struct ApiConfig {
     pub max_waits: usize,
     /// The most matching time one request's `subjectPattern` may cost, in milliseconds.
     pub pattern_budget_ms: u64,
+    /// The most event subscribers at once (503 past it).
+    pub max_subscribers: usize,
+    /// How far, in message ids, a subscriber may fall behind before it gets `overflow`.
+    pub event_buffer: usize,
     /// Limits the host enforces itself, reported under `limits` in `/health` (camelCase names).
     pub host_limits: Vec<(&'static str, u64)>,
 }
@@ -114,6 +125,8 @@ impl Default for ApiConfig {
             max_recipients: 1000,
             max_waits: DEFAULT_MAX_WAITS,
             pattern_budget_ms: DEFAULT_PATTERN_BUDGET_MS,
+            max_subscribers: crate::events::DEFAULT_MAX_SUBSCRIBERS,
+            event_buffer: crate::events::DEFAULT_EVENT_BUFFER,
             host_limits: Vec::new(),
         }
     }
@@ -141,8 +154,11 @@ pub enum Step {
     Ready(Response),
     /// Run this outside the lock ([`Job::run`]), then pass a [`Commit`] to [`Api::complete`].
     Work(Job),
-    /// Hold the request open: [`Api::resolve`] or [`Api::expire`] answers it.
-    Wait(WaitSpec),
+    /// Hold the request open: [`Api::park`] it with the client's handle, in
+    /// the same critical section; [`Api::resolve`] or [`Api::expire`] answers it.
+    Wait(Parking),
+    /// An event stream: send its replay, then what [`Api::next_events`] gives.
+    Subscribe(Subscription),
 }
 
 /// What [`Api::answer`] decided: a response now, or a parked wait.
@@ -150,8 +166,10 @@ pub enum Step {
 pub enum Outcome {
     /// Send this response now.
     Ready(Response),
-    /// Hold the request open until a delivery or [`Api::expire`] answers it.
-    Wait(WaitSpec),
+    /// Hold the request open: [`Api::park`] it, and a delivery or [`Api::expire`] answers it.
+    Wait(Parking),
+    /// An event stream: send its replay, then what [`Api::next_events`] gives.
+    Subscribe(Subscription),
 }
 
 /// What [`Api::deliver`] did.
@@ -165,11 +183,11 @@ pub struct Stored {
 
 /// What [`Api::deliver_and_wake`] did.
 #[derive(Debug)]
-pub struct Delivered {
+pub struct Delivered<W> {
     /// The id the message was stored under.
     pub id: MessageId,
-    /// The waits this message answers, each with its response, in wait order.
-    pub woken: Vec<(WaitId, Response)>,
+    /// The clients of the waits this message answers, each with its response, in wait order.
+    pub woken: Vec<(W, Response)>,
 }
 
 /// Messages and snapshots the API let go of: drop them after releasing the lock.
@@ -190,14 +208,17 @@ impl Trash {
 /// Live counts the host reports in `/health` (camelCase names), read when it is asked.
 pub type LiveCounts = Box<dyn Fn() -> Vec<(&'static str, u64)> + Send + Sync>;
 
-/// The API: the store, the parked waits, and every endpoint.
+/// The API: the store, the parked waits, the event subscribers, and every endpoint.
 ///
-/// See the [module documentation](self).
-pub struct Api {
+/// `W` is the host's handle for the client of a parked wait (a channel's
+/// sender, a promise's resolver): the API keeps it with the wait and gives
+/// it back with the wait's response. See the [module documentation](self).
+pub struct Api<W = ()> {
     config: ApiConfig,
     store: Store,
     ids: IdGenerator,
-    waits: Waits,
+    waits: Waits<W>,
+    subscribers: Subscribers,
     patterns: Arc<PatternCache>,
     /// The newest message a [`MatchBatch`] has been made of.
     match_cursor: Option<MessageId>,
@@ -206,12 +227,13 @@ pub struct Api {
     trash: Trash,
 }
 
-impl std::fmt::Debug for Api {
+impl<W> std::fmt::Debug for Api<W> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Api")
             .field("config", &self.config)
             .field("messages", &self.store.len())
             .field("waits", &self.waits.len())
+            .field("subscribers", &self.subscribers.len())
             .finish_non_exhaustive()
     }
 }
@@ -223,6 +245,7 @@ enum Route<'a> {
     Emails,
     Latest,
     Wait,
+    Events,
     ById(&'a str),
 }
 
@@ -235,11 +258,12 @@ impl Route<'_> {
     }
 }
 
-impl Api {
+impl<W> Api<W> {
     /// An API over an empty store.
-    pub fn new(config: ApiConfig) -> Api {
+    pub fn new(config: ApiConfig) -> Api<W> {
         Api {
             store: Store::new(config.store),
+            subscribers: Subscribers::new(config.event_buffer),
             config,
             ids: IdGenerator::new(),
             waits: Waits::default(),
@@ -286,8 +310,28 @@ impl Api {
             CommitKind::Remove(ids) => {
                 let removed = self.store.remove_ids(&ids);
                 let count = removed.len();
-                self.trash.emails.extend(removed);
+                self.forget(removed, Reason::Deleted);
                 Step::Ready(deleted_response(count))
+            }
+            CommitKind::Subscribe { filter, budget } => {
+                if self.subscribers.len() >= self.config.max_subscribers {
+                    return Step::Ready(ApiError::TooManySubscribers.response());
+                }
+                // Replay and live events meet here: the replay ends with the
+                // newest message stored now, the cursor starts after it.
+                let replay = match filter.after() {
+                    Some(after) => self.store.snapshot().after(Some(after)),
+                    None => Snapshot::default(),
+                };
+                let live = Arc::new(LiveFilter {
+                    filter,
+                    budget_ns: budget.remaining_ns().into(),
+                });
+                let id = self.subscribers.add(live.clone());
+                Step::Subscribe(Subscription {
+                    id,
+                    replay: Replay::new(replay, live),
+                })
             }
             CommitKind::Park {
                 filter,
@@ -312,15 +356,23 @@ impl Api {
                 if self.waits.len() >= self.config.max_waits {
                     return Step::Ready(ApiError::TooManyWaits.response());
                 }
-                Step::Wait(self.waits.park(PendingWait {
-                    filter,
-                    timeout_ms,
-                    deadline_ms,
-                    seen: upto,
-                    budget_ns: budget.remaining_ns().into(),
-                }))
+                Step::Wait(Parking {
+                    wait: PendingWait {
+                        filter,
+                        timeout_ms,
+                        deadline_ms,
+                        seen: upto,
+                        budget_ns: budget.remaining_ns().into(),
+                    },
+                })
             }
         }
+    }
+
+    /// Parks a wait with the host's handle for its client; call it in the
+    /// critical section that produced the [`Parking`], so no delivery comes between.
+    pub fn park(&mut self, parking: Parking, waiter: W) -> WaitSpec {
+        self.waits.park(parking.wait, waiter)
     }
 
     /// Answers a request, running its work on this thread: for hosts
@@ -330,7 +382,8 @@ impl Api {
         loop {
             step = match step {
                 Step::Ready(response) => return Outcome::Ready(response),
-                Step::Wait(spec) => return Outcome::Wait(spec),
+                Step::Wait(parking) => return Outcome::Wait(parking),
+                Step::Subscribe(subscription) => return Outcome::Subscribe(subscription),
                 Step::Work(job) => match job.run(clock) {
                     Done::Response(response) => return Outcome::Ready(response),
                     Done::Commit(commit) => self.complete(commit, now_ms),
@@ -368,6 +421,7 @@ impl Api {
             ["api", "emails"] => Route::Emails,
             ["api", "emails", "latest"] => Route::Latest,
             ["api", "emails", "wait"] => Route::Wait,
+            ["api", "events"] => Route::Events,
             ["api", "emails", id] => Route::ById(id),
             _ => {
                 return Err(ApiError::NotFound(format!(
@@ -389,6 +443,7 @@ impl Api {
             ("GET", Route::Emails) => self.list(&query),
             ("GET", Route::Latest) => self.latest(&query),
             ("GET", Route::Wait) => self.wait(&query, now_ms),
+            ("GET", Route::Events) => self.events(&query, request.last_event_id.as_deref()),
             ("GET", Route::ById(id)) => ready(query.only(&[]).and_then(|_| self.get(id))),
             ("DELETE", Route::Emails) => self.delete(&query),
             ("DELETE", Route::ById(id)) => ready(query.only(&[]).and_then(|_| self.delete_one(id))),
@@ -412,6 +467,8 @@ impl Api {
         limit("maxWaits", c.max_waits as u64);
         limit("patternBudgetMs", c.pattern_budget_ms);
         limit("maxPatternChars", crate::filter::MAX_PATTERN_CHARS as u64);
+        limit("maxSubscribers", c.max_subscribers as u64);
+        limit("eventBuffer", c.event_buffer as u64);
         for (name, value) in &c.host_limits {
             limit(name, *value);
         }
@@ -425,6 +482,7 @@ impl Api {
             "storeBytes": self.store.bytes(),
             "evicted": self.store.evicted(),
             "waits": self.waits.len(),
+            "subscribers": self.subscribers.len(),
             "patterns": self.patterns.live(),
         });
         if let (Some(live), Some(object)) = (&self.live, body.as_object_mut()) {
@@ -482,6 +540,29 @@ impl Api {
         }))))
     }
 
+    fn events(&self, query: &Query, last_event_id: Option<&str>) -> Result<Step, ApiError> {
+        query.only(FILTERS)?;
+        let mut spec = query.filter()?;
+        // An EventSource reconnects to the same URL with the id it saw last:
+        // that id, not the URL's afterId, is where it resumes.
+        if let Some(last) = last_event_id.map(str::trim).filter(|s| !s.is_empty()) {
+            let id = last.parse().map_err(|_| {
+                ApiError::BadRequest(format!(
+                    "Last-Event-ID is not a message id: {}",
+                    truncate(last, 100)
+                ))
+            })?;
+            spec.resume_after(id);
+        }
+        if self.subscribers.len() >= self.config.max_subscribers {
+            return Err(ApiError::TooManySubscribers);
+        }
+        Ok(Step::Work(self.job(JobKind::Subscribe {
+            spec,
+            budget: self.budget(),
+        })))
+    }
+
     fn get(&self, id: &str) -> Result<Response, ApiError> {
         let email = parse_path_id(id).and_then(|id| self.store.get(id));
         email.map(one).ok_or_else(|| not_stored(id))
@@ -493,6 +574,7 @@ impl Api {
             None => {
                 let all = self.store.clear();
                 let deleted = all.len();
+                self.subscribers.deleted_all();
                 self.trash.snapshots.push(all);
                 Ok(Step::Ready(deleted_response(deleted)))
             }
@@ -517,7 +599,7 @@ impl Api {
         match removed.len() {
             0 => Err(not_stored(id)),
             n => {
-                self.trash.emails.extend(removed);
+                self.forget(removed, Reason::Deleted);
                 Ok(deleted_response(n))
             }
         }
@@ -533,7 +615,8 @@ impl Api {
         self.last_received_ms = now_ms;
         let id = self.ids.next(now_ms, entropy);
         let (_, evicted) = self.store.push(Email::new(id, now_ms, message));
-        self.trash.emails.extend(evicted);
+        self.subscribers.stored(id);
+        self.forget(evicted, Reason::Evicted);
         if self.waits.is_empty() {
             // Nothing to try: later waits look at the store themselves.
             self.match_cursor = Some(id);
@@ -562,19 +645,20 @@ impl Api {
         })
     }
 
-    /// Answers the waits a [`MatchBatch`] settled that are still parked, in wait order.
-    pub fn resolve(&mut self, matches: Matches) -> Vec<(WaitId, Response)> {
+    /// Answers the waits a [`MatchBatch`] settled that are still parked, in
+    /// wait order: each client's handle with its response.
+    pub fn resolve(&mut self, matches: Matches) -> Vec<(W, Response)> {
         let mut found = matches.found;
         found.sort_unstable_by_key(|(id, _)| *id);
         found
             .into_iter()
-            .filter(|(id, _)| self.waits.remove(*id).is_some())
-            .map(|(id, result)| {
+            .filter_map(|(id, result)| {
+                let (_, waiter) = self.waits.remove(id)?;
                 let response = match result {
                     Ok(email) => one(email),
                     Err(e) => e.response(),
                 };
-                (id, response)
+                Some((waiter, response))
             })
             .collect()
     }
@@ -587,7 +671,7 @@ impl Api {
         now_ms: u64,
         entropy: Entropy,
         clock: &dyn Clock,
-    ) -> Delivered {
+    ) -> Delivered<W> {
         let stored = self.deliver(message, now_ms, entropy);
         let mut woken = Vec::new();
         while let Some(batch) = self.match_batch() {
@@ -600,20 +684,26 @@ impl Api {
         }
     }
 
-    /// Ends a parked wait at its deadline with a 408; None when it was already answered or cancelled.
-    pub fn expire(&mut self, wait: WaitId) -> Option<Response> {
+    /// Ends a parked wait at its deadline: its client's handle and the 408;
+    /// None when it was already answered or cancelled.
+    pub fn expire(&mut self, wait: WaitId) -> Option<(W, Response)> {
         self.waits
             .remove(wait)
-            .map(|w| ApiError::Timeout(w.timeout_ms).response())
+            .map(|(w, waiter)| (waiter, ApiError::Timeout(w.timeout_ms).response()))
     }
 
     /// Ends every parked wait whose deadline is at or before `now_ms` with a 408.
-    pub fn expire_due(&mut self, now_ms: u64) -> Vec<(WaitId, Response)> {
+    pub fn expire_due(&mut self, now_ms: u64) -> Vec<(W, Response)> {
         self.waits
             .due(now_ms)
             .into_iter()
-            .filter_map(|id| self.expire(id).map(|r| (id, r)))
+            .filter_map(|id| self.expire(id))
             .collect()
+    }
+
+    /// Ends every parked wait (the host shuts down): their clients' handles, in wait order.
+    pub fn drain_waits(&mut self) -> Vec<W> {
+        self.waits.drain().into_iter().map(|(_, w)| w).collect()
     }
 
     /// The earliest deadline among the parked waits.
@@ -621,9 +711,44 @@ impl Api {
         self.waits.next_deadline()
     }
 
-    /// Forgets a parked wait whose client went away; false when it was not parked.
-    pub fn cancel(&mut self, wait: WaitId) -> bool {
-        self.waits.remove(wait).is_some()
+    /// Forgets a parked wait whose client went away: its handle, or None
+    /// when it was not parked.
+    pub fn cancel(&mut self, wait: WaitId) -> Option<W> {
+        self.waits.remove(wait).map(|(_, waiter)| waiter)
+    }
+
+    /// What is new for a subscriber: a batch to run outside the lock, or
+    /// nothing yet (wait for [`Api::event_head`] to move), or its end. O(log n).
+    pub fn next_events(&mut self, subscriber: SubscriberId) -> NextEvents {
+        let store = &self.store;
+        self.subscribers.next(subscriber, || store.snapshot())
+    }
+
+    /// Ends a subscription; false when it was not open.
+    pub fn unsubscribe(&mut self, subscriber: SubscriberId) -> bool {
+        self.subscribers.remove(subscriber)
+    }
+
+    /// How many changes have been logged for subscribers: when it moves, idle subscribers have news.
+    pub fn event_head(&self) -> u64 {
+        self.subscribers.head()
+    }
+
+    /// How many event streams are open.
+    pub fn subscriber_count(&self) -> usize {
+        self.subscribers.len()
+    }
+
+    /// Logs messages that left the store for subscribers and frees them outside the lock.
+    fn forget(&mut self, emails: Vec<Arc<Email>>, reason: Reason) {
+        if emails.is_empty() {
+            return;
+        }
+        if self.subscribers.len() > 0 {
+            let ids: Vec<MessageId> = emails.iter().map(|e| e.id).collect();
+            self.subscribers.deleted(&ids, reason);
+        }
+        self.trash.emails.extend(emails);
     }
 }
 
@@ -647,3 +772,6 @@ pub use crate::view::format_rfc3339_ms;
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod event_tests;

@@ -64,6 +64,8 @@ struct Kept {
     links: Box<[Box<str>]>,
     codes: Box<[Box<str>]>,
     attachments: Box<[AttachmentInfo]>,
+    /// The summary's JSON, built the first time a subscriber or list needs it.
+    summary: std::sync::OnceLock<bytes::Bytes>,
 }
 
 fn boxed(strings: Vec<String>) -> Box<[Box<str>]> {
@@ -152,6 +154,7 @@ impl Email {
                 links: boxed(parsed.links),
                 codes: boxed(parsed.codes),
                 attachments: parsed.attachments.into_boxed_slice(),
+                summary: std::sync::OnceLock::new(),
             }),
             text,
             html,
@@ -245,6 +248,26 @@ impl Email {
                 .sum::<usize>()
             + std::mem::size_of::<Email>()
             + std::mem::size_of::<Kept>()
+            + self.summary_reserve()
+    }
+
+    /// The summary's JSON (see [`crate::summary`]), built once and shared by
+    /// every event and list that shows it.
+    pub fn summary(&self) -> bytes::Bytes {
+        self.kept
+            .summary
+            .get_or_init(|| crate::summary::summary_json(self))
+            .clone()
+    }
+
+    /// What the summary, once built, is counted for: it repeats the envelope,
+    /// the subject, Cc and From, and a preview of at most 200 characters.
+    fn summary_reserve(&self) -> usize {
+        let k = &self.kept;
+        2 * (self.envelope.from.len() + self.envelope.to.iter().map(|s| s.len() + 3).sum::<usize>())
+            + k.subject.len()
+            + k.cc.iter().map(|s| s.len() + 3).sum::<usize>()
+            + 1024
     }
 
     /// Whether `address` (lower-cased and trimmed) is an envelope recipient or a To or Cc address.

@@ -28,6 +28,9 @@ pub enum ApiError {
     /// 503: every slot for parked waits is taken.
     #[error("too many waits")]
     TooManyWaits,
+    /// 503: every slot for event subscribers is taken.
+    #[error("too many subscribers")]
+    TooManySubscribers,
 }
 
 impl ApiError {
@@ -38,7 +41,7 @@ impl ApiError {
             ApiError::NotFound(_) => 404,
             ApiError::MethodNotAllowed { .. } => 405,
             ApiError::Timeout(_) => 408,
-            ApiError::TooManyWaits => 503,
+            ApiError::TooManyWaits | ApiError::TooManySubscribers => 503,
         }
     }
 

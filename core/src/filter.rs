@@ -103,6 +103,11 @@ impl FilterSpec {
         self.after
     }
 
+    /// Makes `id` the `afterId` bound (an event stream resuming from `Last-Event-ID`).
+    pub fn resume_after(&mut self, id: MessageId) {
+        self.after = Some(id);
+    }
+
     /// Whether it has a `subjectPattern` (whose matching has a budget).
     pub fn has_pattern(&self) -> bool {
         self.pattern.is_some()

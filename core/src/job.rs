@@ -51,6 +51,10 @@ pub(crate) enum JobKind {
         to: String,
         messages: Snapshot,
     },
+    Subscribe {
+        spec: FilterSpec,
+        budget: Budget,
+    },
 }
 
 /// A wait's look at the stored messages before it parks.
@@ -91,6 +95,8 @@ pub(crate) enum CommitKind {
     },
     /// Delete these messages.
     Remove(Vec<MessageId>),
+    /// Open an event subscription.
+    Subscribe { filter: Filter, budget: Budget },
 }
 
 /// The one-message answer `{"email": ...}`.
@@ -115,6 +121,7 @@ impl Job {
                 &work.messages,
             ),
             JobKind::DeleteTo { messages, .. } => (false, messages),
+            JobKind::Subscribe { spec, .. } => return spec.has_pattern(),
         };
         pattern || messages.len() > LIGHT_MESSAGES
     }
@@ -210,6 +217,13 @@ impl Job {
                     .map(|e| e.id)
                     .collect();
                 Ok(Done::Commit(Commit(CommitKind::Remove(ids))))
+            }
+            JobKind::Subscribe { spec, budget } => {
+                let filter = spec.compile(patterns)?;
+                Ok(Done::Commit(Commit(CommitKind::Subscribe {
+                    filter,
+                    budget,
+                })))
             }
         }
     }

@@ -77,6 +77,19 @@ impl Snapshot {
         }
     }
 
+    /// The message with this id, if the snapshot holds it. O(log n).
+    pub fn get(&self, id: MessageId) -> Option<&Arc<Email>> {
+        let i = self.emails.binary_search_by(|e| e.id.cmp(&id)).ok()?;
+        self.emails.get(i)
+    }
+
+    /// The first `n` messages and the rest. O(log n).
+    pub fn split_at(self, n: usize) -> (Snapshot, Snapshot) {
+        let n = n.min(self.emails.len());
+        let (head, tail) = self.emails.split_at(n);
+        (Snapshot { emails: head }, Snapshot { emails: tail })
+    }
+
     /// Oldest first; reverse it for newest first.
     pub fn iter(&self) -> impl DoubleEndedIterator<Item = &Arc<Email>> + ExactSizeIterator {
         self.emails.iter()

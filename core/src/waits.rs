@@ -41,28 +41,68 @@ pub(crate) struct PendingWait {
     pub(crate) budget_ns: AtomicU64,
 }
 
-/// The parked waits, bounded in number.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Waits {
+/// A wait ready to park: hand it to [`crate::api::Api::park`] with the
+/// host's handle for its client, in the same critical section.
+#[derive(Debug)]
+#[must_use = "park it, or the request is never answered"]
+pub struct Parking {
+    pub(crate) wait: PendingWait,
+}
+
+impl Parking {
+    /// When the wait is to end with a 408, in milliseconds since the Unix epoch.
+    pub fn deadline_ms(&self) -> u64 {
+        self.wait.deadline_ms
+    }
+}
+
+/// The parked waits with their hosts' handles, bounded in number.
+///
+/// A wait and its handle are added and removed together, so a response can
+/// only ever go to the client of the wait it answers.
+#[derive(Debug)]
+pub(crate) struct Waits<W> {
     parked: OrdMap<WaitId, Arc<PendingWait>>,
+    handles: std::collections::HashMap<WaitId, W>,
     next: u64,
 }
 
-impl Waits {
+impl<W> Default for Waits<W> {
+    fn default() -> Self {
+        Waits {
+            parked: OrdMap::new(),
+            handles: std::collections::HashMap::new(),
+            next: 0,
+        }
+    }
+}
+
+impl<W> Waits<W> {
     pub(crate) fn len(&self) -> usize {
         self.parked.len()
     }
 
-    pub(crate) fn park(&mut self, wait: PendingWait) -> WaitSpec {
+    pub(crate) fn park(&mut self, wait: PendingWait, handle: W) -> WaitSpec {
         let id = WaitId(self.next);
         self.next += 1;
         let deadline_ms = wait.deadline_ms;
         self.parked.insert(id, Arc::new(wait));
+        self.handles.insert(id, handle);
         WaitSpec { id, deadline_ms }
     }
 
-    pub(crate) fn remove(&mut self, id: WaitId) -> Option<Arc<PendingWait>> {
-        self.parked.remove(&id)
+    pub(crate) fn remove(&mut self, id: WaitId) -> Option<(Arc<PendingWait>, W)> {
+        let wait = self.parked.remove(&id)?;
+        let handle = self.handles.remove(&id)?;
+        Some((wait, handle))
+    }
+
+    /// Every parked wait's handle, removing them all (the host shuts down).
+    pub(crate) fn drain(&mut self) -> Vec<(WaitId, W)> {
+        self.parked = OrdMap::new();
+        let mut all: Vec<(WaitId, W)> = self.handles.drain().collect();
+        all.sort_unstable_by_key(|(id, _)| *id);
+        all
     }
 
     pub(crate) fn is_empty(&self) -> bool {

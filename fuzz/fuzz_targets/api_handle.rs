@@ -19,7 +19,7 @@ fuzz_target!(|data: &[u8]| {
     };
     let path = parts.next().unwrap_or("/");
     let query = parts.next().unwrap_or("");
-    let mut api = Api::new(ApiConfig::default());
+    let mut api: Api = Api::new(ApiConfig::default());
     for (i, subject) in ["Order #12 confirmed", "Reset your password", "Ünïcödé ✓"].iter().enumerate() {
         let raw = format!("Subject: {subject}\r\nTo: u{i}@local.test\r\n\r\nbody {i}\r\n");
         api.deliver(

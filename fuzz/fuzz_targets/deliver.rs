@@ -9,7 +9,7 @@ use mailjar_core::smtp::{Envelope, Incoming};
 use mailjar_core::store::Prepared;
 
 fuzz_target!(|data: &[u8]| {
-    let mut api = Api::new(ApiConfig::default());
+    let mut api: Api = Api::new(ApiConfig::default());
     let delivered = api.deliver(
         Prepared::new(Incoming {
             envelope: Envelope { from: "a@b".into(), to: vec!["c@d".into()] },

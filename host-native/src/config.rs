@@ -69,6 +69,12 @@ pub struct Settings {
     /// Most HTTP waits parked at once; past it a new wait gets 503 "too many waits".
     #[arg(long, env = "MAILJAR_MAX_WAITS", default_value_t = mailjar_core::api::DEFAULT_MAX_WAITS)]
     pub max_waits: usize,
+    /// Most event streams (GET /api/events) open at once; past it a new one gets 503 "too many subscribers".
+    #[arg(long, env = "MAILJAR_MAX_SUBSCRIBERS", default_value_t = mailjar_core::events::DEFAULT_MAX_SUBSCRIBERS)]
+    pub max_subscribers: usize,
+    /// How far an event stream may fall behind, in message ids, before it gets `overflow` and is closed (at least 1000).
+    #[arg(long, env = "MAILJAR_EVENT_BUFFER", default_value_t = mailjar_core::events::DEFAULT_EVENT_BUFFER)]
+    pub event_buffer: usize,
     /// The most matching time one request's subjectPattern may cost over its life (400 "subjectPattern too expensive" after).
     #[arg(long, env = "MAILJAR_PATTERN_BUDGET", default_value = "250ms", value_parser = humantime::parse_duration)]
     pub pattern_budget: Duration,
@@ -115,10 +121,17 @@ impl Settings {
             ("--max-messages", self.max_messages),
             ("--max-store-bytes", self.max_store_bytes),
             ("--max-waits", self.max_waits),
+            ("--max-subscribers", self.max_subscribers),
             ("--max-inflight-bytes", self.max_inflight_bytes),
         ];
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(format!("{name} must be greater than 0"));
+        }
+        if self.event_buffer < mailjar_core::events::MIN_EVENT_BUFFER {
+            return Err(format!(
+                "--event-buffer must be at least {}: one deleted event lists up to that many ids",
+                mailjar_core::events::MIN_EVENT_BUFFER
+            ));
         }
         if self.max_line_bytes < 512 {
             return Err("--max-line-bytes must be at least 512 (RFC 5321)".to_owned());
@@ -175,6 +188,8 @@ mod tests {
         assert_eq!(s.max_inflight_bytes, 256 * 1024 * 1024);
         assert_eq!(s.http_body_timeout, Duration::from_secs(10));
         assert_eq!(s.max_http_connections, 1000);
+        assert_eq!(s.max_subscribers, 1000);
+        assert_eq!(s.event_buffer, 100_000);
         assert_eq!(s.validate(), Ok(()));
     }
 
@@ -202,6 +217,10 @@ mod tests {
         assert!(s.validate().unwrap_err().contains("--max-http-connections"));
         let s = Settings::parse_from(["mailjar", "--http-body-timeout", "0s"]);
         assert!(s.validate().unwrap_err().contains("--http-body-timeout"));
+        let s = Settings::parse_from(["mailjar", "--event-buffer", "999"]);
+        assert!(s.validate().unwrap_err().contains("--event-buffer"));
+        let s = Settings::parse_from(["mailjar", "--max-subscribers", "0"]);
+        assert!(s.validate().unwrap_err().contains("--max-subscribers"));
         let s = Settings::parse_from(["mailjar", "--http-body-timeout", "2s"]);
         assert_eq!(s.http_body_timeout, Duration::from_secs(2));
     }

@@ -27,7 +27,10 @@
 //!   always written first;
 //! - streamed bodies: a response that carries a [`StreamedBody`] extension is
 //!   written chunked (HTTP/1.1) or close-delimited (HTTP/1.0), one chunk
-//!   pulled from its [`ChunkSource`] only once the previous one is written.
+//!   pulled from its [`ChunkSource`] only once the previous one is written;
+//! - live bodies (event streams): a response that carries a [`LiveBody`] is
+//!   written as its source produces bytes, for as long as it lasts, while
+//!   the socket is watched so a client that goes away ends it at once.
 
 pub mod reader;
 
@@ -157,10 +160,46 @@ impl std::fmt::Debug for StreamedBody {
     }
 }
 
+/// The next bytes of a [`LiveSource`], with the source to ask again; None at its end.
+pub type LiveNext = Pin<Box<dyn Future<Output = Option<(Vec<u8>, Box<dyn LiveSource>)>> + Send>>;
+
+/// A body produced over time (an event stream): each call waits for the
+/// next bytes to write. The source moves into the future it returns, so the
+/// driver can hold that future across its watch of the socket.
+pub trait LiveSource: Send {
+    /// The next bytes, and the source back; None when the body is over.
+    fn next(self: Box<Self>) -> LiveNext;
+}
+
+/// A response body written as it is produced, for as long as it lasts.
+///
+/// Put in `http::Response::extensions_mut()` like [`StreamedBody`]; written
+/// chunked for HTTP/1.1 and close-delimited for HTTP/1.0, never pulled for HEAD.
+#[derive(Clone)]
+pub struct LiveBody(Arc<Mutex<Option<Box<dyn LiveSource>>>>);
+
+impl LiveBody {
+    /// Wraps a source.
+    pub fn new(source: Box<dyn LiveSource>) -> LiveBody {
+        LiveBody(Arc::new(Mutex::new(Some(source))))
+    }
+
+    fn take(&self) -> Option<Box<dyn LiveSource>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).take()
+    }
+}
+
+impl std::fmt::Debug for LiveBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LiveBody")
+    }
+}
+
 /// A response body as the driver writes it.
 enum Payload {
     Full(Bytes),
     Stream(Box<dyn ChunkSource>),
+    Live(Box<dyn LiveSource>),
 }
 
 /// How the end of a response body is shown.
@@ -250,13 +289,15 @@ where
                 return Ok(false);
             };
             let (mut parts, body) = response.into_parts();
-            match parts
+            let live = parts.extensions.remove::<LiveBody>().and_then(|l| l.take());
+            let streamed = parts
                 .extensions
                 .remove::<StreamedBody>()
-                .and_then(|s| s.take())
-            {
-                Some(source) => (parts, Payload::Stream(source)),
-                None => {
+                .and_then(|s| s.take());
+            match (live, streamed) {
+                (Some(source), _) => (parts, Payload::Live(source)),
+                (None, Some(source)) => (parts, Payload::Stream(source)),
+                (None, None) => {
                     let body = match body.collect().await {
                         Ok(collected) => collected.to_bytes(),
                         Err(_) => Bytes::from_static(br#"{"error":"the response body failed"}"#),
@@ -269,8 +310,10 @@ where
     let mut closing = !keep_alive || *shutdown.borrow();
     let framing = match &payload {
         Payload::Full(body) => Framing::Length(body.len()),
-        Payload::Stream(_) if version == http::Version::HTTP_11 => Framing::Chunked,
-        Payload::Stream(_) => {
+        Payload::Stream(_) | Payload::Live(_) if version == http::Version::HTTP_11 => {
+            Framing::Chunked
+        }
+        Payload::Stream(_) | Payload::Live(_) => {
             closing = true;
             Framing::Close
         }
@@ -278,6 +321,23 @@ where
     let mut out = Vec::with_capacity(256);
     write_head(&mut out, parts.status, &parts.headers, framing, closing);
     drop(parts);
+    let payload = match payload {
+        Payload::Live(source) if !is_head => {
+            write_all(stream, &out, timeouts.write_stall).await?;
+            drop(out);
+            let live = write_live(
+                stream,
+                source,
+                framing == Framing::Chunked,
+                timeouts.write_stall,
+                shutdown.clone(),
+            );
+            // A live body ends the connection: its client is gone or the server stops.
+            Box::pin(live).await?;
+            return Ok(false);
+        }
+        payload => payload,
+    };
     Box::pin(write_answer(
         stream,
         out,
@@ -313,7 +373,9 @@ async fn write_answer<T: AsyncWrite + Unpin>(
             write_all(stream, &body, stall).await?;
         }
         // HEAD never pulls the stream.
-        Payload::Stream(_) if is_head => write_all(stream, &out, stall).await?,
+        Payload::Stream(_) | Payload::Live(_) if is_head => write_all(stream, &out, stall).await?,
+        // Written by `write_live`, which needs to read the socket too.
+        Payload::Live(_) => write_all(stream, &out, stall).await?,
         Payload::Stream(source) => {
             write_all(stream, &out, stall).await?;
             drop(out);
@@ -547,6 +609,54 @@ async fn write_stream<T: AsyncWrite + Unpin>(
         write_all(stream, b"0\r\n\r\n", stall).await?;
     }
     Ok(())
+}
+
+/// Writes a live body as its source produces it, until the source ends, the
+/// client goes away (EOF or an error on the socket) or the server shuts down.
+async fn write_live<T: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut T,
+    source: Box<dyn LiveSource>,
+    chunked: bool,
+    stall: Duration,
+    mut shutdown: watch::Receiver<bool>,
+) -> io::Result<()> {
+    let mut next = source.next();
+    // What the client sends meanwhile is dropped; only its EOF matters.
+    let mut ignored = Vec::new();
+    let mut frame = Vec::new();
+    loop {
+        tokio::select! {
+            biased;
+            _ = shut_down(&mut shutdown) => break,
+            read = read_into(stream, &mut ignored) => match read {
+                Ok(0) | Err(_) => return Ok(()),
+                Ok(_) => ignored.clear(),
+            },
+            produced = &mut next => match produced {
+                None => break,
+                Some((bytes, source)) => {
+                    frame.clear();
+                    if chunked {
+                        frame.extend_from_slice(format!("{:x}\r\n", bytes.len()).as_bytes());
+                    }
+                    frame.extend_from_slice(&bytes);
+                    if chunked {
+                        frame.extend_from_slice(b"\r\n");
+                    }
+                    if !bytes.is_empty() {
+                        write_all(stream, &frame, stall).await?;
+                    }
+                    // A large batch's buffer is not kept while idle.
+                    frame = Vec::new();
+                    next = source.next();
+                }
+            },
+        }
+    }
+    if chunked {
+        write_all(stream, b"0\r\n\r\n", stall).await?;
+    }
+    stream.flush().await
 }
 
 /// Resolves once the server shuts down (or is gone).

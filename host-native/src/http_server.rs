@@ -6,14 +6,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use mailjar_core::api::{Request, Response, WaitId};
+use mailjar_core::api::{Request, Response, Subscription, WaitId};
 use mailjar_core::response::Body;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use warp::Filter;
 use warp::http::{self, StatusCode};
 
-use crate::http1;
+use crate::events::EventStream;
+use crate::http1::{self, LiveBody};
 use crate::state::{Handled, Shared, now_ms};
 
 /// What the HTTP side needs.
@@ -51,6 +52,9 @@ pub fn routes(
                 async move {
                     let cors = cors_origin(&context, &headers);
                     let refusal = refuse(&context, &headers);
+                    let last_event_id = headers
+                        .get("last-event-id")
+                        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
                     // A parked wait should not keep a copy of the headers alive.
                     drop(headers);
                     let mut response = match refusal {
@@ -61,8 +65,14 @@ pub fn routes(
                                 method: method.as_str().to_owned(),
                                 path: path.as_str().to_owned(),
                                 query,
+                                last_event_id,
                             };
-                            json(respond(&context, &request).await)
+                            match respond(&context, &request).await {
+                                Answer::Response(response) => json(response),
+                                Answer::Events(subscription) => {
+                                    event_stream(&context, subscription)
+                                }
+                            }
                         }
                     };
                     if let Some(origin) = cors {
@@ -177,10 +187,38 @@ fn host_name(host: &str) -> Option<&str> {
     }
 }
 
+/// What a request comes to: a response, or an event stream to open.
+enum Answer {
+    Response(Response),
+    Events(Subscription),
+}
+
+/// Opens an event stream: `text/event-stream`, written as events happen.
+fn event_stream(context: &HttpContext, subscription: Subscription) -> http::Response<Bytes> {
+    let stream = EventStream::new(context.shared.clone(), subscription);
+    let mut response = http::Response::builder()
+        .status(StatusCode::OK)
+        .header(
+            http::header::CONTENT_TYPE,
+            "text/event-stream; charset=utf-8",
+        )
+        .header(http::header::CACHE_CONTROL, "no-store")
+        .header("x-content-type-options", "nosniff")
+        // Proxies that buffer (nginx) must pass events through as they come.
+        .header("x-accel-buffering", "no")
+        .body(Bytes::new())
+        .unwrap_or_else(|_| http::Response::new(Bytes::new()));
+    response
+        .extensions_mut()
+        .insert(LiveBody::new(Box::new(stream)));
+    response
+}
+
 /// Answers a request, waiting for a delivery or the deadline when the core parks it.
-async fn respond(context: &HttpContext, request: &Request) -> Response {
+async fn respond(context: &HttpContext, request: &Request) -> Answer {
     let (id, deadline_ms, receiver) = match context.shared.handle(request).await {
-        Handled::Ready(response) => return response,
+        Handled::Ready(response) => return Answer::Response(response),
+        Handled::Subscribe(subscription) => return Answer::Events(subscription),
         Handled::Wait {
             id,
             deadline_ms,
@@ -209,7 +247,9 @@ async fn respond(context: &HttpContext, request: &Request) -> Response {
         }
     };
     guard.done = true;
-    response.unwrap_or_else(|| Response::error(503, "the wait ended without an answer"))
+    Answer::Response(
+        response.unwrap_or_else(|| Response::error(503, "the wait ended without an answer")),
+    )
 }
 
 /// Resolves once the server shuts down (or is gone).

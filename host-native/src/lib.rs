@@ -3,6 +3,7 @@
 //! sans-IO core in `mailjar-core`.
 
 pub mod config;
+pub mod events;
 pub mod http1;
 pub mod http_server;
 pub mod smtp_server;
@@ -137,6 +138,8 @@ impl Server {
             max_message_bytes: settings.max_message_bytes,
             max_recipients: settings.max_recipients,
             max_waits: settings.max_waits,
+            max_subscribers: settings.max_subscribers,
+            event_buffer: settings.event_buffer,
             pattern_budget_ms: u64::try_from(settings.pattern_budget.as_millis())
                 .unwrap_or(u64::MAX),
             host_limits: host_limits(&settings),

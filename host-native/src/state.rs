@@ -7,33 +7,34 @@
 //! matching), responses are written after it is released, and what the core
 //! lets go of is freed after it.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use mailjar_core::api::{Api, Done, Job, Matches, Request, Response, Step, WaitId};
+use mailjar_core::api::{
+    Api, Done, Event, EventBatch, Job, Matches, NextEvents, Request, Response, Step, SubscriberId,
+    Subscription, WaitId,
+};
 use mailjar_core::budget::Clock;
 use mailjar_core::id::{Entropy, MessageId};
 use mailjar_core::smtp::Incoming;
 use mailjar_core::store::Prepared;
-use tokio::sync::{Notify, Semaphore, oneshot};
+use tokio::sync::{Notify, Semaphore, oneshot, watch};
 
 /// Messages at least this large are parsed on the blocking pool, not on an async worker.
 const PARSE_INLINE_BYTES: usize = 64 * 1024;
 
+/// The API, which keeps each parked wait with the sender its answer goes to.
+type WaitingApi = Api<oneshot::Sender<Response>>;
+
 /// The API and its parked waits, shared by every connection.
 pub struct Shared {
-    inner: Mutex<Inner>,
+    inner: Mutex<WaitingApi>,
     /// One permit per core: how many jobs and match batches run at once.
     workers: Semaphore,
     /// Wakes the matcher when a message is stored while waits are parked.
     stored: Notify,
-}
-
-struct Inner {
-    api: Api,
-    /// One sender per parked wait: the only way a delivery reaches a waiting client.
-    waiters: HashMap<WaitId, oneshot::Sender<Response>>,
+    /// The event log's head: idle event streams wait for it to move.
+    event_head: watch::Sender<u64>,
 }
 
 /// What a request turned into: a response now, or one to wait for.
@@ -49,6 +50,18 @@ pub enum Handled {
         /// Where a delivery sends the response.
         receiver: oneshot::Receiver<Response>,
     },
+    /// An event stream: send its replay, then its live events ([`Shared::next_events`]).
+    Subscribe(Subscription),
+}
+
+/// What an event stream has to send next.
+pub enum Sendable {
+    /// These events.
+    Events(Vec<Event>),
+    /// Nothing yet: wait for the event log's head to move ([`Shared::event_head`]).
+    Idle,
+    /// The stream is over (it fell behind, or it was ended).
+    End(Option<Event>),
 }
 
 /// The wall clock in milliseconds since the Unix epoch.
@@ -78,18 +91,16 @@ fn entropy() -> Entropy {
 
 impl Shared {
     /// Shares this API; `workers` is how many jobs may run at once (the core count).
-    pub fn new(api: Api, workers: usize) -> Shared {
+    pub fn new(api: WaitingApi, workers: usize) -> Shared {
         Shared {
-            inner: Mutex::new(Inner {
-                api,
-                waiters: HashMap::new(),
-            }),
+            inner: Mutex::new(api),
             workers: Semaphore::new(workers.max(1)),
             stored: Notify::new(),
+            event_head: watch::Sender::new(0),
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, Inner> {
+    fn lock(&self) -> MutexGuard<'_, WaitingApi> {
         // A panic elsewhere must not stop mail from being stored: the data is still consistent
         // because every mutation happens inside the core in one call.
         self.inner
@@ -126,13 +137,14 @@ impl Shared {
     /// Stores a parsed message; returns its id.
     pub fn store(&self, prepared: Prepared) -> MessageId {
         let entropy = entropy();
-        let (stored, trash) = {
-            let mut inner = self.lock();
+        let (stored, trash, head) = {
+            let mut api = self.lock();
             // Read under the lock that orders deliveries, so receivedAt follows receive order.
-            let stored = inner.api.deliver(prepared, now_ms(), entropy);
-            (stored, inner.api.take_trash())
+            let stored = api.deliver(prepared, now_ms(), entropy);
+            (stored, api.take_trash(), api.event_head())
         };
         drop(trash);
+        self.publish(head);
         if stored.waits_parked {
             self.stored.notify_one();
         }
@@ -146,7 +158,7 @@ impl Shared {
         loop {
             self.stored.notified().await;
             loop {
-                let batch = self.lock().api.match_batch();
+                let batch = self.lock().match_batch();
                 let Some(batch) = batch else { break };
                 if !batch.is_heavy() {
                     let matches = batch.run(&MonotonicClock(Instant::now()));
@@ -180,16 +192,7 @@ impl Shared {
 
     /// Resolves settled waits under the lock and sends their answers after it.
     fn answer(&self, matches: Matches) {
-        let woken = {
-            let mut inner = self.lock();
-            let responses = inner.api.resolve(matches);
-            responses
-                .into_iter()
-                .filter_map(|(id, response)| {
-                    inner.waiters.remove(&id).map(|sender| (sender, response))
-                })
-                .collect::<Vec<_>>()
-        };
+        let woken = self.lock().resolve(matches);
         for (sender, response) in woken {
             // A client that left between its wake-up and now cancels nothing: fine to drop.
             let _ = sender.send(response);
@@ -216,26 +219,72 @@ impl Shared {
     /// Calls the core under the lock: a response, a parked wait (registered in
     /// the same critical section), or a job to run. What the core let go of is
     /// freed after the lock is released.
-    fn step(&self, f: impl FnOnce(&mut Api) -> Step) -> Result<Handled, Job> {
-        let (next, trash) = {
-            let mut inner = self.lock();
-            let next = match f(&mut inner.api) {
+    fn step(&self, f: impl FnOnce(&mut WaitingApi) -> Step) -> Result<Handled, Job> {
+        let (next, trash, head) = {
+            let mut api = self.lock();
+            let next = match f(&mut api) {
                 Step::Ready(response) => Ok(Handled::Ready(response)),
                 Step::Work(job) => Err(job),
-                Step::Wait(spec) => {
+                Step::Wait(parking) => {
                     let (sender, receiver) = oneshot::channel();
-                    inner.waiters.insert(spec.id, sender);
+                    let spec = api.park(parking, sender);
                     Ok(Handled::Wait {
                         id: spec.id,
                         deadline_ms: spec.deadline_ms,
                         receiver,
                     })
                 }
+                Step::Subscribe(subscription) => Ok(Handled::Subscribe(subscription)),
             };
-            (next, inner.api.take_trash())
+            (next, api.take_trash(), api.event_head())
         };
         drop(trash);
+        self.publish(head);
         next
+    }
+
+    /// Tells idle event streams that the event log moved (outside the lock).
+    fn publish(&self, head: u64) {
+        self.event_head.send_if_modified(|seen| {
+            let moved = *seen != head;
+            *seen = head;
+            moved
+        });
+    }
+
+    /// Watches the event log's head: it moves when there are events to fetch.
+    pub fn event_head(&self) -> watch::Receiver<u64> {
+        self.event_head.subscribe()
+    }
+
+    /// The next events of a subscriber: the log is read under the lock, the
+    /// filter runs outside it (on a worker when it has a pattern).
+    pub async fn next_events(&self, id: SubscriberId) -> Sendable {
+        let next = self.lock().next_events(id);
+        match next {
+            NextEvents::Batch(batch) => Sendable::Events(self.run_events(batch).await),
+            NextEvents::Idle => Sendable::Idle,
+            NextEvents::Overflow => Sendable::End(Some(Event::Overflow)),
+            NextEvents::Ended => Sendable::End(None),
+        }
+    }
+
+    /// Turns a batch of changes into events, where it stands when it is light.
+    pub async fn run_events(&self, batch: EventBatch) -> Vec<Event> {
+        if !batch.is_heavy() {
+            return batch.run(&MonotonicClock(Instant::now()));
+        }
+        self.on_worker(move |clock| batch.run(clock))
+            .await
+            .unwrap_or_else(|| {
+                let error = br#"{"error":"the event stream failed inside the server"}"#;
+                vec![Event::Error(bytes::Bytes::from_static(error))]
+            })
+    }
+
+    /// Ends a subscription.
+    pub fn unsubscribe(&self, id: SubscriberId) {
+        self.lock().unsubscribe(id);
     }
 
     /// Runs a job where it stands when it is light, else on the blocking pool.
@@ -252,15 +301,13 @@ impl Shared {
 
     /// Ends a wait at its deadline: the 408, or None when a delivery answered it first.
     pub fn expire(&self, id: WaitId) -> Option<Response> {
-        let mut inner = self.lock();
-        inner.waiters.remove(&id);
-        inner.api.expire(id)
+        let expired = self.lock().expire(id);
+        expired.map(|(_, response)| response)
     }
 
     /// Forgets a wait whose client went away.
     pub fn cancel(&self, id: WaitId) {
-        let mut inner = self.lock();
-        inner.waiters.remove(&id);
-        inner.api.cancel(id);
+        let sender = self.lock().cancel(id);
+        drop(sender);
     }
 }

@@ -76,6 +76,25 @@ export class SmtpConnection {
   static wire(replies: SmtpReply[]): string;
 }
 
+/** The list filters an event stream takes. */
+export interface EventFilter {
+  to?: string;
+  subject?: string;
+  subjectPattern?: string;
+  subjectFlags?: string;
+  afterId?: string;
+}
+
+/** One event of `MailServer.events()`. */
+export interface MailEvent {
+  /** "stored", "deleted", "overflow" or "error". */
+  event: string;
+  /** The message id of a "stored" event. */
+  id?: string;
+  /** The event's JSON data, parsed: a summary, `{ids, reason}`, `{all, reason}` or `{error}`. */
+  data: any;
+}
+
 /** A mail server for tests, without sockets. */
 export class MailServer {
   constructor(bindings: unknown, options?: MailServerOptions);
@@ -88,9 +107,18 @@ export class MailServer {
   deliverRaw(raw: string | Uint8Array, envelope?: { from?: string; to?: string | string[] }): string;
   /** Like the HTTP API: waits resolve on delivery or at their deadline (408). */
   request(method: string, url: string, options?: { signal?: AbortSignal }): Promise<MailResponse>;
+  /**
+   * The event stream of GET /api/events: `stored` (a summary), `deleted`,
+   * and at the end `overflow` or `error`. Throws an Error with `status` and
+   * `body` when the request is refused.
+   */
+  events(
+    filter?: EventFilter | string,
+    options?: { lastEventId?: string; signal?: AbortSignal },
+  ): AsyncIterableIterator<MailEvent>;
   /** Ends the waits whose deadline has passed by now(); returns how many. */
   expireDue(): number;
-  /** Every pending wait gets a 503; later calls throw. */
+  /** Every pending wait gets a 503 and every event stream ends; later calls throw. */
   close(): void;
 }
 

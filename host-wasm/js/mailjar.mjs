@@ -93,9 +93,24 @@ export class SmtpConnection {
   }
 }
 
+/** The query string of an event filter: an object of the list filters, or a query string. */
+function filterQuery(filter) {
+  if (filter === undefined || filter === null) return "";
+  if (typeof filter === "string") return filter.startsWith("?") ? filter.slice(1) : filter;
+  if (typeof filter !== "object") throw new TypeError("filter must be an object or a query string");
+  const params = new URLSearchParams();
+  for (const [key, value] of Object.entries(filter)) {
+    if (value !== undefined && value !== null) params.append(key, String(value));
+  }
+  return params.toString();
+}
+
 /**
  * A mail server for tests, without sockets: SMTP sessions, deliveries and
  * the HTTP API, all in memory.
+ *
+ * The core keeps each parked wait with its entry here (`waiter`) and hands
+ * the entry back with the answer, so an answer cannot reach the wrong wait.
  */
 export class MailServer {
   #bindings;
@@ -104,8 +119,9 @@ export class MailServer {
   #now;
   #setTimeout;
   #clearTimeout;
-  /** waitId -> { resolve, timer, cleanup } */
-  #waits = new Map();
+  /** Event streams waiting for the event log to move. */
+  #idleStreams = new Set();
+  #eventHead = 0;
   #closed = false;
 
   /**
@@ -140,7 +156,7 @@ export class MailServer {
 
   /** How many requests are waiting. */
   get pendingWaits() {
-    return this.#waits.size;
+    return this.#api.pendingWaits;
   }
 
   /** Opens an SMTP connection. */
@@ -156,7 +172,8 @@ export class MailServer {
     const { from = "", to = [] } = envelope;
     const message = { envelope: { from, to: typeof to === "string" ? [to] : to }, raw: toBytes(raw, "raw") };
     const delivered = this.#api.deliver(message, this.#now());
-    for (const { waitId, status, body } of delivered.woken) this.#answer(waitId, response(status, body));
+    for (const { waiter, status, body } of delivered.woken) this.#answer(waiter, response(status, body));
+    this.#wakeStreams();
     return delivered.id;
   }
 
@@ -164,7 +181,8 @@ export class MailServer {
    * Answers like the HTTP API: `request("GET", "/api/emails/wait?to=a@b.test")`
    * resolves to `{status, body, json, headers}`. A wait resolves when a
    * matching message is delivered or at its deadline (408). An aborted
-   * `signal` cancels the wait and rejects with its reason.
+   * `signal` cancels the wait and rejects with its reason. For
+   * `/api/events` use `events()`.
    */
   request(method, url, { signal } = {}) {
     try {
@@ -172,66 +190,135 @@ export class MailServer {
       if (typeof method !== "string") throw new TypeError("method must be a string");
       signal?.throwIfAborted();
       const { path, query } = splitTarget(url);
-      const outcome = this.#api.handle({ method, path, query }, this.#now());
+      const waiter = { resolve: undefined, reject: undefined, timer: undefined, cleanup: () => {} };
+      const outcome = this.#api.handle({ method, path, query }, this.#now(), waiter);
+      this.#wakeStreams();
       if (outcome.kind === "ready") return Promise.resolve(response(outcome.status, outcome.body, outcome.allow));
-      return this.#park(outcome, signal);
+      if (outcome.kind === "subscribe") {
+        this.#api.unsubscribe(outcome.subscriberId);
+        throw new TypeError("GET /api/events is a stream: use events()");
+      }
+      return this.#park(outcome, waiter, signal);
     } catch (error) {
       return Promise.reject(error);
+    }
+  }
+
+  /**
+   * The event stream of `GET /api/events` as an async iterator of
+   * `{event, id, data}` (`data` parsed): `stored` with a summary, `deleted`,
+   * and at the end `overflow` or `error`. `filter` takes the list filters
+   * (`{to, subject, subjectPattern, subjectFlags, afterId}`) or a query
+   * string; `lastEventId` resumes after that message. Refused requests
+   * (a bad filter, too many subscribers) throw an Error with `status` and
+   * `body`. Ending the loop (`break`) or the `signal` ends the subscription.
+   */
+  events(filter, { lastEventId, signal } = {}) {
+    this.#open();
+    signal?.throwIfAborted();
+    const query = filterQuery(filter);
+    const request = { method: "GET", path: "/api/events", query };
+    if (lastEventId !== undefined) request.lastEventId = String(lastEventId);
+    const outcome = this.#api.handle(request, this.#now());
+    if (outcome.kind !== "subscribe") {
+      const error = new Error(`GET /api/events: ${outcome.status} ${outcome.body}`);
+      Object.assign(error, { status: outcome.status, body: outcome.body });
+      throw error;
+    }
+    return this.#stream(outcome.subscriberId, signal);
+  }
+
+  async *#stream(subscriberId, signal) {
+    const api = this.#api;
+    let wake;
+    const idle = { wake: () => wake?.() };
+    const abort = () => idle.wake();
+    signal?.addEventListener("abort", abort, { once: true });
+    try {
+      for (;;) {
+        if (this.#closed || signal?.aborted) return;
+        const next = api.nextEvents(subscriberId);
+        for (const { event, id, data } of next.events) {
+          const item = { event, data: JSON.parse(data) };
+          if (id !== undefined) item.id = id;
+          yield item;
+        }
+        if (next.ended) return;
+        if (next.idle) {
+          const seen = api.eventHead;
+          if (seen !== this.#eventHead) {
+            this.#eventHead = seen;
+            continue;
+          }
+          await new Promise((resolve) => {
+            wake = resolve;
+            this.#idleStreams.add(idle);
+          });
+          this.#idleStreams.delete(idle);
+          wake = undefined;
+        }
+      }
+    } finally {
+      this.#idleStreams.delete(idle);
+      signal?.removeEventListener("abort", abort);
+      api.unsubscribe(subscriberId);
     }
   }
 
   /** Ends every wait whose deadline has passed by `now()`; for clocks that do not run timers. */
   expireDue() {
     const due = this.#api.expireDue(this.#now());
-    for (const { waitId, status, body } of due) this.#answer(waitId, response(status, body));
+    for (const { waiter, status, body } of due) this.#answer(waiter, response(status, body));
     return due.length;
   }
 
-  /** Stops: every pending wait gets a 503, as when the native server shuts down. */
+  /** Stops: every pending wait gets a 503 and every event stream ends, as when the native server shuts down. */
   close() {
     if (this.#closed) return;
     this.#closed = true;
-    for (const waitId of [...this.#waits.keys()]) {
-      this.#api.cancel(waitId);
-      this.#answer(waitId, response(503, SHUTDOWN_BODY));
-    }
+    for (const waiter of this.#api.drainWaits()) this.#answer(waiter, response(503, SHUTDOWN_BODY));
+    for (const idle of [...this.#idleStreams]) idle.wake();
   }
 
   #open() {
     if (this.#closed) throw new Error("the mail server is closed");
   }
 
-  #park({ waitId, deadline }, signal) {
+  /** Wakes the idle event streams when the event log moved. */
+  #wakeStreams() {
+    const head = this.#api.eventHead;
+    if (head === this.#eventHead) return;
+    this.#eventHead = head;
+    for (const idle of [...this.#idleStreams]) idle.wake();
+  }
+
+  #park({ waitId, deadline }, waiter, signal) {
     return new Promise((resolve, reject) => {
-      const entry = { resolve, timer: undefined, cleanup: () => {} };
-      this.#waits.set(waitId, entry);
-      entry.timer = this.#setTimeout(() => {
+      waiter.resolve = resolve;
+      waiter.timer = this.#setTimeout(() => {
         const timedOut = this.#api.expire(waitId);
-        if (timedOut) this.#answer(waitId, response(timedOut.status, timedOut.body));
+        if (timedOut) this.#answer(timedOut.waiter, response(timedOut.status, timedOut.body));
       }, Math.max(0, deadline - this.#now()));
       if (signal) {
         const abort = () => {
-          this.#api.cancel(waitId);
-          this.#forget(waitId);
+          const cancelled = this.#api.cancel(waitId);
+          if (cancelled) this.#settle(cancelled);
           reject(signal.reason);
         };
         signal.addEventListener("abort", abort, { once: true });
-        entry.cleanup = () => signal.removeEventListener("abort", abort);
+        waiter.cleanup = () => signal.removeEventListener("abort", abort);
       }
     });
   }
 
-  #forget(waitId) {
-    const entry = this.#waits.get(waitId);
-    if (!entry) return undefined;
-    this.#waits.delete(waitId);
-    this.#clearTimeout(entry.timer);
-    entry.cleanup();
-    return entry;
+  #settle(waiter) {
+    this.#clearTimeout(waiter.timer);
+    waiter.cleanup();
   }
 
-  #answer(waitId, answer) {
-    this.#forget(waitId)?.resolve(answer);
+  #answer(waiter, answer) {
+    this.#settle(waiter);
+    waiter.resolve(answer);
   }
 }
 

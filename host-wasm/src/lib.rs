@@ -15,7 +15,7 @@
 use std::sync::Once;
 
 use js_sys::{Array, Object, Reflect, Uint8Array};
-use mailjar_core::api::{self, Address, ApiConfig, Outcome, WaitId};
+use mailjar_core::api::{self, Address, ApiConfig, NextEvents, Outcome, SubscriberId, WaitId};
 use mailjar_core::budget::Clock;
 use mailjar_core::id::Entropy;
 use mailjar_core::smtp::{self, Envelope, Incoming, Output, Reply};
@@ -108,6 +108,8 @@ export interface ApiRequest {
   path: string;
   /** The query string without "?", still percent-encoded. */
   query?: string;
+  /** The Last-Event-ID header: where `GET /api/events` resumes. */
+  lastEventId?: string;
 }
 
 /** A response to send now. */
@@ -128,8 +130,33 @@ export interface WaitOutcome {
   deadline: number;
 }
 
+/** An event stream (`GET /api/events`): read it with `nextEvents(subscriberId)`. */
+export interface SubscribeOutcome {
+  kind: "subscribe";
+  subscriberId: number;
+}
+
 /** What `Api.handle` decided. */
-export type Outcome = ReadyOutcome | WaitOutcome;
+export type Outcome = ReadyOutcome | WaitOutcome | SubscribeOutcome;
+
+/** One server-sent event. */
+export interface StreamEvent {
+  /** "stored", "deleted", "overflow" or "error". */
+  event: string;
+  /** The message id of a "stored" event (what Last-Event-ID resumes from). */
+  id?: string;
+  /** The JSON data, as the native server sends it. */
+  data: string;
+}
+
+/** What `Api.nextEvents` has for a subscriber. */
+export interface NextEventsResult {
+  events: StreamEvent[];
+  /** Nothing new: ask again when `eventHead` has moved. */
+  idle: boolean;
+  /** The stream is over (after an "overflow" or "error" event, or unsubscribed). */
+  ended: boolean;
+}
 
 /** A message to store. */
 export interface DeliverMessage {
@@ -138,9 +165,11 @@ export interface DeliverMessage {
   raw: Uint8Array | string;
 }
 
-/** The answer to a parked wait. */
+/** The answer to a parked wait, with the `waiter` it was parked with. */
 export interface WaitResponse {
   waitId: number;
+  /** What was passed to `handle` for this wait (any value). */
+  waiter: unknown;
   status: number;
   body: string;
 }
@@ -445,10 +474,6 @@ impl Session {
     }
 }
 
-fn ready_object(response: api::Response) -> Object {
-    ready_object_of_kind(None, response)
-}
-
 /// `{kind?, status, body, allow?}`.
 fn ready_object_of_kind(kind: Option<&str>, response: api::Response) -> Object {
     let object = Object::new();
@@ -463,11 +488,25 @@ fn ready_object_of_kind(kind: Option<&str>, response: api::Response) -> Object {
     object
 }
 
-fn woken_object(wait: WaitId, response: api::Response) -> JsValue {
+/// The answer to a parked wait: its handle (`{waitId, waiter}`, made at park
+/// time) with the response's status and body added.
+fn woken_object(handle: Object, response: api::Response) -> JsValue {
+    set(&handle, "status", response.status);
+    set(&handle, "body", response.into_text());
+    handle.into()
+}
+
+fn event_object(event: &api::Event) -> JsValue {
     let object = Object::new();
-    set(&object, "waitId", wait.0 as f64);
-    set(&object, "status", response.status);
-    set(&object, "body", response.into_text());
+    set(&object, "event", event.name());
+    if let Some(id) = event.id() {
+        set(&object, "id", id.to_string());
+    }
+    set(
+        &object,
+        "data",
+        String::from_utf8_lossy(event.data()).into_owned(),
+    );
     object.into()
 }
 
@@ -487,7 +526,10 @@ impl Clock for DateClock {
 /// `expireDue(now)` from time to time.
 #[wasm_bindgen]
 pub struct Api {
-    inner: api::Api,
+    /// Each parked wait's handle is `{waitId, waiter}`.
+    inner: api::Api<Object>,
+    /// The replays still owed to open subscriptions, sent before their live events.
+    replays: std::collections::HashMap<SubscriberId, api::Replay>,
 }
 
 #[wasm_bindgen]
@@ -531,17 +573,22 @@ impl Api {
         }
         Ok(Api {
             inner: api::Api::new(c),
+            replays: std::collections::HashMap::new(),
         })
     }
 
-    /// Answers a request now (`kind: "ready"`), or parks it as a wait (`kind: "wait"`).
+    /// Answers a request now (`kind: "ready"`), parks it as a wait (`kind:
+    /// "wait"`) kept with `waiter` (any value, given back with its answer),
+    /// or opens an event stream (`kind: "subscribe"`).
     #[wasm_bindgen(unchecked_return_type = "Outcome")]
     pub fn handle(
         &mut self,
         #[wasm_bindgen(unchecked_param_type = "ApiRequest")] request: &JsValue,
         #[wasm_bindgen(js_name = nowMs)] now_ms: f64,
+        #[wasm_bindgen(unchecked_param_type = "unknown")] waiter: Option<JsValue>,
     ) -> Result<JsValue, JsValue> {
         let what = "request";
+        let request_value = request;
         let method = required_string(request, "method", what)?;
         let path = required_string(request, "path", what)?;
         let request = match string_field(request, "query", what)? {
@@ -549,17 +596,33 @@ impl Api {
                 method,
                 path,
                 query: query.strip_prefix('?').unwrap_or(&query).to_owned(),
+                last_event_id: None,
             },
             None => api::Request::new(&method, &path),
+        };
+        let request = api::Request {
+            last_event_id: string_field(request_value, "lastEventId", what)?,
+            ..request
         };
         let now = time_ms(now_ms, "nowMs")?;
         let object = match self.inner.answer(&request, now, &DateClock) {
             Outcome::Ready(response) => ready_object_of_kind(Some("ready"), response),
-            Outcome::Wait(spec) => {
+            Outcome::Wait(parking) => {
+                let handle = Object::new();
+                set(&handle, "waiter", waiter.unwrap_or(JsValue::UNDEFINED));
+                let spec = self.inner.park(parking, handle.clone());
+                set(&handle, "waitId", spec.id.0 as f64);
                 let object = Object::new();
                 set(&object, "kind", "wait");
                 set(&object, "waitId", spec.id.0 as f64);
                 set(&object, "deadline", spec.deadline_ms as f64);
+                object
+            }
+            Outcome::Subscribe(subscription) => {
+                let object = Object::new();
+                set(&object, "kind", "subscribe");
+                set(&object, "subscriberId", subscription.id.0 as f64);
+                self.replays.insert(subscription.id, subscription.replay);
                 object
             }
         };
@@ -616,8 +679,9 @@ impl Api {
         Ok(object.into())
     }
 
-    /// Ends a parked wait at its deadline with its 408; undefined when it was already answered or cancelled.
-    #[wasm_bindgen(unchecked_return_type = "ApiResponse | undefined")]
+    /// Ends a parked wait at its deadline: its 408 with its `waiter`;
+    /// undefined when it was already answered or cancelled.
+    #[wasm_bindgen(unchecked_return_type = "WaitResponse | undefined")]
     pub fn expire(
         &mut self,
         #[wasm_bindgen(js_name = waitId, unchecked_param_type = "number")] wait: &JsValue,
@@ -626,7 +690,7 @@ impl Api {
         Ok(self
             .inner
             .expire(wait)
-            .map_or(JsValue::UNDEFINED, |r| ready_object(r).into()))
+            .map_or(JsValue::UNDEFINED, |(handle, r)| woken_object(handle, r)))
     }
 
     /// Ends with a 408 every parked wait whose deadline is at or before `nowMs`.
@@ -650,13 +714,87 @@ impl Api {
         self.inner.next_deadline().map(|d| d as f64)
     }
 
-    /// Forgets a parked wait whose client went away; false when it was not parked.
+    /// Forgets a parked wait whose client went away: the `waiter` it was
+    /// parked with, or undefined when it was not parked.
+    #[wasm_bindgen(unchecked_return_type = "unknown")]
     pub fn cancel(
         &mut self,
         #[wasm_bindgen(js_name = waitId, unchecked_param_type = "number")] wait: &JsValue,
-    ) -> Result<bool, JsValue> {
+    ) -> Result<JsValue, JsValue> {
         let wait = wait_id(wait)?;
-        Ok(self.inner.cancel(wait))
+        Ok(self
+            .inner
+            .cancel(wait)
+            .map_or(JsValue::UNDEFINED, |handle| {
+                Reflect::get(&handle, &JsValue::from_str("waiter")).unwrap_or(JsValue::UNDEFINED)
+            }))
+    }
+
+    /// Ends every parked wait (the server stops): the `waiter` of each, in wait order.
+    #[wasm_bindgen(js_name = drainWaits, unchecked_return_type = "unknown[]")]
+    pub fn drain_waits(&mut self) -> Array {
+        self.inner
+            .drain_waits()
+            .into_iter()
+            .map(|handle| {
+                Reflect::get(&handle, &JsValue::from_str("waiter")).unwrap_or(JsValue::UNDEFINED)
+            })
+            .collect()
+    }
+
+    /// What is new for an event stream: its replay first, then live events;
+    /// `idle` when there is nothing yet (ask again once `eventHead` moved),
+    /// `ended` when the stream is over.
+    #[wasm_bindgen(js_name = nextEvents, unchecked_return_type = "NextEventsResult")]
+    pub fn next_events(
+        &mut self,
+        #[wasm_bindgen(js_name = subscriberId, unchecked_param_type = "number")] id: &JsValue,
+    ) -> Result<JsValue, JsValue> {
+        let id = SubscriberId(integer(id, "subscriberId", 0, MAX_SAFE_INTEGER as u64)?);
+        let (events, idle, mut ended) =
+            match self.replays.get_mut(&id).and_then(|r| r.next_batch(256)) {
+                Some(batch) => (batch.run(&DateClock), false, false),
+                None => {
+                    self.replays.remove(&id);
+                    match self.inner.next_events(id) {
+                        NextEvents::Batch(batch) => (batch.run(&DateClock), false, false),
+                        NextEvents::Idle => (Vec::new(), true, false),
+                        NextEvents::Overflow => (vec![api::Event::Overflow], false, true),
+                        NextEvents::Ended => (Vec::new(), false, true),
+                    }
+                }
+            };
+        let list = Array::new();
+        for event in &events {
+            list.push(&event_object(event));
+            if event.ends_stream() {
+                ended = true;
+                break;
+            }
+        }
+        if ended {
+            self.unsubscribe_id(id);
+        }
+        let object = Object::new();
+        set(&object, "events", list);
+        set(&object, "idle", idle);
+        set(&object, "ended", ended);
+        Ok(object.into())
+    }
+
+    /// Ends an event stream; false when it was not open.
+    pub fn unsubscribe(
+        &mut self,
+        #[wasm_bindgen(js_name = subscriberId, unchecked_param_type = "number")] id: &JsValue,
+    ) -> Result<bool, JsValue> {
+        let id = SubscriberId(integer(id, "subscriberId", 0, MAX_SAFE_INTEGER as u64)?);
+        Ok(self.unsubscribe_id(id))
+    }
+
+    /// How many changes have been logged for event streams; idle streams have news when it moves.
+    #[wasm_bindgen(getter, js_name = eventHead)]
+    pub fn event_head(&self) -> f64 {
+        self.inner.event_head() as f64
     }
 
     /// How many waits are parked.
@@ -669,6 +807,13 @@ impl Api {
     #[wasm_bindgen(getter, js_name = messageCount)]
     pub fn message_count(&self) -> usize {
         self.inner.store().len()
+    }
+}
+
+impl Api {
+    fn unsubscribe_id(&mut self, id: SubscriberId) -> bool {
+        self.replays.remove(&id);
+        self.inner.unsubscribe(id)
     }
 }
 

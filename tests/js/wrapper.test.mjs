@@ -68,14 +68,23 @@ describe("bindings", () => {
     const r = api.handle({ method: "GET", path: "/api/emails?limit=0" }, 1);
     assert.equal(r.kind, "ready");
     assert.equal(r.status, 400);
-    const w = api.handle({ method: "GET", path: "/api/emails/wait", query: "?timeoutMs=10" }, 1000);
+    const waiter = { name: "first" };
+    const w = api.handle({ method: "GET", path: "/api/emails/wait", query: "?timeoutMs=10" }, 1000, waiter);
     assert.deepEqual(w, { kind: "wait", waitId: 0, deadline: 1010 });
     assert.equal(api.nextDeadline(), 1010);
     assert.deepEqual(api.expireDue(1009), []);
-    assert.equal(api.expireDue(1010)[0].status, 408);
+    const [expired] = api.expireDue(1010);
+    assert.equal(expired.status, 408);
+    assert.equal(expired.waiter, waiter, "the answer comes back with the handle it was parked with");
     assert.equal(api.nextDeadline(), undefined);
     assert.equal(api.expire(0), undefined);
-    assert.equal(api.cancel(0), false);
+    assert.equal(api.cancel(0), undefined);
+    const second = { name: "second" };
+    const w2 = api.handle({ method: "GET", path: "/api/emails/wait" }, 1000, second);
+    assert.equal(api.cancel(w2.waitId), second);
+    api.handle({ method: "GET", path: "/api/emails/wait" }, 1000, "third");
+    assert.deepEqual(api.drainWaits(), ["third"]);
+    assert.equal(api.pendingWaits, 0);
   });
 
   test("a session reports closed and receivingMessage", () => {
@@ -203,5 +212,51 @@ describe("MailServer", () => {
     assert.throws(() => createMailServer({ smtp: { maxErrors: -1 } }), RangeError);
     assert.throws(() => createMailServer({ api: { maxMessages: 0 } }), RangeError);
     assert.throws(() => createMailServer(null), TypeError);
+  });
+
+  test("events(): stored events for matching mail as it arrives, deletions, resume, break ends it", async () => {
+    const server = createMailServer();
+    const subscribers = async () => (await server.request("GET", "/health")).json.subscribers;
+    const before = server.deliverRaw("Subject: old\r\n\r\nx\r\n", { to: ["e@local.test"] });
+    const stream = server.events({ to: "e@local.test" });
+    assert.equal(await subscribers(), 1);
+    const first = stream.next();
+    // Nothing yet: the iterator waits instead of polling.
+    let settled = false;
+    first.then(() => (settled = true));
+    await new Promise(setImmediate);
+    assert.equal(settled, false);
+    server.deliverRaw("Subject: other\r\n\r\nx\r\n", { to: ["other@local.test"] });
+    const id = server.deliverRaw("Subject: Your code 123456\r\n\r\nhello\r\n", { to: ["e@local.test"] });
+    const { value } = await first;
+    assert.deepEqual([value.event, value.id, value.data.id, value.data.subject], ["stored", id, id, "Your code 123456"]);
+    assert.equal(value.data.preview.trim(), "hello");
+    await server.request("DELETE", `/api/emails/${id}`);
+    const deleted = (await stream.next()).value;
+    assert.deepEqual(deleted, { event: "deleted", data: { ids: [id], reason: "deleted" } });
+    await stream.return();
+    assert.equal(await subscribers(), 0, "ending the loop unsubscribes");
+
+    // Resume after the old message: the replay comes first, then live events.
+    const resumed = server.events({ to: "e@local.test" }, { lastEventId: before });
+    const again = server.deliverRaw("Subject: again\r\n\r\nx\r\n", { to: ["e@local.test"] });
+    const seen = [];
+    for await (const event of resumed) {
+      seen.push(event.id);
+      if (seen.length === 1) break;
+    }
+    assert.deepEqual(seen, [again]);
+    assert.equal(await subscribers(), 0);
+  });
+
+  test("events(): a refused subscription throws with its status; close() ends the streams", async () => {
+    const server = createMailServer();
+    assert.throws(() => server.events({ subjectPattern: "(" }), (e) => e.status === 400 && /subjectPattern/.test(e.body));
+    assert.throws(() => server.events({ limit: 1 }), (e) => e.status === 400);
+    assert.throws(() => server.events({}, { lastEventId: "nope" }), (e) => e.status === 400);
+    const stream = server.events();
+    const pending = stream.next();
+    server.close();
+    assert.deepEqual(await pending, { value: undefined, done: true });
   });
 });

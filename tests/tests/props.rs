@@ -141,7 +141,7 @@ struct Hosted {
 
 fn host(config: Config, chunks: &[Vec<u8>]) -> Hosted {
     let mut session = Session::new(config);
-    let mut api = Api::new(ApiConfig::default());
+    let mut api: Api = Api::new(ApiConfig::default());
     let mut outputs = vec![Output::Reply(session.greeting())];
     let mut stored = Vec::new();
     for (n, chunk) in chunks.iter().enumerate() {

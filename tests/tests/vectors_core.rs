@@ -4,9 +4,9 @@
 //! piece, and split at every point) and must give the same result; each
 //! message must come out before the 250 that acknowledges it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
-use mailjar_core::api::{Api, ApiConfig, Outcome, Request, Response, WaitId};
+use mailjar_core::api::{Api, ApiConfig, Outcome, Request, Response};
 use mailjar_core::budget::StoppedClock;
 use mailjar_core::smtp::{Config, Envelope, Incoming, Output, Session};
 use mailjar_core::store::{Prepared, StoreLimits};
@@ -93,7 +93,7 @@ fn run_smtp(v: &SmtpVector, chunks: &[Vec<u8>]) -> Result<(), String> {
         ));
     }
     // Stored through the API, the list shows them as the native host's does.
-    let mut api = Api::new(ApiConfig::default());
+    let mut api: Api = Api::new(ApiConfig::default());
     for (n, m) in messages.into_iter().enumerate() {
         api.deliver(Prepared::new(m), START_MS, [n as u8; 10]);
     }
@@ -102,7 +102,7 @@ fn run_smtp(v: &SmtpVector, chunks: &[Vec<u8>]) -> Result<(), String> {
             let list = serde_json::from_str(&r.into_text()).map_err(|e| e.to_string())?;
             check_listed(&list, &v.messages)
         }
-        Outcome::Wait(_) => Err("the list parked".to_owned()),
+        Outcome::Wait(_) | Outcome::Subscribe(_) => Err("the list parked".to_owned()),
     }
 }
 
@@ -152,17 +152,18 @@ impl Answer {
     }
 }
 
-fn answers(woken: Vec<(WaitId, Response)>) -> impl Iterator<Item = (WaitId, Answer)> {
-    woken.into_iter().map(|(id, r)| (id, Answer::of(r)))
+fn answers(woken: Vec<(String, Response)>) -> impl Iterator<Item = (String, Answer)> {
+    woken.into_iter().map(|(name, r)| (name, Answer::of(r)))
 }
 
-/// One API vector's state on the core: the API, the fake clock, and what waits got.
+/// One API vector's state on the core: the API (each wait parked under its
+/// name as the handle), the fake clock, and what waits got.
 struct CoreRun {
-    api: Api,
+    api: Api<String>,
     now: u64,
     vars: Vars,
-    waits: HashMap<String, WaitId>,
-    answered: HashMap<WaitId, Answer>,
+    waits: HashSet<String>,
+    answered: HashMap<String, Answer>,
     deliveries: u8,
 }
 
@@ -213,6 +214,9 @@ impl CoreRun {
                     Outcome::Wait(_) => {
                         return Err(format!("{method} {target} parked; use a wait step"));
                     }
+                    Outcome::Subscribe(_) => {
+                        return Err(format!("{method} {target} is an event stream"));
+                    }
                 }
             }
             Step::Wait {
@@ -225,8 +229,12 @@ impl CoreRun {
                     .api
                     .answer(&Request::new(method, &target), self.now, &StoppedClock)
                 {
-                    Outcome::Wait(spec) => {
-                        self.waits.insert(name.clone(), spec.id);
+                    Outcome::Wait(parking) => {
+                        self.api.park(parking, name.clone());
+                        self.waits.insert(name.clone());
+                    }
+                    Outcome::Subscribe(_) => {
+                        return Err(format!("{method} {target} is an event stream"));
                     }
                     Outcome::Ready(r) => {
                         let status = r.status;
@@ -242,23 +250,21 @@ impl CoreRun {
                 self.answered.extend(answers(self.api.expire_due(self.now)));
             }
             Step::Resolve { name, expect } => {
-                let id = self
-                    .waits
-                    .get(name)
-                    .ok_or(format!("no wait named {name}"))?;
+                if !self.waits.contains(name) {
+                    return Err(format!("no wait named {name}"));
+                }
                 let r = self
                     .answered
-                    .remove(id)
+                    .remove(name)
                     .ok_or(format!("wait {name} is still pending"))?;
                 check_response(r.status, r.allow.as_deref(), &r.body, expect, &self.vars)
                     .map_err(|e| format!("wait {name}: {e}"))?;
             }
             Step::Pending(name) => {
-                let id = self
-                    .waits
-                    .get(name)
-                    .ok_or(format!("no wait named {name}"))?;
-                if let Some(r) = self.answered.get(id) {
+                if !self.waits.contains(name) {
+                    return Err(format!("no wait named {name}"));
+                }
+                if let Some(r) = self.answered.get(name) {
                     return Err(format!("wait {name} was answered: {} {}", r.status, r.body));
                 }
             }
@@ -279,7 +285,7 @@ fn run_api(v: &ApiVector) -> Result<(), String> {
         }),
         now: START_MS,
         vars: Vars::new(),
-        waits: HashMap::new(),
+        waits: HashSet::new(),
         answered: HashMap::new(),
         deliveries: 0,
     };

@@ -6,8 +6,18 @@ use serde_json::Value;
 
 const NOW: u64 = 1_763_779_327_000;
 
-fn api() -> Api {
+/// The API with a label per parked wait as the host's handle.
+type TestApi = Api<u64>;
+
+fn api() -> TestApi {
     Api::new(ApiConfig::default())
+}
+
+/// Parks a wait under a fresh label: the handle its answer comes back with.
+fn park(api: &mut TestApi, parking: Parking) -> (WaitSpec, u64) {
+    static LABELS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    let label = LABELS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    (api.park(parking, label), label)
 }
 
 fn message(to: &[&str], subject: &str) -> Prepared {
@@ -22,17 +32,18 @@ fn message(to: &[&str], subject: &str) -> Prepared {
     })
 }
 
-fn deliver(api: &mut Api, to: &[&str], subject: &str) -> Delivered {
+fn deliver(api: &mut TestApi, to: &[&str], subject: &str) -> Delivered<u64> {
     api.deliver_and_wake(message(to, subject), NOW, [9; 10], &StoppedClock)
 }
 
-fn ready(api: &mut Api, method: &str, target: &str) -> (u16, Value) {
+fn ready(api: &mut TestApi, method: &str, target: &str) -> (u16, Value) {
     match api.answer(&Request::new(method, target), NOW, &StoppedClock) {
         Outcome::Ready(r) => (
             r.status,
             serde_json::from_str(&r.into_text()).expect("JSON body"),
         ),
         Outcome::Wait(w) => panic!("{target} parked as {w:?}"),
+        Outcome::Subscribe(s) => panic!("{target} subscribed as {s:?}"),
     }
 }
 
@@ -44,7 +55,7 @@ fn text_of(response: &Response) -> String {
     }
 }
 
-fn get(api: &mut Api, target: &str) -> (u16, Value) {
+fn get(api: &mut TestApi, target: &str) -> (u16, Value) {
     ready(api, "GET", target)
 }
 
@@ -207,20 +218,21 @@ fn wait_returns_a_stored_match_at_once() {
 #[test]
 fn wait_parks_until_a_matching_delivery() {
     let mut api = api();
-    let Outcome::Wait(spec) = api.answer(
+    let Outcome::Wait(parking) = api.answer(
         &Request::new("GET", "/api/emails/wait?to=b@x&timeoutMs=500"),
         NOW,
         &StoppedClock,
     ) else {
         panic!("should park");
     };
+    let (spec, label) = park(&mut api, parking);
     assert_eq!(spec.deadline_ms, NOW + 500);
     assert_eq!(api.pending_waits(), 1);
     assert!(deliver(&mut api, &["a@x"], "not for b").woken.is_empty());
     let delivered = deliver(&mut api, &["b@x"], "for b");
     assert_eq!(delivered.woken.len(), 1);
     let (id, response) = delivered.woken.into_iter().next().unwrap();
-    assert_eq!(id, spec.id);
+    assert_eq!(id, label);
     let body: Value = serde_json::from_str(&response.into_text()).unwrap();
     assert_eq!(body["email"]["subject"], "for b");
     assert_eq!(api.pending_waits(), 0);
@@ -230,7 +242,7 @@ fn wait_parks_until_a_matching_delivery() {
 #[test]
 fn a_wait_whose_pattern_gives_up_on_a_delivery_ends_with_400() {
     let mut api = api();
-    let Outcome::Wait(spec) = api.answer(
+    let Outcome::Wait(parking) = api.answer(
         &Request::new(
             "GET",
             "/api/emails/wait?subjectPattern=%5E(a%2B)%2B%5C1b%24",
@@ -240,6 +252,7 @@ fn a_wait_whose_pattern_gives_up_on_a_delivery_ends_with_400() {
     ) else {
         panic!("should park");
     };
+    let (_, label) = park(&mut api, parking);
     // An ordinary subject: no match, still parked.
     assert!(deliver(&mut api, &["a@x"], "hello").woken.is_empty());
     assert_eq!(api.pending_waits(), 1);
@@ -247,7 +260,7 @@ fn a_wait_whose_pattern_gives_up_on_a_delivery_ends_with_400() {
     let delivered = deliver(&mut api, &["a@x"], &"a".repeat(40));
     assert_eq!(delivered.woken.len(), 1);
     let (id, response) = &delivered.woken[0];
-    assert_eq!(*id, spec.id);
+    assert_eq!(*id, label);
     assert_eq!(response.status, 400);
     let text = text_of(response);
     assert!(text.contains("backtracking"), "{text}");
@@ -259,11 +272,12 @@ fn a_wait_whose_pattern_gives_up_on_a_delivery_ends_with_400() {
 #[test]
 fn wait_times_out_with_408_and_cancels() {
     let mut api = api();
-    let Outcome::Wait(spec) =
+    let Outcome::Wait(parking) =
         api.answer(&Request::new("GET", "/api/emails/wait"), NOW, &StoppedClock)
     else {
         panic!("should park");
     };
+    let (spec, _) = park(&mut api, parking);
     assert_eq!(spec.deadline_ms, NOW + DEFAULT_WAIT_MS);
     assert_eq!(api.next_deadline(), Some(NOW + DEFAULT_WAIT_MS));
     assert!(api.expire_due(NOW + DEFAULT_WAIT_MS - 1).is_empty());
@@ -272,15 +286,16 @@ fn wait_times_out_with_408_and_cancels() {
     assert_eq!(expired[0].1.status, 408);
     assert!(text_of(&expired[0].1).contains("10000 ms"));
 
-    let Outcome::Wait(spec) = api.answer(
+    let Outcome::Wait(parking) = api.answer(
         &Request::new("GET", "/api/emails/wait?afterId="),
         NOW,
         &StoppedClock,
     ) else {
         panic!("should park");
     };
-    assert!(api.cancel(spec.id));
-    assert!(!api.cancel(spec.id));
+    let (spec, _) = park(&mut api, parking);
+    assert!(api.cancel(spec.id).is_some());
+    assert!(api.cancel(spec.id).is_none());
     assert!(deliver(&mut api, &["a@x"], "late").woken.is_empty());
     for bad in ["0", "60001", "x", ""] {
         let (status, text) = error_of(get(&mut api, &format!("/api/emails/wait?timeoutMs={bad}")));
@@ -298,7 +313,10 @@ fn wait_after_id_skips_older_matches() {
         NOW,
         &StoppedClock,
     );
-    assert!(matches!(outcome, Outcome::Wait(_)));
+    let Outcome::Wait(parking) = outcome else {
+        panic!("should park");
+    };
+    park(&mut api, parking);
     assert_eq!(deliver(&mut api, &["a@x"], "b").woken.len(), 1);
 }
 
@@ -329,7 +347,7 @@ fn routes_methods_and_bad_queries() {
     );
     let response = match api.answer(&Request::new("POST", "/api/emails"), NOW, &StoppedClock) {
         Outcome::Ready(r) => r,
-        Outcome::Wait(_) => unreachable!(),
+        Outcome::Wait(_) | Outcome::Subscribe(_) => unreachable!(),
     };
     assert_eq!(response.status, 405);
     assert_eq!(response.header("allow"), Some("GET, DELETE"));
@@ -398,13 +416,16 @@ fn received_at_never_goes_back() {
 
 #[test]
 fn waits_past_the_limit_get_503_at_once() {
-    let mut api = Api::new(ApiConfig {
+    let mut api: TestApi = Api::new(ApiConfig {
         max_waits: 2,
         ..ApiConfig::default()
     });
     for _ in 0..2 {
         let outcome = api.answer(&Request::new("GET", "/api/emails/wait"), NOW, &StoppedClock);
-        assert!(matches!(outcome, Outcome::Wait(_)));
+        let Outcome::Wait(parking) = outcome else {
+            panic!("should park");
+        };
+        park(&mut api, parking);
     }
     let (status, text) = error_of(get(&mut api, "/api/emails/wait"));
     assert_eq!((status, text.as_str()), (503, "too many waits"));
@@ -448,9 +469,10 @@ fn a_pattern_that_spends_its_budget_ends_with_400_too_expensive() {
     // A parked wait spends its budget over its life, then is answered with the same 400.
     let request = Request::new("GET", "/api/emails/wait?subjectPattern=nomatch&afterId=");
     let mut api = self::api();
-    let Outcome::Wait(spec) = api.answer(&request, NOW, &slow) else {
+    let Outcome::Wait(parking) = api.answer(&request, NOW, &slow) else {
         panic!("should park");
     };
+    let (_, label) = park(&mut api, parking);
     let mut woken = Vec::new();
     for i in 0..4 {
         let delivered =
@@ -458,7 +480,7 @@ fn a_pattern_that_spends_its_budget_ends_with_400_too_expensive() {
         woken.extend(delivered.woken);
     }
     assert_eq!(woken.len(), 1);
-    assert_eq!(woken[0].0, spec.id);
+    assert_eq!(woken[0].0, label);
     assert_eq!(woken[0].1.status, 400);
     assert_eq!(api.pending_waits(), 0);
 }
@@ -489,13 +511,14 @@ fn a_wait_looks_again_at_messages_stored_while_its_job_ran() {
 #[test]
 fn a_batch_answers_each_wait_with_its_oldest_match_and_only_once() {
     let mut api = api();
-    let Outcome::Wait(spec) = api.answer(
+    let Outcome::Wait(parking) = api.answer(
         &Request::new("GET", "/api/emails/wait?to=c@x"),
         NOW,
         &StoppedClock,
     ) else {
         panic!("should park");
     };
+    let (spec, label) = park(&mut api, parking);
     let first = api.deliver(message(&["c@x"], "first"), NOW, [1; 10]);
     api.deliver(message(&["c@x"], "second"), NOW, [1; 10]);
     assert!(first.waits_parked);
@@ -507,19 +530,20 @@ fn a_batch_answers_each_wait_with_its_oldest_match_and_only_once() {
     let woken = api.resolve(matches);
     assert_eq!(woken.len(), 1);
     let (id, response) = woken.into_iter().next().unwrap();
-    assert_eq!(id, spec.id);
+    assert_eq!(id, label);
     let body: Value = serde_json::from_str(&response.into_text()).unwrap();
     assert_eq!(body["email"]["id"], first.id.to_string());
     // Resolving the same wait again (a second batch racing) answers nothing.
-    let Outcome::Wait(_) = api.answer(
+    let Outcome::Wait(parking) = api.answer(
         &Request::new("GET", "/api/emails/wait?to=z@x"),
         NOW,
         &StoppedClock,
     ) else {
         panic!("should park");
     };
-    assert!(api.cancel(WaitId(spec.id.0 + 1)));
-    assert!(!api.cancel(spec.id));
+    let (_, other) = park(&mut api, parking);
+    assert_eq!(api.cancel(WaitId(spec.id.0 + 1)), Some(other));
+    assert!(api.cancel(spec.id).is_none());
 }
 
 #[test]

@@ -1,0 +1,296 @@
+//! The event stream as the API produces it: subscribe, live events, resume, deletions, limits.
+
+use super::*;
+use crate::budget::StoppedClock;
+use crate::smtp::{Envelope, Incoming};
+use serde_json::Value;
+
+const NOW: u64 = 1_763_779_327_000;
+
+fn message(to: &str, subject: &str) -> Prepared {
+    Prepared::new(Incoming {
+        envelope: Envelope {
+            from: "sender@app.test".into(),
+            to: vec![to.to_owned()],
+        },
+        raw: format!(
+            "From: App <sender@app.test>\r\nSubject: {subject}\r\n\r\nHello {subject}\r\n"
+        )
+        .into_bytes(),
+        helo: None,
+    })
+}
+
+fn deliver(api: &mut Api, to: &str, subject: &str) -> MessageId {
+    api.deliver_and_wake(message(to, subject), NOW, [7; 10], &StoppedClock)
+        .id
+}
+
+fn subscribe(api: &mut Api, target: &str, last_event_id: Option<&str>) -> Subscription {
+    let mut request = Request::new("GET", target);
+    request.last_event_id = last_event_id.map(str::to_owned);
+    match api.answer(&request, NOW, &StoppedClock) {
+        Outcome::Subscribe(subscription) => subscription,
+        Outcome::Ready(r) => {
+            let status = r.status;
+            panic!("{target}: {status} {}", r.into_text())
+        }
+        Outcome::Wait(_) => panic!("{target} parked"),
+    }
+}
+
+fn refused(api: &mut Api, target: &str, last_event_id: Option<&str>) -> (u16, String) {
+    let mut request = Request::new("GET", target);
+    request.last_event_id = last_event_id.map(str::to_owned);
+    match api.answer(&request, NOW, &StoppedClock) {
+        Outcome::Ready(r) => (r.status, r.into_text()),
+        _ => panic!("{target} was accepted"),
+    }
+}
+
+/// Everything new for `id`, run at once; the end of the stream as Err.
+fn drain(api: &mut Api, id: SubscriberId) -> Result<Vec<Event>, &'static str> {
+    match api.next_events(id) {
+        NextEvents::Batch(batch) => Ok(batch.run(&StoppedClock)),
+        NextEvents::Idle => Ok(Vec::new()),
+        NextEvents::Overflow => Err("overflow"),
+        NextEvents::Ended => Err("ended"),
+    }
+}
+
+fn replayed(subscription: &mut Subscription) -> Vec<Event> {
+    let mut events = Vec::new();
+    while let Some(batch) = subscription.replay.next_batch(2) {
+        events.extend(batch.run(&StoppedClock));
+    }
+    events
+}
+
+fn data(event: &Event) -> Value {
+    serde_json::from_slice(event.data()).expect("event data is JSON")
+}
+
+fn stored_ids(events: &[Event]) -> Vec<MessageId> {
+    events.iter().filter_map(Event::id).collect()
+}
+
+#[test]
+fn a_subscriber_gets_the_messages_its_filter_matches_as_they_are_stored() {
+    let mut api = Api::new(ApiConfig::default());
+    deliver(&mut api, "b@x", "before");
+    let mut sub = subscribe(&mut api, "/api/events?to=b@x", None);
+    assert!(replayed(&mut sub).is_empty(), "no resume id: live only");
+    assert_eq!(drain(&mut api, sub.id), Ok(vec![]));
+    let head = api.event_head();
+    let b = deliver(&mut api, "b@x", "for b");
+    deliver(&mut api, "a@x", "for a");
+    assert!(
+        api.event_head() > head,
+        "idle subscribers can see the log moved"
+    );
+    let events = drain(&mut api, sub.id).unwrap();
+    assert_eq!(stored_ids(&events), [b]);
+    let summary = data(&events[0]);
+    assert_eq!(summary["id"], b.to_string());
+    assert_eq!(summary["subject"], "for b");
+    assert_eq!(summary["to"][0], "b@x");
+    assert_eq!(events[0].name(), "stored");
+    assert_eq!(drain(&mut api, sub.id), Ok(vec![]), "nothing twice");
+    let (_, health) = health(&mut api);
+    assert_eq!(health["subscribers"], 1);
+    assert!(api.unsubscribe(sub.id));
+    assert_eq!(drain(&mut api, sub.id), Err("ended"));
+}
+
+fn health(api: &mut Api) -> (u16, Value) {
+    match api.answer(&Request::new("GET", "/health"), NOW, &StoppedClock) {
+        Outcome::Ready(r) => (r.status, serde_json::from_str(&r.into_text()).unwrap()),
+        _ => unreachable!(),
+    }
+}
+
+#[test]
+fn resuming_replays_what_was_stored_after_the_id_then_goes_live_without_gap_or_duplicate() {
+    let mut api = Api::new(ApiConfig::default());
+    let ids: Vec<MessageId> = (0..5)
+        .map(|i| deliver(&mut api, "r@x", &format!("m{i}")))
+        .collect();
+    // Last-Event-ID wins over the afterId of the URL the EventSource reconnects to.
+    let mut sub = subscribe(
+        &mut api,
+        &format!("/api/events?afterId={}", ids[0]),
+        Some(&ids[1].to_string()),
+    );
+    let later = deliver(&mut api, "r@x", "m5");
+    assert_eq!(stored_ids(&replayed(&mut sub)), ids[2..]);
+    assert_eq!(stored_ids(&drain(&mut api, sub.id).unwrap()), [later]);
+
+    let mut by_after = subscribe(&mut api, &format!("/api/events?afterId={}", ids[3]), None);
+    assert_eq!(
+        stored_ids(&replayed(&mut by_after)),
+        [ids[4], later],
+        "afterId alone resumes too"
+    );
+}
+
+#[test]
+fn deletions_and_evictions_are_events_for_every_subscriber() {
+    let mut api = Api::new(ApiConfig {
+        store: crate::store::StoreLimits {
+            max_messages: 3,
+            max_bytes: usize::MAX,
+        },
+        ..ApiConfig::default()
+    });
+    let first = deliver(&mut api, "a@x", "1");
+    let sub = subscribe(&mut api, "/api/events?to=nobody@x", None).id;
+    let second = deliver(&mut api, "a@x", "2");
+    deliver(&mut api, "a@x", "3");
+    deliver(&mut api, "a@x", "4"); // evicts the first
+    let answer = api.answer(
+        &Request::new("DELETE", &format!("/api/emails/{second}")),
+        NOW,
+        &StoppedClock,
+    );
+    assert!(matches!(answer, Outcome::Ready(r) if r.status == 200));
+    let answer = api.answer(&Request::new("DELETE", "/api/emails"), NOW, &StoppedClock);
+    assert!(matches!(answer, Outcome::Ready(r) if r.status == 200));
+    let events = drain(&mut api, sub).unwrap();
+    let shown: Vec<(String, Value)> = events
+        .iter()
+        .map(|e| (e.name().to_owned(), data(e)))
+        .collect();
+    assert_eq!(
+        shown,
+        [
+            (
+                "deleted".to_owned(),
+                serde_json::json!({"ids": [first.to_string()], "reason": "evicted"})
+            ),
+            (
+                "deleted".to_owned(),
+                serde_json::json!({"ids": [second.to_string()], "reason": "deleted"})
+            ),
+            (
+                "deleted".to_owned(),
+                serde_json::json!({"all": true, "reason": "deleted"})
+            ),
+        ]
+    );
+}
+
+#[test]
+fn a_large_deletion_is_split_into_events_of_at_most_1000_ids() {
+    let mut api = Api::new(ApiConfig::default());
+    let sub = subscribe(&mut api, "/api/events", None).id;
+    let mut ids = Vec::new();
+    for i in 0..2500 {
+        ids.push(deliver(&mut api, "many@x", &format!("{i}")));
+    }
+    assert_eq!(drain(&mut api, sub).unwrap().len(), 2500);
+    let Outcome::Ready(r) = api.answer(
+        &Request::new("DELETE", "/api/emails?to=many@x"),
+        NOW,
+        &StoppedClock,
+    ) else {
+        unreachable!()
+    };
+    assert_eq!(r.status, 200);
+    let events = drain(&mut api, sub).unwrap();
+    let sizes: Vec<usize> = events
+        .iter()
+        .map(|e| data(e)["ids"].as_array().map_or(0, Vec::len))
+        .collect();
+    assert_eq!(sizes, [1000, 1000, 500]);
+    let listed: Vec<String> = events
+        .iter()
+        .flat_map(|e| data(e)["ids"].as_array().cloned().unwrap_or_default())
+        .map(|v| v.as_str().unwrap_or_default().to_owned())
+        .collect();
+    let expected: Vec<String> = ids.iter().map(MessageId::to_string).collect();
+    assert_eq!(listed, expected);
+}
+
+#[test]
+fn a_message_deleted_before_its_event_is_sent_only_shows_as_deleted() {
+    let mut api = Api::new(ApiConfig::default());
+    let sub = subscribe(&mut api, "/api/events", None).id;
+    let id = deliver(&mut api, "a@x", "short-lived");
+    api.answer(
+        &Request::new("DELETE", &format!("/api/emails/{id}")),
+        NOW,
+        &StoppedClock,
+    );
+    let events = drain(&mut api, sub).unwrap();
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].name(), "deleted");
+}
+
+#[test]
+fn a_subscriber_that_falls_behind_its_buffer_gets_overflow_and_is_ended() {
+    let mut api = Api::new(ApiConfig {
+        event_buffer: crate::events::MIN_EVENT_BUFFER,
+        ..ApiConfig::default()
+    });
+    let slow = subscribe(&mut api, "/api/events", None).id;
+    let fast = subscribe(&mut api, "/api/events", None).id;
+    for i in 0..=crate::events::MIN_EVENT_BUFFER {
+        deliver(&mut api, "a@x", &format!("{i}"));
+        if i % 100 == 0 {
+            drain(&mut api, fast).unwrap();
+        }
+    }
+    assert!(drain(&mut api, fast).is_ok(), "a subscriber that keeps up");
+    assert_eq!(drain(&mut api, slow), Err("overflow"));
+    assert_eq!(drain(&mut api, slow), Err("ended"));
+    assert_eq!(api.subscriber_count(), 1);
+}
+
+#[test]
+fn a_pattern_that_runs_out_of_budget_ends_the_stream_with_an_error() {
+    let mut api = Api::new(ApiConfig::default());
+    // The backtracking pattern gives up on this subject: the error a list gives.
+    let sub = subscribe(
+        &mut api,
+        "/api/events?subjectPattern=%5E(a%2B)%2B%5C1b%24",
+        None,
+    )
+    .id;
+    deliver(&mut api, "a@x", "hello");
+    assert_eq!(drain(&mut api, sub), Ok(vec![]));
+    deliver(&mut api, "a@x", &"a".repeat(40));
+    let events = drain(&mut api, sub).unwrap();
+    let last = events.last().expect("an error event");
+    assert_eq!(last.name(), "error");
+    assert!(last.ends_stream());
+    assert!(data(last)["error"].as_str().is_some());
+}
+
+#[test]
+fn subscriptions_are_bounded_and_their_input_checked() {
+    let mut api = Api::new(ApiConfig {
+        max_subscribers: 1,
+        ..ApiConfig::default()
+    });
+    let (status, text) = refused(&mut api, "/api/events?limit=3", None);
+    assert_eq!(status, 400, "{text}");
+    let (status, text) = refused(&mut api, "/api/events", Some("not-an-id"));
+    assert_eq!(status, 400);
+    assert!(text.contains("Last-Event-ID"), "{text}");
+    let (status, _) = refused(&mut api, "/api/events?subjectPattern=(", None);
+    assert_eq!(status, 400);
+    let first = subscribe(&mut api, "/api/events", Some("")).id;
+    let (status, text) = refused(&mut api, "/api/events", None);
+    assert_eq!(
+        (status, text.as_str()),
+        (503, r#"{"error":"too many subscribers"}"#)
+    );
+    api.unsubscribe(first);
+    subscribe(&mut api, "/api/events", None);
+    let (_, health) = health(&mut api);
+    assert_eq!(health["limits"]["maxSubscribers"], 1);
+    assert_eq!(
+        health["limits"]["eventBuffer"],
+        crate::events::DEFAULT_EVENT_BUFFER
+    );
+}
