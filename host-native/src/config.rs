@@ -95,6 +95,9 @@ pub struct Settings {
         value_delimiter = ','
     )]
     pub allowed_hosts: Vec<String>,
+    /// Print one JSON line on stdout once both listeners are bound: {"smtp": "127.0.0.1:PORT", "http": "http://127.0.0.1:PORT"}.
+    #[arg(long)]
+    pub ready_json: bool,
     /// Log filter (error, warn, info, debug, trace, or a tracing directive).
     #[arg(long, env = "MAILJAR_LOG", default_value = "info")]
     pub log: String,

@@ -16,12 +16,15 @@ fn main() -> std::process::ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_target(false)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
+        // Logs go to stderr: stdout is only for --ready-json.
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     if let Err(why) = settings.validate() {
         eprintln!("mailjar: {why}");
         return std::process::ExitCode::from(2);
     }
+    let ready_json = settings.ready_json;
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -42,6 +45,11 @@ fn main() -> std::process::ExitCode {
         };
         if let (Ok(smtp), Ok(http)) = (server.smtp_addr(), server.http_addr()) {
             tracing::info!("SMTP on {smtp}, HTTP API on http://{http}");
+            if ready_json {
+                // One line, once both listeners are bound: how a test runner learns the ports.
+                let line = serde_json::json!({ "smtp": smtp.to_string(), "http": format!("http://{http}") });
+                println!("{line}");
+            }
         }
         server.run(stop_signal()).await;
         std::process::ExitCode::SUCCESS
