@@ -100,6 +100,8 @@ cat >"$WORK/schemathesis.toml" <<'EOF'
 "query.timeoutMs" = 200
 EOF
 
+# GET /api/events is a stream that stays open: schemathesis cannot read it to
+# an end. host-native/tests/events.rs and tests/js/native.test.mjs check it.
 CHECKS=not_a_server_error,status_code_conformance,content_type_conformance,response_headers_conformance,response_schema_conformance
 log "schemathesis $SCHEMATHESIS_VERSION: checks $CHECKS; $MAX_EXAMPLES examples per operation, at most ${MAX_TIME}s"
 status=0
@@ -108,6 +110,7 @@ status=0
     timeout $((MAX_TIME + 60)) "$VENV/bin/schemathesis" --config-file "$WORK/schemathesis.toml" run \
         "http://127.0.0.1:$HTTP_PORT/api/openapi.json" \
         --checks "$CHECKS" \
+        --exclude-path /api/events \
         --max-examples "$MAX_EXAMPLES" \
         --max-time "$MAX_TIME" \
         --request-timeout 10 \
