@@ -425,6 +425,133 @@ fn list_latency(stored: usize, samples: usize) -> (Vec<f64>, Vec<f64>) {
     (list, baseline)
 }
 
+/// Opens an event stream and reads its response head; the socket stays open.
+fn subscribe(port: u16, query: &str) -> BufReader<TcpStream> {
+    let stream = TcpStream::connect(("127.0.0.1", port)).expect("connect (raise ulimit -n)");
+    stream.set_nodelay(true).ok();
+    let mut reader = BufReader::new(stream);
+    write!(
+        reader.get_mut(),
+        "GET /api/events{query} HTTP/1.1\r\nHost: localhost\r\n\r\n"
+    )
+    .expect("send");
+    let mut line = String::new();
+    reader.read_line(&mut line).expect("status line");
+    assert!(line.starts_with("HTTP/1.1 200"), "{line}");
+    loop {
+        line.clear();
+        reader.read_line(&mut line).expect("header");
+        if line == "\r\n" {
+            return reader;
+        }
+    }
+}
+
+/// Reads a subscriber's chunked stream until one `stored` event has come whole.
+fn read_stored_event(reader: &mut BufReader<TcpStream>) {
+    let mut line = String::new();
+    let mut stored = false;
+    loop {
+        line.clear();
+        reader.read_line(&mut line).expect("event stream");
+        if line.starts_with("event: stored") {
+            stored = true;
+        }
+        if stored && line.starts_with("data: ") {
+            return;
+        }
+    }
+}
+
+fn idle_subscribers(count: usize) -> (u64, u64, u64) {
+    let cap = (count + 100).to_string();
+    let mailjar = Mailjar::start(&["--max-http-connections", &cap, "--max-subscribers", &cap]);
+    std::thread::sleep(Duration::from_millis(200));
+    let idle = rss(mailjar.pid());
+    let streams: Vec<_> = (0..count).map(|_| subscribe(mailjar.http, "")).collect();
+    assert_eq!(mailjar.health()["subscribers"].as_u64(), Some(count as u64));
+    std::thread::sleep(Duration::from_millis(200));
+    let open = rss(mailjar.pid());
+    // Every one of them gets the next message.
+    let mut smtp = smtp_connect(mailjar.smtp);
+    send_message(&mut smtp, "all@local.test", "for every subscriber", || {});
+    let mut streams = streams;
+    for s in &mut streams {
+        read_stored_event(s);
+    }
+    let after = rss(mailjar.pid());
+    (idle, open, after)
+}
+
+/// Ingest with `subscribers` streams that keep up, against none, in the same
+/// run; every subscriber must receive every stored event.
+fn ingest_with_subscribers(subscribers: usize, messages: usize, rounds: usize) -> Vec<f64> {
+    let mut ratios = Vec::new();
+    for _ in 0..rounds {
+        let alone = Mailjar::start(&[]);
+        let alone_time = smtp_source(alone.smtp, 20, messages, true);
+        drop(alone);
+
+        let mailjar = Mailjar::start(&[]);
+        let readers: Vec<_> = (0..subscribers)
+            .map(|_| {
+                let mut reader = subscribe(mailjar.http, "");
+                std::thread::spawn(move || {
+                    let mut seen = 0;
+                    let mut line = String::new();
+                    while seen < messages {
+                        line.clear();
+                        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                            break;
+                        }
+                        if line.starts_with("event: stored") {
+                            seen += 1;
+                        }
+                        assert!(
+                            !line.starts_with("event: overflow"),
+                            "a subscriber that keeps up overflowed"
+                        );
+                    }
+                    seen
+                })
+            })
+            .collect();
+        let time = smtp_source(mailjar.smtp, 20, messages, true);
+        for reader in readers {
+            let seen = reader.join().expect("reader");
+            assert_eq!(
+                seen, messages,
+                "LOSS: a subscriber got {seen} of {messages} events"
+            );
+        }
+        ratios.push(alone_time.as_secs_f64() / time.as_secs_f64());
+    }
+    ratios
+}
+
+fn event_latency(samples: usize) -> (Vec<f64>, Vec<f64>) {
+    let mailjar = Mailjar::start(&[]);
+    let mut smtp = smtp_connect(mailjar.smtp);
+    let mut health = KeepAlive::new(mailjar.http);
+    let mut stream = subscribe(mailjar.http, "?to=latency@local.test");
+    let (mut events, mut baseline) = (Vec::new(), Vec::new());
+    for _ in 0..samples {
+        let mut start = Instant::now();
+        let reply = send_message(&mut smtp, "latency@local.test", "event sample", || {
+            start = Instant::now()
+        });
+        read_stored_event(&mut stream);
+        events.push(start.elapsed().as_secs_f64() * 1000.0);
+        assert!(reply.starts_with("250"), "{reply}");
+        let start = Instant::now();
+        health.get("/health");
+        baseline.push(start.elapsed().as_secs_f64() * 1000.0);
+    }
+    events.sort_by(|a, b| a.total_cmp(b));
+    baseline.sort_by(|a, b| a.total_cmp(b));
+    (events, baseline)
+}
+
 fn mib(bytes: u64) -> f64 {
     bytes as f64 / 1024.0 / 1024.0
 }
@@ -514,5 +641,42 @@ fn main() {
         percentile(&list, 0.99),
         percentile(&baseline, 0.5),
         percentile(&list, 0.5) / percentile(&baseline, 0.5)
+    );
+
+    let subscribers = env_usize("SUBSCRIBERS", 1000);
+    println!("\n## {subscribers} idle event streams");
+    let (idle, open, after) = idle_subscribers(subscribers);
+    println!(
+        "RSS idle {:.1} MiB, with {subscribers} streams {:.1} MiB: {:.2} KiB per stream (target <= 8 KiB); after one event to all {:.1} MiB",
+        mib(idle),
+        mib(open),
+        (open.saturating_sub(idle)) as f64 / 1024.0 / subscribers as f64,
+        mib(after)
+    );
+
+    println!(
+        "\n## ingest with 100 event streams that keep up, against none, 20 sessions, {messages} messages"
+    );
+    let mut ratios = ingest_with_subscribers(100, messages, rounds);
+    println!(
+        "ratio per round {}; median {:.2} (target >= 0.9); every stream got every event",
+        ratios
+            .iter()
+            .map(|r| format!("{r:.2}"))
+            .collect::<Vec<_>>()
+            .join(" "),
+        median(&mut ratios)
+    );
+
+    println!(
+        "\n## event latency: last byte of DATA to the `stored` event at a subscriber, {wait_samples} samples"
+    );
+    let (events, baseline) = event_latency(wait_samples);
+    println!(
+        "event p50 {:.3} ms, p99 {:.3} ms (target p50 <= 0.5 ms); /health p50 {:.3} ms; event p50 / health p50 = {:.2}",
+        percentile(&events, 0.5),
+        percentile(&events, 0.99),
+        percentile(&baseline, 0.5),
+        percentile(&events, 0.5) / percentile(&baseline, 0.5)
     );
 }
