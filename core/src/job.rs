@@ -40,6 +40,7 @@ pub(crate) enum JobKind {
         messages: Snapshot,
         limit: Option<u64>,
         budget: Budget,
+        summary: bool,
     },
     Latest {
         spec: FilterSpec,
@@ -51,7 +52,20 @@ pub(crate) enum JobKind {
         to: String,
         messages: Snapshot,
     },
+    /// Decode attachment `index` of a message.
+    Attachment {
+        email: Arc<Email>,
+        index: usize,
+    },
+    /// The HTML view of a message.
+    Html {
+        email: Arc<Email>,
+        remote_images: bool,
+    },
 }
+
+/// The raw size past which a download's decoding counts as heavy.
+const LIGHT_DOWNLOAD_BYTES: usize = 256 * 1024;
 
 /// A wait's look at the stored messages before it parks.
 #[derive(Debug)]
@@ -115,6 +129,9 @@ impl Job {
                 &work.messages,
             ),
             JobKind::DeleteTo { messages, .. } => (false, messages),
+            JobKind::Attachment { email, .. } | JobKind::Html { email, .. } => {
+                return email.raw().len() > LIGHT_DOWNLOAD_BYTES;
+            }
         };
         pattern || messages.len() > LIGHT_MESSAGES
     }
@@ -135,6 +152,7 @@ impl Job {
                 messages,
                 limit,
                 mut budget,
+                summary,
             } => {
                 let filter = spec.compile(patterns)?;
                 let mut emails = Vec::new();
@@ -159,10 +177,12 @@ impl Job {
                         }
                     }
                 }
-                Ok(Done::Response(Response::json_stream(
-                    200,
-                    Box::new(ListJson::new(emails)),
-                )))
+                let body: Box<dyn crate::response::ChunkSource> = if summary {
+                    Box::new(crate::summary::SummaryList::new(emails))
+                } else {
+                    Box::new(ListJson::new(emails))
+                };
+                Ok(Done::Response(Response::json_stream(200, body)))
             }
             JobKind::Latest {
                 spec,
@@ -211,6 +231,16 @@ impl Job {
                     .collect();
                 Ok(Done::Commit(Commit(CommitKind::Remove(ids))))
             }
+            JobKind::Attachment { email, index } => Ok(Done::Response(
+                crate::download::attachment_response(&email, index)?,
+            )),
+            JobKind::Html {
+                email,
+                remote_images,
+            } => Ok(Done::Response(crate::download::html_response(
+                &email,
+                remote_images,
+            )?)),
         }
     }
 }

@@ -11,6 +11,7 @@
 
 pub mod api;
 pub mod budget;
+pub mod download;
 pub mod email;
 pub mod error;
 pub mod filter;
@@ -24,5 +25,6 @@ mod query;
 pub mod response;
 pub mod smtp;
 pub mod store;
+pub mod summary;
 pub mod view;
 pub mod waits;
