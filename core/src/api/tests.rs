@@ -379,9 +379,15 @@ fn openapi_document_is_served_and_names_every_route() {
         "/api/emails/latest",
         "/api/emails/wait",
         "/api/emails/{id}",
+        "/api/emails/{id}/raw",
+        "/api/emails/{id}/attachments/{index}",
+        "/api/emails/{id}/html",
     ] {
         assert!(doc["paths"].get(path).is_some(), "{path} missing");
     }
+    let list = doc["paths"]["/api/emails"]["get"]["parameters"].to_string();
+    let latest = doc["paths"]["/api/emails/latest"]["get"]["parameters"].to_string();
+    assert!(list.contains("beforeId") && latest.contains("beforeId") && list.contains("view"));
 }
 
 #[test]
