@@ -164,13 +164,13 @@ fn transfer_decode(span: &[u8], encoding: Encoding) -> Option<Vec<u8>> {
     }
 }
 
-/// `GET /api/emails/:id/attachments/:index`, for an index already checked
-/// against the stored metadata; re-parses the raw bytes (run outside the lock).
-pub fn attachment_response(email: &Email, index: usize) -> Result<Response, ApiError> {
-    let missing = || ApiError::NotFound(format!("message {} has no attachment {index}", email.id));
-    let info = email.attachments().get(index).ok_or_else(missing)?;
+/// The decoded bytes of attachment `index` (as in the message's
+/// `attachments`) and its charset parameter, read again from the raw bytes:
+/// linear in the message's size. None when there is no such attachment.
+pub fn attachment_bytes(email: &Email, index: usize) -> Option<(Vec<u8>, Option<String>)> {
+    email.attachments().get(index)?;
     let raw = email.raw();
-    let found = std::panic::catch_unwind(|| {
+    std::panic::catch_unwind(|| {
         let message = PARSER.parse(raw)?;
         let part = message.attachments().nth(index)?;
         let charset = part
@@ -180,8 +180,15 @@ pub fn attachment_response(email: &Email, index: usize) -> Result<Response, ApiE
         Some((part_bytes(raw, part), charset))
     })
     .ok()
-    .flatten();
-    let (bytes, charset) = found.ok_or_else(missing)?;
+    .flatten()
+}
+
+/// `GET /api/emails/:id/attachments/:index`, for an index already checked
+/// against the stored metadata; re-parses the raw bytes (run outside the lock).
+pub fn attachment_response(email: &Email, index: usize) -> Result<Response, ApiError> {
+    let missing = || ApiError::NotFound(format!("message {} has no attachment {index}", email.id));
+    let info = email.attachments().get(index).ok_or_else(missing)?;
+    let (bytes, charset) = attachment_bytes(email, index).ok_or_else(missing)?;
     let content_type = download_content_type(&info.content_type, charset.as_deref());
     let fallback = format!("attachment-{index}");
     Ok(Response::download(

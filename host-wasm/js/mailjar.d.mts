@@ -48,7 +48,7 @@ export interface MailServerOptions {
   clearTimeout?: (timer: any) => void;
 }
 
-/** A response as the HTTP API sends it. */
+/** A JSON response as the HTTP API sends it. */
 export interface MailResponse {
   status: number;
   /** The JSON body, exactly as the native server sends it. */
@@ -57,6 +57,17 @@ export interface MailResponse {
   json: any;
   /** content-type, and allow on a 405. */
   headers: { "content-type": "application/json"; allow?: string };
+}
+
+/** A download (GET /api/emails/:id/raw, /attachments/:index, /html) as the HTTP API sends it. */
+export interface MailDownload {
+  status: number;
+  /** The body as text (lossy UTF-8). */
+  body: string;
+  /** The exact body. */
+  bytes: Uint8Array;
+  /** content-type, content-disposition, x-content-type-options, content-security-policy. */
+  headers: Record<string, string>;
 }
 
 /** One SMTP connection without a socket. */
@@ -87,7 +98,11 @@ export class MailServer {
   /** Stores a raw message; returns its id. */
   deliverRaw(raw: string | Uint8Array, envelope?: { from?: string; to?: string | string[] }): string;
   /** Like the HTTP API: waits resolve on delivery or at their deadline (408). */
-  request(method: string, url: string, options?: { signal?: AbortSignal }): Promise<MailResponse>;
+  request(method: string, url: string, options?: { signal?: AbortSignal }): Promise<MailResponse | MailDownload>;
+  /** The stored message's bytes exactly as received; undefined when no message has this id. */
+  raw(id: string): Uint8Array | undefined;
+  /** The decoded bytes of attachment `index` (0-based); undefined when there is no such message or attachment. */
+  attachment(id: string, index: number): Uint8Array | undefined;
   /** Ends the waits whose deadline has passed by now(); returns how many. */
   expireDue(): number;
   /** Every pending wait gets a 503; later calls throw. */
