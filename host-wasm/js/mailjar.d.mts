@@ -48,26 +48,17 @@ export interface MailServerOptions {
   clearTimeout?: (timer: any) => void;
 }
 
-/** A JSON response as the HTTP API sends it. */
+/** A response as the HTTP API sends it: JSON, or a download with its exact bytes. */
 export interface MailResponse {
   status: number;
-  /** The JSON body, exactly as the native server sends it. */
+  /** The JSON body, exactly as the native server sends it (a download's body as lossy UTF-8). */
   body: string;
-  /** The body, parsed. */
+  /** The body, parsed; undefined for a download (raw message, attachment, HTML view). */
   json: any;
-  /** content-type, and allow on a 405. */
-  headers: { "content-type": "application/json"; allow?: string };
-}
-
-/** A download (GET /api/emails/:id/raw, /attachments/:index, /html) as the HTTP API sends it. */
-export interface MailDownload {
-  status: number;
-  /** The body as text (lossy UTF-8). */
-  body: string;
-  /** The exact body. */
-  bytes: Uint8Array;
-  /** content-type, content-disposition, x-content-type-options, content-security-policy. */
-  headers: Record<string, string>;
+  /** The exact body of a download; undefined for JSON. */
+  bytes?: Uint8Array;
+  /** content-type, allow on a 405; a download's content-disposition, x-content-type-options, content-security-policy. */
+  headers: { "content-type": string; allow?: string; [name: string]: string | undefined };
 }
 
 /** One SMTP connection without a socket. */
@@ -98,7 +89,7 @@ export class MailServer {
   /** Stores a raw message; returns its id. */
   deliverRaw(raw: string | Uint8Array, envelope?: { from?: string; to?: string | string[] }): string;
   /** Like the HTTP API: waits resolve on delivery or at their deadline (408). */
-  request(method: string, url: string, options?: { signal?: AbortSignal }): Promise<MailResponse | MailDownload>;
+  request(method: string, url: string, options?: { signal?: AbortSignal }): Promise<MailResponse>;
   /** The stored message's bytes exactly as received; undefined when no message has this id. */
   raw(id: string): Uint8Array | undefined;
   /** The decoded bytes of attachment `index` (0-based); undefined when there is no such message or attachment. */

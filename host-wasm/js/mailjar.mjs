@@ -40,7 +40,7 @@ function response(status, body, allow) {
 function readyResponse(outcome) {
   if (outcome.bytes === undefined) return response(outcome.status, outcome.body, outcome.allow);
   const headers = { ...outcome.headers, "content-type": outcome.contentType };
-  return { status: outcome.status, body: outcome.body, bytes: outcome.bytes, headers };
+  return { status: outcome.status, body: outcome.body, json: undefined, bytes: outcome.bytes, headers };
 }
 
 const SHUTDOWN_BODY = JSON.stringify({ error: "the server is shutting down" });
