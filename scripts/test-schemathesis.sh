@@ -95,9 +95,27 @@ EOF
 
 # The wait endpoint holds a request for up to timeoutMs (60 s at most): pin it low
 # so that generated waits cannot eat the time budget. Every other parameter is generated.
-cat >"$WORK/schemathesis.toml" <<'EOF'
+# The downloads (raw, attachment, HTML view) answer 200 only for a stored id: pin
+# theirs to the message with an attachment and an HTML part, so that their
+# documented headers and content types are checked, not only their 404s.
+ID=$(python3 - "$HTTP_PORT" <<'EOF'
+import json, sys, urllib.parse, urllib.request
+subject = urllib.parse.quote("Ünïcödé")
+with urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/api/emails/latest?subject={subject}", timeout=30) as r:
+    print(json.load(r)["email"]["id"])
+EOF
+)
+cat >"$WORK/schemathesis.toml" <<EOF
 [parameters]
 "query.timeoutMs" = 200
+
+[[operations]]
+include-operation-id-regex = "^(getEmailRaw|getEmailHtml)$"
+parameters = { "path.id" = "$ID" }
+
+[[operations]]
+include-operation-id = "getAttachment"
+parameters = { "path.id" = "$ID", "path.index" = "0" }
 EOF
 
 # GET /api/events is a stream that stays open: schemathesis cannot read it to

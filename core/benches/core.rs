@@ -161,5 +161,77 @@ fn list(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, receive, deliver, filter, list);
+/// Paging and downloads over 100,000 stored messages (issue 10's figures):
+/// a summary page, the oldest page by `beforeId`, and a 20 MiB raw message.
+fn paging(c: &mut Criterion) {
+    let mut api = stored_api(100_000);
+    let ids: Vec<String> = api
+        .store()
+        .snapshot()
+        .iter()
+        .map(|e| e.id.to_string())
+        .collect();
+    let mut group = c.benchmark_group("paging_100000");
+    let mut answer = |target: &str| match api.answer(&Request::new("GET", target), 0, &StoppedClock)
+    {
+        Outcome::Ready(r) => r.body.collect().len(),
+        Outcome::Wait(_) | Outcome::Subscribe(_) => 0,
+    };
+    group.bench_function("baseline_health", |b| b.iter(|| answer("/health")));
+    group.bench_function("summary_limit_50", |b| {
+        b.iter(|| answer("/api/emails?view=summary&limit=50"))
+    });
+    let oldest_page = format!("/api/emails?view=summary&limit=50&beforeId={}", ids[50]);
+    group.bench_function("summary_oldest_page_by_before_id", |b| {
+        b.iter(|| answer(&oldest_page))
+    });
+    let middle_page = format!("/api/emails?limit=50&beforeId={}", ids[50_000]);
+    group.bench_function("full_limit_50_middle_page_by_before_id", |b| {
+        b.iter(|| answer(&middle_page))
+    });
+    group.finish();
+
+    let mut big = b"Subject: big\r\nContent-Type: application/octet-stream\r\n\r\n".to_vec();
+    big.extend((0..20 * 1024 * 1024).map(|i| b'a' + (i % 26) as u8));
+    let id = api
+        .deliver(
+            Prepared::new(Incoming {
+                envelope: Envelope::default(),
+                raw: big.clone(),
+                helo: None,
+            }),
+            2_000_000,
+            [2; 10],
+        )
+        .id;
+    let mut group = c.benchmark_group("raw_20mib");
+    group.throughput(Throughput::Bytes(big.len() as u64));
+    group.sample_size(10);
+    group.bench_function("baseline_copy", |b| {
+        b.iter(|| black_box(black_box(&big).to_vec()).len())
+    });
+    let target = format!("/api/emails/{id}/raw");
+    group.bench_function("api_raw_chunks", |b| {
+        b.iter(
+            || match api.answer(&Request::new("GET", &target), 0, &StoppedClock) {
+                Outcome::Ready(r) => match r.body {
+                    mailjar_core::response::Body::Stream(mut source) => {
+                        let mut chunk = Vec::new();
+                        let mut total = 0;
+                        while source.next_chunk(&mut chunk) {
+                            total += chunk.len();
+                            chunk.clear();
+                        }
+                        total
+                    }
+                    mailjar_core::response::Body::Full(bytes) => bytes.len(),
+                },
+                Outcome::Wait(_) | Outcome::Subscribe(_) => 0,
+            },
+        )
+    });
+    group.finish();
+}
+
+criterion_group!(benches, receive, deliver, filter, list, paging);
 criterion_main!(benches);

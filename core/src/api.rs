@@ -247,6 +247,9 @@ enum Route<'a> {
     Wait,
     Events,
     ById(&'a str),
+    Raw(&'a str),
+    Attachment(&'a str, &'a str),
+    Html(&'a str),
 }
 
 impl Route<'_> {
@@ -423,6 +426,9 @@ impl<W> Api<W> {
             ["api", "emails", "wait"] => Route::Wait,
             ["api", "events"] => Route::Events,
             ["api", "emails", id] => Route::ById(id),
+            ["api", "emails", id, "raw"] => Route::Raw(id),
+            ["api", "emails", id, "html"] => Route::Html(id),
+            ["api", "emails", id, "attachments", index] => Route::Attachment(id, index),
             _ => {
                 return Err(ApiError::NotFound(format!(
                     "no such endpoint: {} {}",
@@ -445,6 +451,12 @@ impl<W> Api<W> {
             ("GET", Route::Wait) => self.wait(&query, now_ms),
             ("GET", Route::Events) => self.events(&query, request.last_event_id.as_deref()),
             ("GET", Route::ById(id)) => ready(query.only(&[]).and_then(|_| self.get(id))),
+            ("GET", Route::Raw(id)) => ready(query.only(&[]).and_then(|_| self.raw(id))),
+            ("GET", Route::Attachment(id, index)) => {
+                query.only(&[])?;
+                self.attachment(id, index)
+            }
+            ("GET", Route::Html(id)) => self.html(id, &query),
             ("DELETE", Route::Emails) => self.delete(&query),
             ("DELETE", Route::ById(id)) => ready(query.only(&[]).and_then(|_| self.delete_one(id))),
             (method, route) => Err(ApiError::MethodNotAllowed {
@@ -497,22 +509,45 @@ impl<W> Api<W> {
     }
 
     fn list(&self, query: &Query) -> Result<Step, ApiError> {
-        query.only(&[FILTERS, &["limit"]].concat())?;
+        query.only(&[FILTERS, &["limit", "beforeId", "view"]].concat())?;
         let spec = query.filter()?;
         let limit = query.integer("limit", 1, MAX_LIMIT)?;
-        let messages = self.store.snapshot().after(spec.after());
+        let summary = match query.get("view") {
+            None | Some("full") => false,
+            Some("summary") => true,
+            Some(other) => {
+                return Err(ApiError::BadRequest(format!(
+                    "view must be full or summary, not {:?}",
+                    truncate(other, 30)
+                )));
+            }
+        };
+        let messages = self.range(&spec, query)?;
         Ok(Step::Work(self.job(JobKind::List {
             spec,
             messages,
             limit,
             budget: self.budget(),
+            summary,
         })))
     }
 
+    /// The stored messages after `afterId` and before `beforeId`, in O(log n).
+    fn range(&self, spec: &crate::filter::FilterSpec, query: &Query) -> Result<Snapshot, ApiError> {
+        let before = match query.get("beforeId").filter(|v| !v.is_empty()) {
+            Some(id) => Some(
+                id.parse()
+                    .map_err(|e| ApiError::BadRequest(format!("beforeId is {e}")))?,
+            ),
+            None => None,
+        };
+        Ok(self.store.snapshot().after(spec.after()).before(before))
+    }
+
     fn latest(&self, query: &Query) -> Result<Step, ApiError> {
-        query.only(FILTERS)?;
+        query.only(&[FILTERS, &["beforeId"]].concat())?;
         let spec = query.filter()?;
-        let messages = self.store.snapshot().after(spec.after());
+        let messages = self.range(&spec, query)?;
         Ok(Step::Work(self.job(JobKind::Latest {
             spec,
             messages,
@@ -566,6 +601,50 @@ impl<W> Api<W> {
     fn get(&self, id: &str) -> Result<Response, ApiError> {
         let email = parse_path_id(id).and_then(|id| self.store.get(id));
         email.map(one).ok_or_else(|| not_stored(id))
+    }
+
+    /// The stored message a path names, or the 404 that says it is not stored.
+    fn stored(&self, id: &str) -> Result<Arc<Email>, ApiError> {
+        parse_path_id(id)
+            .and_then(|parsed| self.store.get(parsed))
+            .ok_or_else(|| not_stored(id))
+    }
+
+    fn raw(&self, id: &str) -> Result<Response, ApiError> {
+        self.stored(id).map(crate::download::raw_response)
+    }
+
+    fn attachment(&self, id: &str, index: &str) -> Result<Step, ApiError> {
+        let email = self.stored(id)?;
+        let index = crate::download::parse_index(index)
+            .filter(|i| *i < email.attachments().len())
+            .ok_or_else(|| {
+                ApiError::NotFound(format!(
+                    "message {} has no attachment {}",
+                    email.id,
+                    truncate(index, 30)
+                ))
+            })?;
+        Ok(Step::Work(self.job(JobKind::Attachment { email, index })))
+    }
+
+    fn html(&self, id: &str, query: &Query) -> Result<Step, ApiError> {
+        query.only(&["remoteImages"])?;
+        let remote_images = match query.get("remoteImages") {
+            None | Some("false") => false,
+            Some("true") => true,
+            Some(other) => {
+                return Err(ApiError::BadRequest(format!(
+                    "remoteImages must be true or false, not {:?}",
+                    truncate(other, 30)
+                )));
+            }
+        };
+        let email = self.stored(id)?;
+        Ok(Step::Work(self.job(JobKind::Html {
+            email,
+            remote_images,
+        })))
     }
 
     fn delete(&mut self, query: &Query) -> Result<Step, ApiError> {

@@ -40,6 +40,7 @@ pub(crate) enum JobKind {
         messages: Snapshot,
         limit: Option<u64>,
         budget: Budget,
+        summary: bool,
     },
     Latest {
         spec: FilterSpec,
@@ -55,7 +56,20 @@ pub(crate) enum JobKind {
         spec: FilterSpec,
         budget: Budget,
     },
+    /// Decode attachment `index` of a message.
+    Attachment {
+        email: Arc<Email>,
+        index: usize,
+    },
+    /// The HTML view of a message.
+    Html {
+        email: Arc<Email>,
+        remote_images: bool,
+    },
 }
+
+/// The raw size past which a download's decoding counts as heavy.
+const LIGHT_DOWNLOAD_BYTES: usize = 256 * 1024;
 
 /// A wait's look at the stored messages before it parks.
 #[derive(Debug)]
@@ -122,6 +136,9 @@ impl Job {
             ),
             JobKind::DeleteTo { messages, .. } => (false, messages),
             JobKind::Subscribe { spec, .. } => return spec.has_pattern(),
+            JobKind::Attachment { email, .. } | JobKind::Html { email, .. } => {
+                return email.raw().len() > LIGHT_DOWNLOAD_BYTES;
+            }
         };
         pattern || messages.len() > LIGHT_MESSAGES
     }
@@ -142,6 +159,7 @@ impl Job {
                 messages,
                 limit,
                 mut budget,
+                summary,
             } => {
                 let filter = spec.compile(patterns)?;
                 let mut emails = Vec::new();
@@ -166,10 +184,12 @@ impl Job {
                         }
                     }
                 }
-                Ok(Done::Response(Response::json_stream(
-                    200,
-                    Box::new(ListJson::new(emails)),
-                )))
+                let body: Box<dyn crate::response::ChunkSource> = if summary {
+                    Box::new(crate::summary::SummaryList::new(emails))
+                } else {
+                    Box::new(ListJson::new(emails))
+                };
+                Ok(Done::Response(Response::json_stream(200, body)))
             }
             JobKind::Latest {
                 spec,
@@ -225,6 +245,16 @@ impl Job {
                     budget,
                 })))
             }
+            JobKind::Attachment { email, index } => Ok(Done::Response(
+                crate::download::attachment_response(&email, index)?,
+            )),
+            JobKind::Html {
+                email,
+                remote_images,
+            } => Ok(Done::Response(crate::download::html_response(
+                &email,
+                remote_images,
+            )?)),
         }
     }
 }

@@ -6,6 +6,8 @@
 //! a client that does not read holds one chunk and pauses its own
 //! serialisation, and nobody else's.
 
+use std::borrow::Cow;
+
 use serde::Serialize;
 
 /// An HTTP response: a status, a content type, extra headers and a body.
@@ -13,8 +15,8 @@ use serde::Serialize;
 pub struct Response {
     /// The HTTP status code.
     pub status: u16,
-    /// The `Content-Type`, e.g. `application/json`.
-    pub content_type: &'static str,
+    /// The `Content-Type`, e.g. `application/json` (an attachment's declared type is not static).
+    pub content_type: Cow<'static, str>,
     /// Headers besides `Content-Type` and the framing ones, e.g. `Allow` on a 405.
     pub headers: Vec<(&'static str, String)>,
     /// The body.
@@ -37,7 +39,7 @@ impl Response {
     pub fn json_bytes(status: u16, body: bytes::Bytes) -> Response {
         Response {
             status,
-            content_type: JSON,
+            content_type: Cow::Borrowed(JSON),
             headers: Vec::new(),
             body: Body::Full(body),
         }
@@ -47,9 +49,23 @@ impl Response {
     pub fn json_stream(status: u16, body: Box<dyn ChunkSource>) -> Response {
         Response {
             status,
-            content_type: JSON,
+            content_type: Cow::Borrowed(JSON),
             headers: Vec::new(),
             body: Body::Stream(body),
+        }
+    }
+
+    /// A 200 response of `content_type` with these extra headers.
+    pub fn download(
+        content_type: Cow<'static, str>,
+        headers: Vec<(&'static str, String)>,
+        body: Body,
+    ) -> Response {
+        Response {
+            status: 200,
+            content_type,
+            headers,
+            body,
         }
     }
 

@@ -90,6 +90,23 @@ impl Snapshot {
         (Snapshot { emails: head }, Snapshot { emails: tail })
     }
 
+    /// The messages received before `id`, oldest first (all of them for
+    /// None), in O(log n).
+    pub fn before(&self, id: Option<MessageId>) -> Snapshot {
+        match id {
+            None => self.clone(),
+            Some(id) => {
+                let end = self
+                    .emails
+                    .binary_search_by(|e| e.id.cmp(&id))
+                    .unwrap_or_else(|insert| insert);
+                Snapshot {
+                    emails: self.emails.take(end),
+                }
+            }
+        }
+    }
+
     /// Oldest first; reverse it for newest first.
     pub fn iter(&self) -> impl DoubleEndedIterator<Item = &Arc<Email>> + ExactSizeIterator {
         self.emails.iter()
@@ -279,6 +296,25 @@ mod tests {
                 .collect::<Vec<_>>()
         };
         assert_eq!(ids_after(&store, Some(a)), [b, c]);
+        let ids_before = |store: &Store, id| {
+            store
+                .snapshot()
+                .before(id)
+                .iter()
+                .map(|e| e.id)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(ids_before(&store, Some(c)), [a, b]);
+        assert_eq!(ids_before(&store, Some(a)), []);
+        assert_eq!(ids_before(&store, None), [a, b, c]);
+        let range: Vec<_> = store
+            .snapshot()
+            .after(Some(a))
+            .before(Some(c))
+            .iter()
+            .map(|e| e.id)
+            .collect();
+        assert_eq!(range, [b]);
         assert_eq!(store.snapshot().after(None).len(), 3);
         assert_eq!(store.get(b).map(|e| e.id), Some(b));
         let before = store.snapshot();
@@ -287,8 +323,9 @@ mod tests {
         assert!(store.bytes() < bytes);
         // A snapshot taken before still holds what it held.
         assert_eq!(before.len(), 3);
-        // afterId still works once the message it names is gone.
+        // afterId and beforeId still work once the message they name is gone.
         assert_eq!(ids_after(&store, Some(a)), [b]);
+        assert_eq!(ids_before(&store, Some(c)), [b]);
         assert_eq!(store.newest(), Some(b));
         assert_eq!(store.clear().len(), 1);
         assert_eq!(store.bytes(), 0);

@@ -41,8 +41,16 @@ struct Head<'a> {
 struct Middle<'a> {
     links: &'a [Box<str>],
     codes: &'a [Box<str>],
-    attachments: &'a [crate::message::AttachmentInfo],
+    attachments: Vec<AttachmentJson<'a>>,
     size: usize,
+}
+
+/// One attachment's metadata and the URL of its bytes.
+#[derive(Serialize)]
+struct AttachmentJson<'a> {
+    #[serde(flatten)]
+    info: &'a crate::message::AttachmentInfo,
+    url: String,
 }
 
 /// The large string fields, escaped step by step.
@@ -89,6 +97,7 @@ impl EmailJson {
             message_id: fields.message_id,
             headers: fields.headers,
         };
+        let id = head.id.clone();
         let mut opening = prefix.to_vec();
         opening.push(b'{');
         opening.extend_from_slice(&fields_of(&head));
@@ -96,7 +105,15 @@ impl EmailJson {
         let middle = Middle {
             links: email.links(),
             codes: email.codes(),
-            attachments: email.attachments(),
+            attachments: email
+                .attachments()
+                .iter()
+                .enumerate()
+                .map(|(index, info)| AttachmentJson {
+                    info,
+                    url: crate::download::attachment_url(&id, index),
+                })
+                .collect(),
             size: email.raw().len(),
         };
         let mut before_raw = br#"","#.to_vec();

@@ -274,11 +274,18 @@ impl Drop for WaitGuard<'_> {
 fn json(response: Response) -> http::Response<Bytes> {
     let mut builder = http::Response::builder()
         .status(StatusCode::from_u16(response.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR))
-        .header(http::header::CONTENT_TYPE, response.content_type)
+        .header(http::header::CONTENT_TYPE, response.content_type.as_ref())
         .header(http::header::CACHE_CONTROL, "no-store")
         .header("x-content-type-options", "nosniff");
     for (name, value) in &response.headers {
-        builder = builder.header(*name, value.as_str());
+        // The core's headers replace the defaults above (its nosniff is not sent twice).
+        if let (Some(h), Ok(name), Ok(value)) = (
+            builder.headers_mut(),
+            http::HeaderName::from_bytes(name.as_bytes()),
+            http::HeaderValue::from_str(value),
+        ) {
+            h.insert(name, value);
+        }
     }
     let (body, streamed) = match response.body {
         Body::Full(bytes) => (bytes, None),

@@ -48,15 +48,17 @@ export interface MailServerOptions {
   clearTimeout?: (timer: any) => void;
 }
 
-/** A response as the HTTP API sends it. */
+/** A response as the HTTP API sends it: JSON, or a download with its exact bytes. */
 export interface MailResponse {
   status: number;
-  /** The JSON body, exactly as the native server sends it. */
+  /** The JSON body, exactly as the native server sends it (a download's body as lossy UTF-8). */
   body: string;
-  /** The body, parsed. */
+  /** The body, parsed; undefined for a download (raw message, attachment, HTML view). */
   json: any;
-  /** content-type, and allow on a 405. */
-  headers: { "content-type": "application/json"; allow?: string };
+  /** The exact body of a download; undefined for JSON. */
+  bytes?: Uint8Array;
+  /** content-type, allow on a 405; a download's content-disposition, x-content-type-options, content-security-policy. */
+  headers: { "content-type": string; allow?: string; [name: string]: string | undefined };
 }
 
 /** One SMTP connection without a socket. */
@@ -116,6 +118,10 @@ export class MailServer {
     filter?: EventFilter | string,
     options?: { lastEventId?: string; signal?: AbortSignal },
   ): AsyncIterableIterator<MailEvent>;
+  /** The stored message's bytes exactly as received; undefined when no message has this id. */
+  raw(id: string): Uint8Array | undefined;
+  /** The decoded bytes of attachment `index` (0-based); undefined when there is no such message or attachment. */
+  attachment(id: string, index: number): Uint8Array | undefined;
   /** Ends the waits whose deadline has passed by now(); returns how many. */
   expireDue(): number;
   /** Every pending wait gets a 503 and every event stream ends; later calls throw. */

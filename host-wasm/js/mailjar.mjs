@@ -29,11 +29,18 @@ function splitTarget(url) {
   return q < 0 ? { path: target, query: "" } : { path: target.slice(0, q), query: target.slice(q + 1) };
 }
 
-/** A response as the HTTP API would send it, plus its parsed body. */
+/** A JSON response as the HTTP API would send it, plus its parsed body. */
 function response(status, body, allow) {
   const headers = { "content-type": "application/json" };
   if (allow !== undefined) headers.allow = allow;
   return { status, body, json: JSON.parse(body), headers };
+}
+
+/** A ready outcome of the bindings as a response: JSON, or a download with its exact `bytes`. */
+function readyResponse(outcome) {
+  if (outcome.bytes === undefined) return response(outcome.status, outcome.body, outcome.allow);
+  const headers = { ...outcome.headers, "content-type": outcome.contentType };
+  return { status: outcome.status, body: outcome.body, json: undefined, bytes: outcome.bytes, headers };
 }
 
 const SHUTDOWN_BODY = JSON.stringify({ error: "the server is shutting down" });
@@ -193,7 +200,7 @@ export class MailServer {
       const waiter = { resolve: undefined, reject: undefined, timer: undefined, cleanup: () => {} };
       const outcome = this.#api.handle({ method, path, query }, this.#now(), waiter);
       this.#wakeStreams();
-      if (outcome.kind === "ready") return Promise.resolve(response(outcome.status, outcome.body, outcome.allow));
+      if (outcome.kind === "ready") return Promise.resolve(readyResponse(outcome));
       if (outcome.kind === "subscribe") {
         this.#api.unsubscribe(outcome.subscriberId);
         throw new TypeError("GET /api/events is a stream: use events()");
@@ -263,6 +270,24 @@ export class MailServer {
       signal?.removeEventListener("abort", abort);
       api.unsubscribe(subscriberId);
     }
+  }
+
+  /** The stored message's bytes exactly as received (a Uint8Array); undefined when no message has this id. */
+  raw(id) {
+    this.#open();
+    if (typeof id !== "string") throw new TypeError("id must be a string");
+    return this.#api.raw(id);
+  }
+
+  /**
+   * The decoded bytes of attachment `index` (0-based, as in the message's
+   * `attachments`) as a Uint8Array; undefined when there is no such message or attachment.
+   */
+  attachment(id, index) {
+    this.#open();
+    if (typeof id !== "string") throw new TypeError("id must be a string");
+    if (typeof index !== "number") throw new TypeError("index must be a number");
+    return this.#api.attachment(id, index);
   }
 
   /** Ends every wait whose deadline has passed by `now()`; for clocks that do not run timers. */

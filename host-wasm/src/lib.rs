@@ -116,10 +116,16 @@ export interface ApiRequest {
 export interface ReadyOutcome {
   kind: "ready";
   status: number;
-  /** The JSON body, as the native server sends it. */
+  /** The JSON body, as the native server sends it (a download's body as lossy UTF-8). */
   body: string;
   /** The Allow header of a 405. */
   allow?: string;
+  /** The Content-Type, e.g. "application/json" or "message/rfc822". */
+  contentType: string;
+  /** The headers the core sets besides Content-Type (lower-case names), e.g. content-disposition. */
+  headers: Record<string, string>;
+  /** The exact body of a response that is not JSON (raw message, attachment, HTML view). */
+  bytes?: Uint8Array;
 }
 
 /** A parked wait: answered by a delivery (see `Delivered.woken`) or by `expire` at the deadline. */
@@ -484,7 +490,19 @@ fn ready_object_of_kind(kind: Option<&str>, response: api::Response) -> Object {
     if let Some(allow) = response.header("allow") {
         set(&object, "allow", allow);
     }
-    set(&object, "body", response.into_text());
+    set(&object, "contentType", response.content_type.as_ref());
+    let headers = Object::new();
+    for (name, value) in &response.headers {
+        set(&headers, &name.to_ascii_lowercase(), value.as_str());
+    }
+    set(&object, "headers", headers);
+    if response.content_type == mailjar_core::response::JSON {
+        set(&object, "body", response.into_text());
+    } else {
+        let bytes = response.body.collect();
+        set(&object, "body", String::from_utf8_lossy(&bytes).as_ref());
+        set(&object, "bytes", Uint8Array::from(bytes.as_slice()));
+    }
     object
 }
 
@@ -627,6 +645,22 @@ impl Api {
             }
         };
         Ok(object.into())
+    }
+
+    /// The stored message's bytes exactly as received; undefined when no message has this id.
+    pub fn raw(&self, id: &str) -> Option<Uint8Array> {
+        let email = self.inner.store().get(id.parse().ok()?)?;
+        Some(Uint8Array::from(email.raw()))
+    }
+
+    /// The decoded bytes of attachment `index` (0-based, as in the message's
+    /// `attachments`); undefined when there is no such message or attachment.
+    pub fn attachment(&self, id: &str, index: f64) -> Option<Uint8Array> {
+        let valid = index.fract() == 0.0 && (0.0..=u32::MAX as f64).contains(&index);
+        let index = valid.then_some(index as usize)?;
+        let email = self.inner.store().get(id.parse().ok()?)?;
+        let (bytes, _) = mailjar_core::download::attachment_bytes(&email, index)?;
+        Some(Uint8Array::from(bytes.as_slice()))
     }
 
     /// Stores a message received at `nowMs`, then answers every parked wait it matches.

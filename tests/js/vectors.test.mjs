@@ -68,7 +68,7 @@ async function runApi(v) {
   });
   const vars = {};
   const waits = new Map();
-  const asChecked = (r) => ({ status: r.status, allow: r.headers.allow, body: r.body });
+  const asChecked = (r) => ({ status: r.status, headers: r.headers, body: r.body, bytes: r.bytes });
   for (const [i, step] of v.steps.entries()) {
     const where = `step ${i + 1}`;
     try {

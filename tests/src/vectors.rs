@@ -88,6 +88,13 @@ pub struct Expect {
     pub body: Map<String, Value>,
     /// The `Allow` header, if one is expected.
     pub allow: Option<String>,
+    /// Matcher expectations on the headers (lower-case names; see [`crate::matcher`]).
+    /// Without a `content-type` entry the response must be `application/json`.
+    pub headers: Map<String, Value>,
+    /// The exact body, for a response that is not JSON (then `body` is empty).
+    pub bytes: Option<Vec<u8>>,
+    /// A matcher value for the body as text (lossy UTF-8), for a response that is not JSON.
+    pub text: Option<Value>,
 }
 
 /// One step of an API vector.
@@ -335,17 +342,43 @@ fn smtp_vector(file: &str, value: &Value) -> Result<SmtpVector, String> {
 
 fn expect(value: Option<&Value>, what: &str) -> Result<Expect, String> {
     let o = object(value.unwrap_or(&Value::Null), &format!("{what}: expect"))?;
-    only_keys(o, &["status", "body", "allow"], what)?;
+    only_keys(
+        o,
+        &["status", "body", "allow", "headers", "bytes", "text"],
+        what,
+    )?;
     let status = u16::try_from(number(o.get("status").unwrap_or(&Value::Null), what)?)
         .map_err(|_| format!("{what}: bad status"))?;
     let body = match o.get("body") {
         None => Map::new(),
         Some(b) => object(b, &format!("{what}: expect.body"))?.clone(),
     };
+    let headers = match o.get("headers") {
+        None => Map::new(),
+        Some(h) => object(h, &format!("{what}: expect.headers"))?.clone(),
+    };
+    if let Some(name) = headers.keys().find(|k| k.to_ascii_lowercase() != **k) {
+        return Err(format!("{what}: header names are lower case, not {name:?}"));
+    }
+    let bytes = o.get("bytes").map(|b| bytes(b, what)).transpose()?;
+    let text = o.get("text").cloned();
+    if [bytes.is_some(), text.is_some(), o.contains_key("body")]
+        .iter()
+        .filter(|x| **x)
+        .count()
+        > 1
+    {
+        return Err(format!(
+            "{what}: expect has one of body (JSON), bytes and text"
+        ));
+    }
     Ok(Expect {
         status,
         body,
         allow: o.get("allow").map(|a| string(a, what)).transpose()?,
+        headers,
+        bytes,
+        text,
     })
 }
 
@@ -597,32 +630,76 @@ pub fn check_listed(list: &Value, expected: &[ExpectedMessage]) -> Result<(), St
     Ok(())
 }
 
-/// Checks a response (status, `Allow` header, JSON body) against what a step expects.
+/// Checks a response (status, headers with lower-case names, body) against
+/// what a step expects: a JSON body by default, or exact bytes.
 pub fn check_response(
     status: u16,
-    allow: Option<&str>,
-    body: &str,
+    headers: &[(String, String)],
+    body: &[u8],
     expect: &Expect,
     vars: &crate::matcher::Vars,
 ) -> Result<(), String> {
-    let json: Value =
-        serde_json::from_str(body).map_err(|e| format!("the body is not JSON ({e}): {body}"))?;
+    let header = |name: &str| {
+        headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    };
+    let text = String::from_utf8_lossy(body);
     let mut failures = Vec::new();
     if status != expect.status {
         failures.push(format!("expected status {}, got {status}", expect.status));
     }
     if let Some(want) = &expect.allow
-        && allow != Some(want.as_str())
+        && header("allow") != Some(want.as_str())
     {
-        failures.push(format!("expected Allow: {want}, got {allow:?}"));
+        failures.push(format!("expected Allow: {want}, got {:?}", header("allow")));
     }
-    if let Err(why) = crate::matcher::check(&json, &expect.body, vars) {
-        failures.push(why);
+    if !expect.headers.contains_key("content-type")
+        && header("content-type") != Some("application/json")
+    {
+        failures.push(format!(
+            "expected Content-Type: application/json, got {:?}",
+            header("content-type")
+        ));
+    }
+    let mut shown_headers = Map::new();
+    for (name, value) in headers {
+        shown_headers
+            .entry(name.clone())
+            .or_insert_with(|| Value::String(value.clone()));
+    }
+    if let Err(why) = crate::matcher::check(&Value::Object(shown_headers), &expect.headers, vars) {
+        failures.push(format!("headers: {why}"));
+    }
+    match (&expect.bytes, &expect.text) {
+        (Some(want), _) if body != want.as_slice() => failures.push(format!(
+            "expected a body of {} bytes, got {} bytes that differ",
+            want.len(),
+            body.len()
+        )),
+        (Some(_), _) => {}
+        (None, Some(want)) => {
+            let mut expect_text = Map::new();
+            expect_text.insert(String::new(), want.clone());
+            let got = Value::String(text.clone().into_owned());
+            if let Err(why) = crate::matcher::check(&got, &expect_text, vars) {
+                failures.push(format!("text: {why}"));
+            }
+        }
+        (None, None) => match serde_json::from_slice::<Value>(body) {
+            Ok(json) => {
+                if let Err(why) = crate::matcher::check(&json, &expect.body, vars) {
+                    failures.push(why);
+                }
+            }
+            Err(e) => failures.push(format!("the body is not JSON ({e})")),
+        },
     }
     if failures.is_empty() {
         Ok(())
     } else {
-        let shown: String = body.chars().take(600).collect();
+        let shown: String = text.chars().take(600).collect();
         Err(format!("{}\nbody: {shown}", failures.join("\n")))
     }
 }

@@ -135,19 +135,23 @@ fn smtp_vectors_against_the_core() {
     );
 }
 
-/// A response as the vectors check it: status, `Allow` header and body text.
+/// A response as the vectors check it: status, headers (lower-case names) and body.
 struct Answer {
     status: u16,
-    allow: Option<String>,
-    body: String,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
 }
 
 impl Answer {
     fn of(response: Response) -> Answer {
+        let mut headers = vec![("content-type".to_owned(), response.content_type.to_string())];
+        for (name, value) in &response.headers {
+            headers.push((name.to_ascii_lowercase(), value.clone()));
+        }
         Answer {
             status: response.status,
-            allow: response.header("allow").map(str::to_owned),
-            body: response.into_text(),
+            headers,
+            body: response.body.collect(),
         }
     }
 }
@@ -208,7 +212,7 @@ impl CoreRun {
                 {
                     Outcome::Ready(r) => {
                         let r = Answer::of(r);
-                        check_response(r.status, r.allow.as_deref(), &r.body, expect, &self.vars)
+                        check_response(r.status, &r.headers, &r.body, expect, &self.vars)
                             .map_err(|e| format!("{method} {target}: {e}"))?;
                     }
                     Outcome::Wait(_) => {
@@ -257,7 +261,7 @@ impl CoreRun {
                     .answered
                     .remove(name)
                     .ok_or(format!("wait {name} is still pending"))?;
-                check_response(r.status, r.allow.as_deref(), &r.body, expect, &self.vars)
+                check_response(r.status, &r.headers, &r.body, expect, &self.vars)
                     .map_err(|e| format!("wait {name}: {e}"))?;
             }
             Step::Pending(name) => {
@@ -265,7 +269,11 @@ impl CoreRun {
                     return Err(format!("no wait named {name}"));
                 }
                 if let Some(r) = self.answered.get(name) {
-                    return Err(format!("wait {name} was answered: {} {}", r.status, r.body));
+                    return Err(format!(
+                        "wait {name} was answered: {} {}",
+                        r.status,
+                        String::from_utf8_lossy(&r.body)
+                    ));
                 }
             }
         }

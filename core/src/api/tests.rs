@@ -397,9 +397,15 @@ fn openapi_document_is_served_and_names_every_route() {
         "/api/emails/latest",
         "/api/emails/wait",
         "/api/emails/{id}",
+        "/api/emails/{id}/raw",
+        "/api/emails/{id}/attachments/{index}",
+        "/api/emails/{id}/html",
     ] {
         assert!(doc["paths"].get(path).is_some(), "{path} missing");
     }
+    let list = doc["paths"]["/api/emails"]["get"]["parameters"].to_string();
+    let latest = doc["paths"]["/api/emails/latest"]["get"]["parameters"].to_string();
+    assert!(list.contains("beforeId") && latest.contains("beforeId") && list.contains("view"));
 }
 
 #[test]
@@ -559,4 +565,159 @@ fn deleting_hands_the_messages_back_to_free_outside_the_lock() {
     assert_eq!(body["deleted"], 1);
     assert!(!api.take_trash().is_empty());
     assert!(api.take_trash().is_empty());
+}
+
+/// A response answered at once, whatever its content type.
+fn raw_answer(api: &mut TestApi, target: &str) -> Response {
+    match api.answer(&Request::new("GET", target), NOW, &StoppedClock) {
+        Outcome::Ready(r) => r,
+        Outcome::Wait(w) => panic!("{target} parked as {w:?}"),
+        Outcome::Subscribe(s) => panic!("{target} subscribed as {s:?}"),
+    }
+}
+
+fn ids_of(body: &Value) -> Vec<String> {
+    body["emails"]
+        .as_array()
+        .expect("emails array")
+        .iter()
+        .map(|e| e["id"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+#[test]
+fn before_id_pages_from_newest_to_oldest() {
+    let mut api = api();
+    let ids: Vec<String> = (0..7)
+        .map(|i| deliver(&mut api, &["a@x"], &format!("m{i}")).id.to_string())
+        .collect();
+    // The newest 3 before the 6th, then the range between the 2nd and the 6th.
+    let (_, body) = get(
+        &mut api,
+        &format!("/api/emails?beforeId={}&limit=3", ids[5]),
+    );
+    assert_eq!(ids_of(&body), ids[2..5]);
+    let (_, body) = get(
+        &mut api,
+        &format!("/api/emails?afterId={}&beforeId={}", ids[1], ids[5]),
+    );
+    assert_eq!(ids_of(&body), ids[2..5]);
+    let (_, body) = get(&mut api, &format!("/api/emails?beforeId={}", ids[0]));
+    assert_eq!(ids_of(&body), Vec::<String>::new());
+    let (_, body) = get(&mut api, &format!("/api/emails/latest?beforeId={}", ids[3]));
+    assert_eq!(body["email"]["id"], ids[2]);
+    let (status, _) = get(&mut api, &format!("/api/emails/latest?beforeId={}", ids[0]));
+    assert_eq!(status, 404);
+    let (_, body) = get(
+        &mut api,
+        &format!("/api/emails?view=summary&beforeId={}&limit=2", ids[6]),
+    );
+    assert_eq!(ids_of(&body), ids[4..6]);
+    let (status, text) = error_of(get(&mut api, "/api/emails?beforeId=nope"));
+    assert_eq!(status, 400);
+    assert!(text.contains("beforeId"), "{text}");
+    let (status, text) = error_of(get(&mut api, "/api/emails/wait?beforeId=nope"));
+    assert_eq!(status, 400);
+    assert!(text.contains("unknown query parameter beforeId"), "{text}");
+}
+
+#[test]
+fn summary_view_lists_summaries_with_the_filters() {
+    let mut api = api();
+    deliver(&mut api, &["a@x"], "one");
+    let two = deliver(&mut api, &["b@x"], "two").id;
+    let (status, body) = get(&mut api, "/api/emails?view=summary&to=b@x");
+    assert_eq!(status, 200);
+    let list = body["emails"].as_array().unwrap();
+    assert_eq!(list.len(), 1);
+    let email = api.store().get(two).unwrap();
+    let expected: Value = serde_json::from_slice(&crate::summary::summary_json(&email)).unwrap();
+    assert_eq!(list[0], expected);
+    assert_eq!(list[0]["preview"], "Hello");
+    assert!(list[0].get("raw").is_none());
+    let (_, full) = get(&mut api, "/api/emails?view=full&to=b@x");
+    assert_eq!(
+        full["emails"][0]["raw"].as_str().map(|r| !r.is_empty()),
+        Some(true)
+    );
+    let (status, text) = error_of(get(&mut api, "/api/emails?view=compact"));
+    assert_eq!(status, 400);
+    assert!(text.contains("view"), "{text}");
+}
+
+fn with_attachments(api: &mut TestApi) -> MessageId {
+    let raw = "Subject: files\r\nContent-Type: multipart/mixed; boundary=b\r\n\r\n--b\r\n\
+               Content-Type: text/html\r\n\r\n<img src=\"cid:pic\">\r\n--b\r\n\
+               Content-Type: image/png\r\nContent-ID: <pic>\r\nContent-Transfer-Encoding: base64\r\n\r\niVBORw==\r\n--b\r\n\
+               Content-Type: text/html; name=\"evil.html\"\r\nContent-Disposition: attachment; filename=\"evil.html\"\r\n\r\n<script>alert(1)</script>\r\n--b--\r\n";
+    let message = Prepared::new(Incoming {
+        envelope: Envelope {
+            from: "s@x".into(),
+            to: vec!["a@x".into()],
+        },
+        raw: raw.as_bytes().to_vec(),
+        helo: None,
+    });
+    api.deliver_and_wake(message, NOW, [9; 10], &StoppedClock)
+        .id
+}
+
+#[test]
+fn raw_attachments_and_html_are_downloads() {
+    let mut api = api();
+    let id = with_attachments(&mut api);
+    let (_, body) = get(&mut api, &format!("/api/emails/{id}"));
+    let attachments = body["email"]["attachments"].as_array().unwrap().clone();
+    assert_eq!(attachments.len(), 2);
+    for (i, a) in attachments.iter().enumerate() {
+        assert_eq!(a["url"], format!("/api/emails/{id}/attachments/{i}"));
+    }
+    let raw = raw_answer(&mut api, &format!("/api/emails/{id}/raw"));
+    assert_eq!(raw.status, 200);
+    assert_eq!(raw.content_type, "message/rfc822");
+    assert_eq!(raw.body.collect(), api.store().get(id).unwrap().raw());
+
+    let evil = raw_answer(&mut api, &format!("/api/emails/{id}/attachments/1"));
+    assert_eq!(evil.status, 200);
+    assert_eq!(evil.content_type, "text/html");
+    assert_eq!(evil.header("content-security-policy"), Some("sandbox"));
+    assert_eq!(evil.header("x-content-type-options"), Some("nosniff"));
+    assert!(
+        evil.header("content-disposition")
+            .unwrap()
+            .starts_with("attachment; filename=\"evil.html\"")
+    );
+    assert_eq!(evil.body.collect(), b"<script>alert(1)</script>");
+
+    let html = raw_answer(&mut api, &format!("/api/emails/{id}/html"));
+    assert_eq!(html.status, 200);
+    let text = String::from_utf8(html.body.collect()).unwrap();
+    assert!(
+        text.contains(attachments[0]["url"].as_str().unwrap()),
+        "{text}"
+    );
+
+    for target in [
+        format!("/api/emails/{id}/attachments/2"),
+        format!("/api/emails/{id}/attachments/x"),
+        format!("/api/emails/{id}/attachments/01"),
+        format!("/api/emails/{id}/nope"),
+        "/api/emails/0190a0a0-0000-7000-8000-000000000000/raw".to_owned(),
+        "/api/emails/nope/html".to_owned(),
+        "/api/emails/nope/attachments/0".to_owned(),
+    ] {
+        let (status, text) = error_of(get(&mut api, &target));
+        assert_eq!(status, 404, "{target}: {text}");
+    }
+    for target in [
+        format!("/api/emails/{id}/raw?x=1"),
+        format!("/api/emails/{id}/attachments/0?x=1"),
+        format!("/api/emails/{id}/html?remoteImages=yes"),
+        format!("/api/emails/{id}/html?other=1"),
+    ] {
+        let (status, text) = error_of(get(&mut api, &target));
+        assert_eq!(status, 400, "{target}: {text}");
+    }
+    let (status, _) = error_of(ready(&mut api, "DELETE", &format!("/api/emails/{id}/raw")));
+    assert_eq!(status, 405);
 }

@@ -128,7 +128,14 @@ export function apiVectors() {
         const where = `${what}: step ${i + 1}`;
         if (!kind) throw new Error(`${where}: no step kind`);
         onlyKeys(s, STEP_KEYS[kind], where);
-        if (s.expect) onlyKeys(s.expect, ["status", "body", "allow"], where);
+        if (s.expect) {
+          onlyKeys(s.expect, ["status", "body", "allow", "headers", "bytes", "text"], where);
+          if (["body", "bytes", "text"].filter((k) => k in s.expect).length > 1) throw new Error(`${where}: expect has one of body, bytes and text`);
+          for (const name of Object.keys(s.expect.headers ?? {})) {
+            if (name !== name.toLowerCase()) throw new Error(`${where}: header names are lower case, not ${name}`);
+          }
+          if ("bytes" in s.expect) s.expect = { ...s.expect, bytes: bytes(s.expect.bytes, where) };
+        }
         switch (kind) {
           case "deliver":
             onlyKeys(s.deliver, ["from", "to", "raw"], where);
@@ -253,13 +260,33 @@ export function check(body, expect, vars) {
   if (failures.length) throw new Error(failures.join("\n"));
 }
 
-/** Checks a response (status, Allow, JSON body) against a step's expectation. */
-export function checkResponse({ status, allow, body }, expect, vars) {
+/**
+ * Checks a response (status, headers with lower-case names, body text, and
+ * `bytes` for a body that is not JSON) against a step's expectation: a JSON
+ * body by default, or exact bytes, or a matcher on the text.
+ */
+export function checkResponse({ status, headers = {}, body, bytes: got }, expect, vars) {
   const failures = [];
   if (status !== expect.status) failures.push(`expected status ${expect.status}, got ${status}`);
-  if (expect.allow !== undefined && allow !== expect.allow) failures.push(`expected Allow: ${expect.allow}, got ${allow}`);
+  if (expect.allow !== undefined && headers.allow !== expect.allow) failures.push(`expected Allow: ${expect.allow}, got ${headers.allow}`);
+  const wantHeaders = expect.headers ?? {};
+  if (!("content-type" in wantHeaders) && headers["content-type"] !== "application/json") {
+    failures.push(`expected Content-Type: application/json, got ${headers["content-type"]}`);
+  }
   try {
-    check(JSON.parse(body), expect.body, vars);
+    check(headers, wantHeaders, vars);
+  } catch (e) {
+    failures.push(`headers: ${e.message}`);
+  }
+  try {
+    if (expect.bytes !== undefined) {
+      const same = got !== undefined && got.length === expect.bytes.length && got.every((b, i) => b === expect.bytes[i]);
+      if (!same) failures.push(`expected a body of ${expect.bytes.length} bytes, got ${got?.length} bytes that differ`);
+    } else if (expect.text !== undefined) {
+      check(body, { "": expect.text }, vars);
+    } else {
+      check(JSON.parse(body), expect.body, vars);
+    }
   } catch (e) {
     failures.push(e.message);
   }
