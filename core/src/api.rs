@@ -694,8 +694,9 @@ impl<W> Api<W> {
         self.last_received_ms = now_ms;
         let id = self.ids.next(now_ms, entropy);
         let (_, evicted) = self.store.push(Email::new(id, now_ms, message));
-        self.subscribers.stored(id);
+        // Subscribers hear what left before what came: a bounded view stays bounded.
         self.forget(evicted, Reason::Evicted);
+        self.subscribers.stored(id);
         if self.waits.is_empty() {
             // Nothing to try: later waits look at the store themselves.
             self.match_cursor = Some(id);

@@ -56,9 +56,11 @@ const INFLIGHT_BYTES: u64 = 16 * MIB;
 const PER_CONNECTION: u64 = 256 * KIB;
 /// The runtime, allocator arenas and the transient copies of one message being parsed.
 const SLACK: u64 = 64 * MIB;
-/// The worst `/health` latency allowed during an attack. Generous: the machine has 2 busy cores
-/// (the server without the fixes froze for 18 s).
-const FAST: Duration = Duration::from_millis(500);
+/// The worst `/health` latency allowed during an attack: "never frozen", not a latency target
+/// (those live in the benchmarks). Generous: the machine has 2 cores shared with other jobs, and
+/// F1 serialises 2.3 GB on them (measured 0.3 s alone and 0.7-0.8 s beside a fuzzer); the server
+/// without the fixes froze for 18 s.
+const FAST: Duration = Duration::from_secs(2);
 /// How soon the SMTP reply to the end of the data must come, however many waits are parked.
 const SMTP_FAST: Duration = Duration::from_secs(1);
 /// `--pattern-budget` (its default): the matching time one request may cost.

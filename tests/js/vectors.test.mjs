@@ -6,7 +6,23 @@ import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 
 import { FakeClock, bindings, createMailServer } from "../../host-wasm/js/node.mjs";
-import { DOMAIN, apiVectors, checkListed, checkReplies, checkResponse, concat, smtpVectors, substitute } from "./lib/vectors.mjs";
+import {
+  DOMAIN,
+  apiVectors,
+  checkEvents,
+  checkListed,
+  checkReplies,
+  checkResponse,
+  concat,
+  smtpVectors,
+  substitute,
+} from "./lib/vectors.mjs";
+
+/** A target's path and query, still percent-encoded. */
+function splitPath(target) {
+  const q = target.indexOf("?");
+  return q < 0 ? { path: target, query: "" } : { path: target.slice(0, q), query: target.slice(q + 1) };
+}
 
 const START_MS = 1_763_779_327_000;
 
@@ -68,6 +84,7 @@ async function runApi(v) {
   });
   const vars = {};
   const waits = new Map();
+  const streams = new Map();
   const asChecked = (r) => ({ status: r.status, headers: r.headers, body: r.body, bytes: r.bytes });
   for (const [i, step] of v.steps.entries()) {
     const where = `step ${i + 1}`;
@@ -112,6 +129,31 @@ async function runApi(v) {
         case "pending": {
           await settle();
           assert.equal(waits.get(step.name)?.done, false, `wait ${step.name} was answered`);
+          break;
+        }
+        case "subscribe": {
+          const target = substitute(step.target, vars);
+          const request = { method: "GET", ...splitPath(target) };
+          if (step.lastEventId !== undefined) request.lastEventId = substitute(step.lastEventId, vars);
+          const outcome = server.api.handle(request, clock.now());
+          assert.equal(outcome.kind, "subscribe", `GET ${target} did not subscribe: ${outcome.status} ${outcome.body}`);
+          streams.set(step.name, outcome.subscriberId);
+          break;
+        }
+        case "events": {
+          const id = streams.get(step.name);
+          assert.notEqual(id, undefined, `no stream named ${step.name}`);
+          const got = [];
+          for (;;) {
+            const next = server.api.nextEvents(id);
+            for (const e of next.events) {
+              const event = { event: e.event, data: JSON.parse(e.data) };
+              if (e.id !== undefined) event.id = e.id;
+              got.push(event);
+            }
+            if (next.idle || next.ended) break;
+          }
+          checkEvents(got, step.expect, vars);
           break;
         }
       }

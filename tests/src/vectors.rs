@@ -140,6 +140,74 @@ pub enum Step {
     },
     /// The named wait is still parked.
     Pending(String),
+    /// Opens an event stream (`GET /api/events...`), named for `Events`.
+    Subscribe {
+        /// Path and query, after `${name}` substitution.
+        target: String,
+        /// The `Last-Event-ID` header, after substitution.
+        last_event_id: Option<String>,
+        /// The name of the stream.
+        name: String,
+    },
+    /// The next events of the named stream are exactly these.
+    Events {
+        /// The name of the stream.
+        name: String,
+        /// The events, in order.
+        expect: Vec<ExpectedEvent>,
+    },
+}
+
+/// One event a stream must send next.
+#[derive(Debug, Clone)]
+pub struct ExpectedEvent {
+    /// `stored`, `deleted`, `overflow` or `error`.
+    pub event: String,
+    /// The `id:` line, after substitution (`stored` events have one, others none).
+    pub id: Option<String>,
+    /// Matcher expectations on the JSON data.
+    pub data: Map<String, Value>,
+}
+
+/// One event as a host sent it: name, `id:` and JSON data.
+pub type SentEvent = (String, Option<String>, Value);
+
+/// Checks the events a stream sent against what a step expects, in order.
+pub fn check_events(
+    got: &[SentEvent],
+    expected: &[ExpectedEvent],
+    vars: &crate::matcher::Vars,
+) -> Result<(), String> {
+    if got.len() != expected.len() {
+        return Err(format!(
+            "expected {} events, got {}: {got:?}",
+            expected.len(),
+            got.len()
+        ));
+    }
+    for (i, ((event, id, data), want)) in got.iter().zip(expected).enumerate() {
+        if *event != want.event {
+            return Err(format!(
+                "event {}: expected {}, got {event}",
+                i + 1,
+                want.event
+            ));
+        }
+        let want_id = want
+            .id
+            .as_deref()
+            .map(|id| crate::matcher::substitute(id, vars))
+            .transpose()?;
+        if *id != want_id {
+            return Err(format!(
+                "event {}: expected id {want_id:?}, got {id:?}",
+                i + 1
+            ));
+        }
+        crate::matcher::check(data, &want.data, vars)
+            .map_err(|why| format!("event {} ({event}): {why}", i + 1))?;
+    }
+    Ok(())
 }
 
 /// An API case: a sequence of deliveries, requests and time.
@@ -397,12 +465,21 @@ fn request_line(value: &Value, what: &str) -> Result<(String, String), String> {
 fn step(value: &Value, what: &str) -> Result<Step, String> {
     let o = object(value, what)?;
     let kind = [
-        "deliver", "request", "wait", "advance", "resolve", "pending",
+        "deliver",
+        "request",
+        "wait",
+        "advance",
+        "resolve",
+        "pending",
+        "subscribe",
+        "events",
     ]
     .into_iter()
     .find(|k| o.contains_key(*k))
     .ok_or_else(|| {
-        format!("{what}: a step needs one of deliver, request, wait, advance, resolve, pending")
+        format!(
+            "{what}: a step needs one of deliver, request, wait, advance, resolve, pending, subscribe, events"
+        )
     })?;
     let what = format!("{what} ({kind})");
     Ok(match kind {
@@ -444,6 +521,44 @@ fn step(value: &Value, what: &str) -> Result<Step, String> {
             Step::Resolve {
                 name: string(&o["resolve"], &what)?,
                 expect: expect(o.get("expect"), &what)?,
+            }
+        }
+        "subscribe" => {
+            only_keys(o, &["subscribe", "lastEventId", "as"], &what)?;
+            let (method, target) = request_line(&o["subscribe"], &what)?;
+            if method != "GET" || !target.starts_with("/api/events") {
+                return Err(format!("{what}: subscribe takes GET /api/events..."));
+            }
+            Step::Subscribe {
+                target,
+                last_event_id: o.get("lastEventId").map(|v| string(v, &what)).transpose()?,
+                name: string(o.get("as").unwrap_or(&Value::Null), &what)?,
+            }
+        }
+        "events" => {
+            only_keys(o, &["events", "expect"], &what)?;
+            let list = o
+                .get("expect")
+                .and_then(Value::as_array)
+                .ok_or_else(|| format!("{what}: expect must be an array of events"))?;
+            let expect = list
+                .iter()
+                .map(|e| {
+                    let e = object(e, &what)?;
+                    only_keys(e, &["event", "id", "data"], &what)?;
+                    Ok(ExpectedEvent {
+                        event: string(e.get("event").unwrap_or(&Value::Null), &what)?,
+                        id: e.get("id").map(|v| string(v, &what)).transpose()?,
+                        data: match e.get("data") {
+                            None => Map::new(),
+                            Some(d) => object(d, &what)?.clone(),
+                        },
+                    })
+                })
+                .collect::<Result<Vec<_>, String>>()?;
+            Step::Events {
+                name: string(&o["events"], &what)?,
+                expect,
             }
         }
         _ => {

@@ -6,13 +6,16 @@
 
 use std::collections::{HashMap, HashSet};
 
-use mailjar_core::api::{Api, ApiConfig, Outcome, Request, Response};
+use mailjar_core::api::{
+    Api, ApiConfig, Event, NextEvents, Outcome, Request, Response, Subscription,
+};
 use mailjar_core::budget::StoppedClock;
 use mailjar_core::smtp::{Config, Envelope, Incoming, Output, Session};
 use mailjar_core::store::{Prepared, StoreLimits};
 use mailjar_tests::matcher::{Vars, substitute};
 use mailjar_tests::vectors::{
-    self, ApiVector, DOMAIN, SmtpVector, Step, check_listed, check_replies, check_response,
+    self, ApiVector, DOMAIN, SentEvent, SmtpVector, Step, check_events, check_listed,
+    check_replies, check_response,
 };
 
 /// The fake clock's start: any fixed time works.
@@ -168,7 +171,33 @@ struct CoreRun {
     vars: Vars,
     waits: HashSet<String>,
     answered: HashMap<String, Answer>,
+    streams: HashMap<String, Subscription>,
     deliveries: u8,
+}
+
+/// Everything a stream has to send now: its replay, then its live events.
+fn drain_events(api: &mut Api<String>, stream: &mut Subscription) -> Vec<SentEvent> {
+    let mut events = Vec::new();
+    while let Some(batch) = stream.replay.next_batch(100) {
+        events.extend(batch.run(&StoppedClock));
+    }
+    loop {
+        match api.next_events(stream.id) {
+            NextEvents::Batch(batch) => events.extend(batch.run(&StoppedClock)),
+            NextEvents::Overflow => {
+                events.push(Event::Overflow);
+                break;
+            }
+            NextEvents::Idle | NextEvents::Ended => break,
+        }
+    }
+    events
+        .iter()
+        .map(|e| {
+            let data = serde_json::from_slice(e.data()).unwrap_or(serde_json::Value::Null);
+            (e.name().to_owned(), e.id().map(|id| id.to_string()), data)
+        })
+        .collect()
 }
 
 impl CoreRun {
@@ -264,6 +293,40 @@ impl CoreRun {
                 check_response(r.status, &r.headers, &r.body, expect, &self.vars)
                     .map_err(|e| format!("wait {name}: {e}"))?;
             }
+            Step::Subscribe {
+                target,
+                last_event_id,
+                name,
+            } => {
+                let target = substitute(target, &self.vars)?;
+                let mut request = Request::new("GET", &target);
+                request.last_event_id = last_event_id
+                    .as_deref()
+                    .map(|id| substitute(id, &self.vars))
+                    .transpose()?;
+                match self.api.answer(&request, self.now, &StoppedClock) {
+                    Outcome::Subscribe(subscription) => {
+                        self.streams.insert(name.clone(), subscription);
+                    }
+                    Outcome::Ready(r) => {
+                        let status = r.status;
+                        return Err(format!(
+                            "GET {target} did not subscribe: {status} {}",
+                            r.into_text()
+                        ));
+                    }
+                    Outcome::Wait(_) => return Err(format!("GET {target} parked")),
+                }
+            }
+            Step::Events { name, expect } => {
+                let stream = self
+                    .streams
+                    .get_mut(name)
+                    .ok_or(format!("no stream named {name}"))?;
+                let got = drain_events(&mut self.api, stream);
+                check_events(&got, expect, &self.vars)
+                    .map_err(|e| format!("stream {name}: {e}"))?;
+            }
             Step::Pending(name) => {
                 if !self.waits.contains(name) {
                     return Err(format!("no wait named {name}"));
@@ -295,6 +358,7 @@ fn run_api(v: &ApiVector) -> Result<(), String> {
         vars: Vars::new(),
         waits: HashSet::new(),
         answered: HashMap::new(),
+        streams: HashMap::new(),
         deliveries: 0,
     };
     for (i, step) in v.steps.iter().enumerate() {

@@ -17,7 +17,8 @@ use clap::Parser;
 use mailjar::{Server, Settings};
 use mailjar_tests::matcher::{Vars, substitute};
 use mailjar_tests::vectors::{
-    self, ApiVector, DOMAIN, SmtpVector, Step, check_listed, check_replies, check_response,
+    self, ApiVector, DOMAIN, SentEvent, SmtpVector, Step, check_events, check_listed,
+    check_replies, check_response,
 };
 use serde_json::Value;
 
@@ -325,6 +326,135 @@ struct NativeRun {
     server: Native,
     vars: Vars,
     waits: HashMap<String, JoinHandle<Result<HttpResponse, String>>>,
+    streams: HashMap<String, EventStream>,
+}
+
+/// An open `GET /api/events` connection: what has been read and not yet checked.
+struct EventStream {
+    stream: TcpStream,
+    /// Bytes read after the response head, still chunked.
+    wire: Vec<u8>,
+    /// The de-chunked text not yet split into events.
+    text: String,
+}
+
+impl EventStream {
+    fn open(
+        addr: SocketAddr,
+        target: &str,
+        last_event_id: Option<&str>,
+    ) -> Result<EventStream, String> {
+        let mut stream = TcpStream::connect(addr).map_err(|e| format!("connect: {e}"))?;
+        let extra = last_event_id.map_or(String::new(), |id| format!("Last-Event-ID: {id}\r\n"));
+        write!(
+            stream,
+            "GET {target} HTTP/1.1\r\nHost: localhost\r\n{extra}\r\n"
+        )
+        .map_err(|e| format!("write: {e}"))?;
+        let mut wire = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let head_end = loop {
+            if let Some(at) = wire.windows(4).position(|w| w == b"\r\n\r\n") {
+                break at;
+            }
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "no response head: {:?}",
+                    String::from_utf8_lossy(&wire)
+                ));
+            }
+            read_some(&mut stream, &mut wire)?;
+        };
+        let head = String::from_utf8_lossy(&wire[..head_end]).into_owned();
+        if !head.starts_with("HTTP/1.1 200") || !head.contains("content-type: text/event-stream") {
+            return Err(format!("GET {target} did not open a stream: {head}"));
+        }
+        let wire = wire[head_end + 4..].to_vec();
+        Ok(EventStream {
+            stream,
+            wire,
+            text: String::new(),
+        })
+    }
+
+    /// Moves complete chunks from `wire` to `text`.
+    fn dechunk(&mut self) -> Result<(), String> {
+        loop {
+            let Some(end) = self.wire.windows(2).position(|w| w == b"\r\n") else {
+                return Ok(());
+            };
+            let size = usize::from_str_radix(&String::from_utf8_lossy(&self.wire[..end]), 16)
+                .map_err(|e| format!("bad chunk size: {e}"))?;
+            if self.wire.len() < end + 2 + size + 2 {
+                return Ok(());
+            }
+            let chunk = String::from_utf8(self.wire[end + 2..end + 2 + size].to_vec())
+                .map_err(|e| format!("events are not UTF-8: {e}"))?;
+            self.text.push_str(&chunk);
+            self.wire.drain(..end + 4 + size);
+        }
+    }
+
+    /// Complete events in `text` (keep-alive comments dropped), leaving a partial one.
+    fn complete_events(&self) -> Vec<SentEvent> {
+        let Some(end) = self.text.rfind("\n\n") else {
+            return Vec::new();
+        };
+        self.text[..end]
+            .split("\n\n")
+            .filter_map(|block| {
+                let mut event = None;
+                let mut id = None;
+                let mut data = None;
+                for line in block.lines() {
+                    if let Some(v) = line.strip_prefix("event: ") {
+                        event = Some(v.to_owned());
+                    } else if let Some(v) = line.strip_prefix("id: ") {
+                        id = Some(v.to_owned());
+                    } else if let Some(v) = line.strip_prefix("data: ") {
+                        data = serde_json::from_str(v).ok();
+                    }
+                }
+                Some((event?, id, data.unwrap_or(Value::Null)))
+            })
+            .collect()
+    }
+
+    /// The next `n` events; fails when fewer come within a few seconds or more
+    /// come within a short grace after them.
+    fn next(&mut self, n: usize) -> Result<Vec<SentEvent>, String> {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while self.complete_events().len() < n && Instant::now() < deadline {
+            read_some(&mut self.stream, &mut self.wire)?;
+            self.dechunk()?;
+        }
+        let grace = Instant::now() + Duration::from_millis(150);
+        while Instant::now() < grace {
+            read_some(&mut self.stream, &mut self.wire)?;
+            self.dechunk()?;
+        }
+        let events = self.complete_events();
+        if let Some(end) = self.text.rfind("\n\n") {
+            self.text.drain(..end + 2);
+        }
+        Ok(events)
+    }
+}
+
+/// Reads what arrives within 50 ms (nothing is fine).
+fn read_some(stream: &mut TcpStream, into: &mut Vec<u8>) -> Result<(), String> {
+    stream
+        .set_read_timeout(Some(Duration::from_millis(50)))
+        .map_err(|e| e.to_string())?;
+    let mut buf = [0u8; 16384];
+    match stream.read(&mut buf) {
+        Ok(n) => {
+            into.extend_from_slice(&buf[..n]);
+            Ok(())
+        }
+        Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => Ok(()),
+        Err(e) => Err(format!("reading events: {e}")),
+    }
 }
 
 impl NativeRun {
@@ -402,6 +532,28 @@ impl NativeRun {
                 self.check(&r, expect)
                     .map_err(|e| format!("wait {name}: {e}"))?;
             }
+            Step::Subscribe {
+                target,
+                last_event_id,
+                name,
+            } => {
+                let target = substitute(target, &self.vars)?;
+                let last = last_event_id
+                    .as_deref()
+                    .map(|id| substitute(id, &self.vars))
+                    .transpose()?;
+                let stream = EventStream::open(http_addr, &target, last.as_deref())?;
+                self.streams.insert(name.clone(), stream);
+            }
+            Step::Events { name, expect } => {
+                let stream = self
+                    .streams
+                    .get_mut(name)
+                    .ok_or(format!("no stream named {name}"))?;
+                let got = stream.next(expect.len())?;
+                check_events(&got, expect, &self.vars)
+                    .map_err(|e| format!("stream {name}: {e}"))?;
+            }
             Step::Pending(name) => {
                 let handle = self
                     .waits
@@ -427,6 +579,7 @@ fn run_api(v: &ApiVector) -> Result<(), String> {
         server: Native::start(&flags)?,
         vars: Vars::new(),
         waits: HashMap::new(),
+        streams: HashMap::new(),
     };
     for (i, step) in v.steps.iter().enumerate() {
         run.step(step).map_err(|e| format!("step {}: {e}", i + 1))?;

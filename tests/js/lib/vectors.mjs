@@ -107,6 +107,8 @@ const STEP_KEYS = {
   advance: ["advance"],
   resolve: ["resolve", "expect"],
   pending: ["pending"],
+  subscribe: ["subscribe", "lastEventId", "as"],
+  events: ["events", "expect"],
 };
 
 function requestLine(line, what) {
@@ -128,7 +130,7 @@ export function apiVectors() {
         const where = `${what}: step ${i + 1}`;
         if (!kind) throw new Error(`${where}: no step kind`);
         onlyKeys(s, STEP_KEYS[kind], where);
-        if (s.expect) {
+        if (s.expect && kind !== "events") {
           onlyKeys(s.expect, ["status", "body", "allow", "headers", "bytes", "text"], where);
           if (["body", "bytes", "text"].filter((k) => k in s.expect).length > 1) throw new Error(`${where}: expect has one of body, bytes and text`);
           for (const name of Object.keys(s.expect.headers ?? {})) {
@@ -148,6 +150,15 @@ export function apiVectors() {
             return { kind, ms: s.advance };
           case "resolve":
             return { kind, name: s.resolve, expect: s.expect };
+          case "subscribe": {
+            const { method, target } = requestLine(s.subscribe, where);
+            if (method !== "GET" || !target.startsWith("/api/events")) throw new Error(`${where}: subscribe takes GET /api/events...`);
+            return { kind, target, lastEventId: s.lastEventId, name: s.as };
+          }
+          case "events":
+            if (!Array.isArray(s.expect)) throw new Error(`${where}: expect must be an array of events`);
+            for (const e of s.expect) onlyKeys(e, ["event", "id", "data"], where);
+            return { kind, name: s.events, expect: s.expect };
           default:
             return { kind, name: s.pending };
         }
@@ -294,6 +305,20 @@ export function checkResponse({ status, headers = {}, body, bytes: got }, expect
 }
 
 /** Checks replies ({code, lines}) against a vector's expected replies. */
+/** Checks the events a stream sent (`[{event, id, data}]`, data parsed) against a step's, in order. */
+export function checkEvents(got, expected, vars) {
+  if (got.length !== expected.length) {
+    throw new Error(`expected ${expected.length} events, got ${got.length}: ${JSON.stringify(got)}`);
+  }
+  got.forEach((e, i) => {
+    const want = expected[i];
+    if (e.event !== want.event) throw new Error(`event ${i + 1}: expected ${want.event}, got ${e.event}`);
+    const id = want.id === undefined ? undefined : substitute(want.id, vars);
+    if (e.id !== id) throw new Error(`event ${i + 1}: expected id ${id}, got ${e.id}`);
+    check(e.data, want.data ?? {}, vars);
+  });
+}
+
 export function checkReplies(got, expected) {
   const render = () => got.map((r) => `  ${r.code} ${r.lines.join(" / ")}`).join("\n");
   const fail = (why) => {
