@@ -365,6 +365,7 @@ impl Subscribers {
                         store: store(),
                     },
                     filter: subscriber.filter.clone(),
+                    head,
                 })
             }
         }
@@ -388,9 +389,24 @@ enum Source {
 pub struct EventBatch {
     source: Source,
     filter: Arc<LiveFilter>,
+    /// The log head the subscriber's cursor is at after this batch.
+    head: u64,
 }
 
 impl EventBatch {
+    /// How many log entries or stored messages it covers.
+    pub fn entries(&self) -> usize {
+        match &self.source {
+            Source::Log { entries, .. } => entries.len(),
+            Source::Stored(messages) => messages.len(),
+        }
+    }
+
+    /// The log head ([`crate::api::Api::event_head`]) this batch reaches; 0 for a replay.
+    pub fn head(&self) -> u64 {
+        self.head
+    }
+
     /// Whether running it may take long: a pattern to match, or more than
     /// [`LIGHT_MESSAGES`] entries. A host may run light batches where it stands.
     pub fn is_heavy(&self) -> bool {
@@ -499,6 +515,7 @@ impl Replay {
         Some(EventBatch {
             source: Source::Stored(now),
             filter: self.filter.clone(),
+            head: 0,
         })
     }
 }

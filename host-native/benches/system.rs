@@ -562,6 +562,20 @@ fn main() {
     let messages = env_usize("MESSAGES", 5000);
     let wait_samples = env_usize("WAIT_SAMPLES", 1000);
     let many = env_usize("MANY_WAITS", 10_000);
+    if std::env::var("ONLY").as_deref() == Ok("streams-ingest") {
+        let streams = env_usize("STREAMS", 100);
+        let mut ratios = ingest_with_subscribers(streams, messages, rounds);
+        println!(
+            "ingest with {streams} event streams against none: ratio per round {}; median {:.2}",
+            ratios
+                .iter()
+                .map(|r| format!("{r:.2}"))
+                .collect::<Vec<_>>()
+                .join(" "),
+            median(&mut ratios)
+        );
+        return;
+    }
 
     let idle = Mailjar::start(&[]);
     std::thread::sleep(Duration::from_millis(200));

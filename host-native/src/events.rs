@@ -20,12 +20,24 @@ use crate::state::{Sendable, Shared};
 /// How many stored messages one step of a replay looks at.
 const REPLAY_BATCH: usize = 256;
 
+/// How long a stream waits before its next look at the log when its last
+/// look found more than one new entry: mail is arriving faster than it
+/// drains, and each write wakes its client, so it takes a few milliseconds'
+/// worth of events per write instead of one. A stream whose looks find one
+/// entry at a time (a test sending one message and waiting for its event)
+/// is never delayed.
+const LINGER: Duration = Duration::from_millis(20);
+
 /// One subscriber's stream.
 pub struct EventStream {
     shared: Arc<Shared>,
     id: SubscriberId,
     replay: mailjar_core::api::Replay,
     head: watch::Receiver<u64>,
+    /// The log head its last batch reached: it has news when the published head passes it.
+    seen: u64,
+    /// Its last look found more than one entry: wait [`LINGER`] before the next.
+    linger: bool,
     ended: bool,
 }
 
@@ -38,6 +50,8 @@ impl EventStream {
             replay: subscription.replay,
             shared,
             head,
+            seen: 0,
+            linger: false,
             ended: false,
         }
     }
@@ -58,22 +72,31 @@ impl EventStream {
         }
         loop {
             // Marked seen before looking: a change after the look wakes us.
-            self.head.borrow_and_update();
+            let published = *self.head.borrow_and_update();
+            if published <= self.seen {
+                // Nothing published past what the last batch took: no need to ask.
+                if !self.idle().await {
+                    return Some(KEEP_ALIVE.to_vec());
+                }
+                continue;
+            }
+            if self.linger {
+                tokio::time::sleep(LINGER).await;
+            }
             match self.shared.next_events(self.id).await {
-                Sendable::Events(events) => {
+                Sendable::Events(events, head, entries) => {
+                    self.seen = head;
+                    self.linger = entries > 1;
                     self.frame(&events, &mut out);
                     if !out.is_empty() {
                         return Some(out);
                     }
                 }
                 Sendable::Idle => {
-                    let keep_alive = Duration::from_millis(KEEP_ALIVE_MS);
-                    tokio::select! {
-                        changed = self.head.changed() => if changed.is_err() {
-                            self.ended = true;
-                            return None;
-                        },
-                        _ = tokio::time::sleep(keep_alive) => return Some(KEEP_ALIVE.to_vec()),
+                    self.seen = published;
+                    self.linger = false;
+                    if !self.idle().await {
+                        return Some(KEEP_ALIVE.to_vec());
                     }
                 }
                 Sendable::End(last) => {
@@ -82,6 +105,21 @@ impl EventStream {
                     return Some(out);
                 }
             }
+        }
+    }
+
+    /// Waits for the published head to move: true when it did (or the server
+    /// stopped: the next look ends the stream), false after the keep-alive interval.
+    async fn idle(&mut self) -> bool {
+        let keep_alive = Duration::from_millis(KEEP_ALIVE_MS);
+        tokio::select! {
+            changed = self.head.changed() => {
+                if changed.is_err() {
+                    self.ended = true;
+                }
+                true
+            }
+            _ = tokio::time::sleep(keep_alive) => false,
         }
     }
 

@@ -226,6 +226,7 @@ impl Server {
             shutdown: shutdown_rx,
         };
         let matcher = tokio::spawn(self.shared.clone().match_deliveries());
+        let pump = tokio::spawn(self.shared.clone().pump_events());
         let smtp_task = tokio::spawn(smtp_server::serve(self.smtp, slots.clone(), smtp_context));
         let http_options = http1::HttpOptions {
             body_timeout: self.settings.http_body_timeout,
@@ -250,6 +251,7 @@ impl Server {
         // Parked waits see the shutdown and answer 503; give them a moment to be written.
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         matcher.abort();
+        pump.abort();
     }
 }
 

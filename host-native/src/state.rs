@@ -7,6 +7,7 @@
 //! matching), responses are written after it is released, and what the core
 //! lets go of is freed after it.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -33,8 +34,12 @@ pub struct Shared {
     workers: Semaphore,
     /// Wakes the matcher when a message is stored while waits are parked.
     stored: Notify,
-    /// The event log's head: idle event streams wait for it to move.
+    /// The event log's head as published to event streams: idle streams wait for it to move.
     event_head: watch::Sender<u64>,
+    /// The event log's head as the core has it (the pump publishes it).
+    logged_head: AtomicU64,
+    /// Wakes the event pump when the log moved.
+    logged: Notify,
 }
 
 /// What a request turned into: a response now, or one to wait for.
@@ -56,8 +61,8 @@ pub enum Handled {
 
 /// What an event stream has to send next.
 pub enum Sendable {
-    /// These events.
-    Events(Vec<Event>),
+    /// These events, the log head they reach, and how many log entries they came from.
+    Events(Vec<Event>, u64, usize),
     /// Nothing yet: wait for the event log's head to move ([`Shared::event_head`]).
     Idle,
     /// The stream is over (it fell behind, or it was ended).
@@ -97,6 +102,8 @@ impl Shared {
             workers: Semaphore::new(workers.max(1)),
             stored: Notify::new(),
             event_head: watch::Sender::new(0),
+            logged_head: AtomicU64::new(0),
+            logged: Notify::new(),
         }
     }
 
@@ -243,13 +250,25 @@ impl Shared {
         next
     }
 
-    /// Tells idle event streams that the event log moved (outside the lock).
+    /// Tells the event pump that the event log moved (outside the lock).
     fn publish(&self, head: u64) {
-        self.event_head.send_if_modified(|seen| {
-            let moved = *seen != head;
-            *seen = head;
-            moved
-        });
+        if self.logged_head.fetch_max(head, Ordering::AcqRel) < head {
+            self.logged.notify_one();
+        }
+    }
+
+    /// Publishes the event log's head to the event streams, forever, off the
+    /// delivery path: a delivery only bumps a counter and wakes this task.
+    pub async fn pump_events(self: Arc<Self>) {
+        loop {
+            self.logged.notified().await;
+            let head = self.logged_head.load(Ordering::Acquire);
+            let published = *self.event_head.borrow();
+            if head <= published {
+                continue;
+            }
+            self.event_head.send_replace(head);
+        }
     }
 
     /// Watches the event log's head: it moves when there are events to fetch.
@@ -262,7 +281,10 @@ impl Shared {
     pub async fn next_events(&self, id: SubscriberId) -> Sendable {
         let next = self.lock().next_events(id);
         match next {
-            NextEvents::Batch(batch) => Sendable::Events(self.run_events(batch).await),
+            NextEvents::Batch(batch) => {
+                let (head, entries) = (batch.head(), batch.entries());
+                Sendable::Events(self.run_events(batch).await, head, entries)
+            }
             NextEvents::Idle => Sendable::Idle,
             NextEvents::Overflow => Sendable::End(Some(Event::Overflow)),
             NextEvents::Ended => Sendable::End(None),
