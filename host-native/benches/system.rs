@@ -583,6 +583,16 @@ fn main() {
         );
         return;
     }
+    if std::env::var("ONLY").as_deref() == Ok("event-latency") {
+        let (events, baseline) = event_latency(wait_samples);
+        println!(
+            "event p50 {:.3} ms, p99 {:.3} ms; /health p50 {:.3} ms",
+            percentile(&events, 0.5),
+            percentile(&events, 0.99),
+            percentile(&baseline, 0.5)
+        );
+        return;
+    }
 
     let idle = Mailjar::start(&[]);
     std::thread::sleep(Duration::from_millis(200));
