@@ -146,7 +146,11 @@ fn jsregex_estimate_bounds_adversarial_matches() {
             ms(measured_ns)
         );
         if measured_ns > estimate {
-            failures.push(format!("{} /{flags} on {} bytes", short(pattern), subject.len()));
+            failures.push(format!(
+                "{} /{flags} on {} bytes",
+                short(pattern),
+                subject.len()
+            ));
         }
     }
     assert!(
@@ -166,7 +170,9 @@ fn jsregex_common_patterns_fit_the_default_budget_many_times() {
         .cycle()
         .take(1_000)
         .collect();
-    let words = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta"];
+    let words = [
+        "alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta",
+    ];
     let three = words[..3].join("|");
     let ten = [&words[..], &["iota", "kappa"]].concat().join("|");
     for (pattern, flags) in [
