@@ -5,9 +5,14 @@
 //! The model, in the engines' own terms:
 //! - `regex` (no lookaround, no backreference) is linear: each subject byte costs at most a
 //!   lazy-DFA step plus, when the DFA builds a new state or has given up, one step per NFA
-//!   state that can be active at once, which is at most the pattern's *positions* (characters
-//!   and classes, with counted repetitions unrolled). A pattern that starts with `^` reads at
-//!   most as many bytes as it can match.
+//!   state that can be active at once, which is at most the pattern's *positions*: characters
+//!   and classes, and the NFA states that match nothing but are followed all the same
+//!   (assertions, empty alternatives, capture groups, the split of an alternation or an
+//!   optional repetition), with counted repetitions unrolled. A large alternation of
+//!   zero-width parts has no characters, yet every DFA state carries its NFA states (the
+//!   `jsregex` fuzz target, under AddressSanitizer, measured such a pattern before a
+//!   many-state tail at 200 times an estimate that counted characters only). A pattern
+//!   that starts with `^` reads at most as many bytes as it can match (4 a character).
 //! - fancy-regex runs a backtracking VM from every start position (one, when the pattern
 //!   starts with `^`). It hands every part without lookaround or backreference to `regex`
 //!   (a *delegate*, which scans at most the rest of the subject and yields one result), and
@@ -55,6 +60,13 @@ const DELEGATE_NS: f64 = 250.0;
 const DELEGATE_BYTE_NS: f64 = 40.0;
 /// Per byte compared by a backreference.
 const COMPARE_NS: f64 = 2.0;
+/// NFA states an alternation adds (its split and its join), and an optional repetition per
+/// optional copy.
+const SPLIT_STATES: f64 = 2.0;
+/// NFA states a capture group adds.
+const CAPTURE_STATES: f64 = 2.0;
+/// Most UTF-8 bytes one character takes as the engine sees it (a pseudo character too).
+const CHAR_BYTES: f64 = 4.0;
 /// Saturation for the path counts (which grow exponentially).
 const CAP: f64 = 1e30;
 
@@ -67,7 +79,8 @@ pub(super) struct Shape {
     /// Fewest and most characters it matches (`INFINITY`: unbounded).
     min_len: f64,
     max_len: f64,
-    /// Characters and classes, counted repetitions unrolled.
+    /// NFA states a lazy-DFA state can hold: characters and classes, plus zero-width states
+    /// (assertions, empty alternatives, captures, splits), counted repetitions unrolled.
     positions: f64,
     /// Those of them that can make the lazy DFA need many states: classes (other than the
     /// case variants of one character) and everything repeated.
@@ -82,7 +95,8 @@ enum Kind {
         literal: bool,
         single: bool,
     },
-    /// Matches empty: `^`, `$`, `\b` as `regex` runs them, an empty alternative.
+    /// Matches empty: `^`, `$`, `\b` as `regex` runs them, an empty alternative (one NFA
+    /// state all the same).
     Empty,
     /// An assertion fancy-regex runs as lookarounds in exclusive alternatives, in units of
     /// one lookaround: `^`/`$` with `m` (an assertion or a lookbehind: 3, measured), `\b` in
@@ -148,7 +162,7 @@ impl Shape {
         let sum = |v: &[Shape], f: fn(&Shape) -> f64| v.iter().map(f).fold(0.0, add);
         let (hard, min_len, max_len, positions, varied) = match &kind {
             Kind::Char { literal, .. } => (false, 1.0, 1.0, 1.0, if *literal { 0.0 } else { 1.0 }),
-            Kind::Empty => (false, 0.0, 0.0, 0.0, 0.0),
+            Kind::Empty => (false, 0.0, 0.0, 1.0, 0.0),
             Kind::Assert { .. } => (true, 0.0, 0.0, 1.0, 1.0),
             Kind::Look { body, .. } => (true, 0.0, 0.0, body.positions, body.varied),
             Kind::Backref => (true, 0.0, f64::INFINITY, 0.0, 0.0),
@@ -163,11 +177,17 @@ impl Shape {
                 v.iter().any(|s| s.hard),
                 v.iter().map(|s| s.min_len).fold(f64::INFINITY, f64::min),
                 v.iter().map(|s| s.max_len).fold(0.0, f64::max),
-                sum(v, |s| s.positions),
+                // The split and the join.
+                add(sum(v, |s| s.positions), SPLIT_STATES),
                 sum(v, |s| s.varied),
             ),
             Kind::Repeat { body, min, max } => {
                 let copies = max.unwrap_or(min + 1).max(1) as f64;
+                // A split for every optional copy (one for the loop).
+                let splits = mul(
+                    copies - (*min).min(max.unwrap_or(*min)) as f64,
+                    SPLIT_STATES,
+                );
                 (
                     body.hard,
                     body.min_len * *min as f64,
@@ -176,7 +196,7 @@ impl Shape {
                         _ if body.max_len == 0.0 => 0.0,
                         _ => f64::INFINITY,
                     },
-                    mul(body.positions, copies),
+                    add(mul(body.positions, copies), splits),
                     mul(body.positions, copies),
                 )
             }
@@ -216,7 +236,13 @@ impl Shape {
             Node::Start | Node::End if fancy && fl.multiline => Kind::Assert { looks: 3.0 },
             Node::WordBoundary(_) if fancy => Kind::Assert { looks: 4.0 },
             Node::Start | Node::End | Node::WordBoundary(_) => Kind::Empty,
-            Node::Group(_, n) => return Shape::of(n, fl, fancy),
+            Node::Group(None, n) => return Shape::of(n, fl, fancy),
+            // Two capture states around the group.
+            Node::Group(Some(_), n) => {
+                let mut shape = Shape::of(n, fl, fancy);
+                shape.positions = add(shape.positions, CAPTURE_STATES);
+                return shape;
+            }
             Node::Look { negate, node, .. } => Kind::Look {
                 negate: *negate,
                 body: Box::new(Shape::of(node, fl, fancy)),
@@ -430,9 +456,10 @@ impl Profile {
             let bounded = add(mul(add(2.0 * backtracks, starts), c.line), c.one);
             add(explored.min(bounded), c.build)
         } else {
-            // Anchored at the start, the DFA stops where no match can go on.
+            // Anchored at the start, the DFA stops where no match can go on (and one byte on,
+            // to see it).
             let bytes = if self.anchored {
-                n.min(self.shape.max_len)
+                n.min(add(mul(self.shape.max_len, CHAR_BYTES), 1.0))
             } else {
                 n
             };
@@ -505,6 +532,33 @@ mod tests {
     fn nested_quantifiers_are_bounded_by_the_backtrack_limit() {
         let e = estimate(r"(a*)*\1x", "", &"a".repeat(5_000));
         assert!(e > 10_000_000 && e < u64::MAX / 2, "{e}");
+    }
+
+    #[test]
+    fn zero_width_parts_count_as_nfa_states() {
+        // The fuzz finding's shape: no characters in the alternation, but each of its parts
+        // is an NFA state in every lazy-DFA state the tail builds.
+        let subject = "ab".repeat(500);
+        let tail = estimate("[ab]*a[ab]{8}c", "", &subject);
+        for part in [r"\b", "$", "^", "()", "(?:)"] {
+            let wide = estimate(
+                &format!("(?:{})[ab]*a[ab]{{8}}c", vec![part; 200].join("|")),
+                "",
+                &subject,
+            );
+            assert!(wide > 10 * tail, "{part}: {tail} {wide}");
+        }
+        let groups = estimate(&format!("{}(a)", "()".repeat(300)), "", &subject);
+        assert!(groups > 10 * estimate("a", "", &subject), "{groups}");
+    }
+
+    #[test]
+    fn anchored_reads_up_to_four_bytes_a_character() {
+        // `^` then at most 41 characters: up to 164 bytes of a subject in a 4-byte script,
+        // as much as an unanchored scan of 40 such characters.
+        let anchored = estimate("^[^]{40}x", "u", &"\u{10400}".repeat(1_000));
+        let scan = estimate("[^]{40}x", "u", &"\u{10400}".repeat(40));
+        assert!(anchored >= scan, "{anchored} {scan}");
     }
 
     #[test]
