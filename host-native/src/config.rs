@@ -95,6 +95,9 @@ pub struct Settings {
         value_delimiter = ','
     )]
     pub allowed_hosts: Vec<String>,
+    /// Do not serve the web UI at `/` (its paths are then 404 like any unknown path).
+    #[arg(long, env = "MAILJAR_NO_UI")]
+    pub no_ui: bool,
     /// Print one JSON line on stdout once both listeners are bound: {"smtp": "127.0.0.1:PORT", "http": "http://127.0.0.1:PORT"}.
     #[arg(long)]
     pub ready_json: bool,

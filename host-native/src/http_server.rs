@@ -32,6 +32,8 @@ pub struct HttpContext {
     pub cors_origins: Vec<String>,
     /// Becomes true when the server shuts down.
     pub shutdown: watch::Receiver<bool>,
+    /// Whether the web UI is served at `/` (false with `--no-ui`).
+    pub ui: bool,
 }
 
 /// The warp filter that serves the whole API.
@@ -55,12 +57,21 @@ pub fn routes(
                     let last_event_id = headers
                         .get("last-event-id")
                         .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+                    // The web UI's files, behind the same Host guard as the API.
+                    let page = context.ui.then(|| {
+                        let tag = headers.get(http::header::IF_NONE_MATCH);
+                        let tag = tag.and_then(|v| v.to_str().ok());
+                        crate::ui::respond(&method, path.as_str(), tag)
+                    });
                     // A parked wait should not keep a copy of the headers alive.
                     drop(headers);
-                    let mut response = match refusal {
-                        Some(refusal) => json(refusal),
-                        None if method == http::Method::OPTIONS && cors.is_some() => preflight(),
-                        None => {
+                    let mut response = match (refusal, page.flatten()) {
+                        (Some(refusal), _) => json(refusal),
+                        (None, _) if method == http::Method::OPTIONS && cors.is_some() => {
+                            preflight()
+                        }
+                        (None, Some(page)) => page,
+                        (None, None) => {
                             let request = Request {
                                 method: method.as_str().to_owned(),
                                 path: path.as_str().to_owned(),

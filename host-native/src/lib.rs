@@ -8,6 +8,7 @@ pub mod http1;
 pub mod http_server;
 pub mod smtp_server;
 pub mod state;
+pub mod ui;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -224,6 +225,7 @@ impl Server {
                 .map(|o| o.trim().to_owned())
                 .collect(),
             shutdown: shutdown_rx,
+            ui: !self.settings.no_ui,
         };
         let matcher = tokio::spawn(self.shared.clone().match_deliveries());
         let pump = tokio::spawn(self.shared.clone().pump_events());

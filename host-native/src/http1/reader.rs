@@ -39,13 +39,15 @@ pub const MAX_HEADERS: usize = 100;
 /// The most CR and LF bytes ignored before a request line (400 above it).
 pub const MAX_EMPTY_LINE_BYTES: usize = 64;
 /// The request headers the API looks at; the others are not handed to the filter.
-const FORWARDED_HEADERS: [&str; 5] = [
+const FORWARDED_HEADERS: [&str; 6] = [
     "host",
     "origin",
     "access-control-request-method",
     "access-control-request-headers",
     // Where an event stream resumes.
     "last-event-id",
+    // The web UI's revalidation (304).
+    "if-none-match",
 ];
 
 /// An answer the driver gives instead of calling the API: a status and the

@@ -1,0 +1,686 @@
+// mailjar's web UI: a list of captured mail kept live by GET /api/events, a
+// message view, one search box. Message text is only ever set with
+// textContent or as attribute values of elements built with createElement;
+// HTML mail is shown only in a sandboxed iframe on /api/emails/:id/html.
+
+const PAGE = 50;
+const ZERO_ID = "00000000-0000-0000-0000-000000000000";
+
+const $ = (id) => document.getElementById(id);
+const ui = {
+  search: $("search"),
+  count: $("count"),
+  live: $("live"),
+  deleteAll: $("delete-all"),
+  error: $("error"),
+  main: $("main"),
+  list: $("list"),
+  empty: $("empty"),
+  older: $("older"),
+  message: $("message"),
+  back: $("back"),
+  deleteOne: $("delete-one"),
+  subject: $("m-subject"),
+  meta: $("m-meta"),
+  codes: $("m-codes"),
+  tabs: $("tabs"),
+  panel: $("panel"),
+};
+
+const state = {
+  /** Summaries shown, newest first. */
+  emails: [],
+  /** Index of the row under the cursor. */
+  cursor: 0,
+  /** Whether older pages may exist. */
+  more: false,
+  /** The open message (full JSON), if any. */
+  open: null,
+  tab: "html",
+  remoteImages: false,
+  /** The parsed search: URLSearchParams of API filters. */
+  filters: new URLSearchParams(),
+  source: null,
+  /** Bumped on every reload, so late answers of an old search are dropped. */
+  generation: 0,
+};
+
+// ---- small helpers -------------------------------------------------------
+
+/** An element with a class and text (never HTML). */
+function el(tag, className, text) {
+  const node = document.createElement(tag);
+  if (className) node.className = className;
+  if (text !== undefined && text !== null) node.textContent = String(text);
+  return node;
+}
+
+function showError(text) {
+  ui.error.textContent = text;
+  ui.error.hidden = !text;
+}
+
+/** GET or DELETE a JSON endpoint; throws an Error carrying the API's {"error"} text. */
+async function api(path, method = "GET") {
+  const response = await fetch(path, { method, headers: { accept: "application/json" } });
+  const body = await response.text();
+  let json = null;
+  try {
+    json = JSON.parse(body);
+  } catch {
+    // Not JSON: reported below.
+  }
+  if (!response.ok) {
+    const error = new Error(json?.error ?? `HTTP ${response.status}`);
+    error.status = response.status;
+    throw error;
+  }
+  return json;
+}
+
+function formatSize(bytes) {
+  if (bytes < 1024) return `${bytes} B`;
+  if (bytes < 1024 * 1024) return `${(bytes / 1024).toFixed(1)} KB`;
+  return `${(bytes / 1024 / 1024).toFixed(1)} MB`;
+}
+
+function formatTime(iso) {
+  const date = new Date(iso);
+  if (Number.isNaN(date.getTime())) return String(iso);
+  const today = new Date();
+  const sameDay = date.toDateString() === today.toDateString();
+  return sameDay
+    ? date.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" })
+    : date.toLocaleString([], { year: "numeric", month: "short", day: "numeric", hour: "2-digit", minute: "2-digit" });
+}
+
+async function copy(text, button) {
+  try {
+    await navigator.clipboard.writeText(text);
+    flash(button, "Copied");
+  } catch {
+    // No clipboard permission (plain http on another host): select the text instead.
+    const field = el("input", "copy-fallback");
+    field.value = text;
+    field.readOnly = true;
+    field.setAttribute("aria-label", "Text to copy");
+    button.after(field);
+    field.select();
+    flash(button, "Press Ctrl+C");
+  }
+}
+
+function flash(button, text) {
+  const before = button.dataset.label ?? button.textContent;
+  button.dataset.label = before;
+  button.textContent = text;
+  setTimeout(() => (button.textContent = before), 1200);
+}
+
+function emailPath(id, tail = "") {
+  return `/api/emails/${encodeURIComponent(id)}${tail}`;
+}
+
+/** Only same-origin API paths are used as URLs from message JSON. */
+function apiUrl(url) {
+  return typeof url === "string" && url.startsWith("/api/emails/") ? url : null;
+}
+
+/** Only http(s) URLs become links. */
+function webUrl(url) {
+  try {
+    const parsed = new URL(url);
+    return parsed.protocol === "http:" || parsed.protocol === "https:" ? parsed.href : null;
+  } catch {
+    return null;
+  }
+}
+
+// ---- search ----------------------------------------------------------------
+
+/**
+ * The API filters of a search text: `to:addr` is the recipient, a
+ * `/pattern/flags` token is a regex on the subject, the rest (trimmed) one
+ * subject substring.
+ */
+export function parseSearch(text) {
+  const filters = new URLSearchParams();
+  let rest = ` ${text} `;
+  // Greedy: the pattern runs to the last "/" that is followed by flags and a space.
+  const regex = /\s\/(.+)\/([a-z]*)(?=\s)/;
+  const patternMatch = rest.match(regex);
+  if (patternMatch) {
+    filters.set("subjectPattern", patternMatch[1]);
+    if (patternMatch[2]) filters.set("subjectFlags", patternMatch[2]);
+    rest = rest.replace(patternMatch[0], " \0");
+  }
+  rest = rest.replace(/\sto:(\S+)(?=\s)/gi, (_, address) => {
+    filters.append("to", address);
+    return " \0";
+  });
+  // Where a token was taken out, the words either side join with one space.
+  const subject = rest.replace(/\s*(?:\0\s*)+/g, " ").trim();
+  if (subject) filters.set("subject", subject);
+  return filters;
+}
+
+function readHash() {
+  return new URLSearchParams(location.hash.slice(1));
+}
+
+function writeHash() {
+  const params = new URLSearchParams();
+  if (ui.search.value) params.set("q", ui.search.value);
+  if (state.open) params.set("id", state.open.id);
+  const hash = params.toString();
+  const url = `${location.pathname}${location.search}${hash ? `#${hash}` : ""}`;
+  if (url !== `${location.pathname}${location.search}${location.hash}`) history.replaceState(null, "", url);
+}
+
+// ---- the list ----------------------------------------------------------------
+
+function row(email, index) {
+  const item = el("li", "row");
+  item.id = `row-${email.id}`;
+  item.setAttribute("role", "option");
+  item.dataset.id = email.id;
+  item.dataset.index = String(index);
+  const top = el("div", "row-top");
+  top.append(el("span", "from", email.from || email.envelope?.from || "(no sender)"));
+  if (email.attachmentCount > 0) {
+    const clip = el("span", "clip", "📎");
+    clip.title = `${email.attachmentCount} attachment${email.attachmentCount === 1 ? "" : "s"}`;
+    clip.setAttribute("aria-label", clip.title);
+    top.append(clip);
+  }
+  const time = el("time", "time", formatTime(email.receivedAt));
+  time.dateTime = email.receivedAt;
+  top.append(time);
+  const subject = el("div", "row-subject", email.subject || "(no subject)");
+  const bottom = el("div", "row-bottom");
+  bottom.append(el("span", "to", `to ${(email.to ?? []).join(", ")}`), el("span", "size", formatSize(email.size)));
+  item.append(top, subject, bottom);
+  if (email.preview) item.append(el("div", "preview", email.preview));
+  item.setAttribute("aria-label", `${email.subject || "(no subject)"}, from ${email.from}`);
+  return item;
+}
+
+function renderList() {
+  const rows = state.emails.map(row);
+  ui.list.replaceChildren(...rows);
+  ui.empty.hidden = state.emails.length > 0;
+  ui.empty.textContent = state.filters.toString() ? "No mail matches this search." : "No mail yet.";
+  ui.older.hidden = !state.more;
+  state.cursor = Math.min(state.cursor, Math.max(0, state.emails.length - 1));
+  markCursor(false);
+}
+
+function markCursor(scroll) {
+  for (const node of ui.list.querySelectorAll('[aria-selected="true"]')) node.setAttribute("aria-selected", "false");
+  const node = ui.list.children[state.cursor];
+  if (!node) return;
+  node.setAttribute("aria-selected", "true");
+  ui.list.setAttribute("aria-activedescendant", node.id);
+  if (scroll) node.scrollIntoView({ block: "nearest" });
+  for (const open of ui.list.querySelectorAll(".open")) open.classList.remove("open");
+  if (state.open) document.getElementById(`row-${state.open.id}`)?.classList.add("open");
+}
+
+function listQuery(extra = {}) {
+  const params = new URLSearchParams(state.filters);
+  params.set("view", "summary");
+  params.set("limit", String(PAGE));
+  for (const [k, v] of Object.entries(extra)) params.set(k, v);
+  return `/api/emails?${params}`;
+}
+
+/** Loads the newest page for the current search, then follows the event stream from there. */
+async function reload() {
+  const generation = ++state.generation;
+  state.source?.close();
+  state.source = null;
+  setLive(false);
+  try {
+    const { emails } = await api(listQuery());
+    if (generation !== state.generation) return;
+    showError("");
+    state.emails = emails.reverse();
+    state.more = emails.length === PAGE;
+    state.cursor = 0;
+    renderList();
+    follow(state.emails[0]?.id ?? ZERO_ID, generation);
+  } catch (error) {
+    if (generation !== state.generation) return;
+    state.emails = [];
+    state.more = false;
+    renderList();
+    ui.empty.textContent = "";
+    showError(`Search: ${error.message}`);
+  }
+  refreshCount();
+}
+
+async function loadOlder() {
+  const oldest = state.emails.at(-1);
+  if (!oldest) return;
+  const generation = state.generation;
+  try {
+    const { emails } = await api(listQuery({ beforeId: oldest.id }));
+    if (generation !== state.generation) return;
+    const known = new Set(state.emails.map((e) => e.id));
+    state.emails.push(...emails.reverse().filter((e) => !known.has(e.id)));
+    state.more = emails.length === PAGE;
+    renderList();
+  } catch (error) {
+    showError(`Loading older mail: ${error.message}`);
+  }
+}
+
+function setLive(on) {
+  ui.live.textContent = on ? "live" : "offline";
+  ui.live.classList.toggle("on", on);
+}
+
+/** Follows GET /api/events for the current search, after the newest message shown. */
+function follow(afterId, generation) {
+  const params = new URLSearchParams(state.filters);
+  params.set("afterId", afterId);
+  const source = new EventSource(`/api/events?${params}`);
+  state.source = source;
+  source.addEventListener("open", () => setLive(true));
+  source.addEventListener("stored", (event) => {
+    if (generation !== state.generation) return;
+    let email;
+    try {
+      email = JSON.parse(event.data);
+    } catch {
+      return;
+    }
+    if (state.emails.some((e) => e.id === email.id)) return;
+    state.emails.unshift(email);
+    const node = row(email, 0);
+    ui.list.prepend(node);
+    renumber();
+    if (state.emails.length > 1) state.cursor += 1;
+    ui.empty.hidden = true;
+    markCursor(false);
+    refreshCount();
+  });
+  source.addEventListener("deleted", (event) => {
+    let data;
+    try {
+      data = JSON.parse(event.data);
+    } catch {
+      return;
+    }
+    if (data.all) {
+      state.emails = [];
+      state.more = false;
+      renderList();
+      if (state.open) closeMessage(`This message was deleted.`);
+    } else {
+      const gone = new Set(data.ids ?? []);
+      const cursorId = state.emails[state.cursor]?.id;
+      state.emails = state.emails.filter((e) => !gone.has(e.id));
+      for (const id of gone) document.getElementById(`row-${id}`)?.remove();
+      renumber();
+      const at = state.emails.findIndex((e) => e.id === cursorId);
+      state.cursor = at >= 0 ? at : Math.min(state.cursor, Math.max(0, state.emails.length - 1));
+      ui.empty.hidden = state.emails.length > 0;
+      markCursor(false);
+      if (state.open && gone.has(state.open.id)) {
+        const reason = data.reason === "evicted" ? "evicted by the store's limits" : "deleted";
+        ui.subject.textContent = `${state.open.subject || "(no subject)"} (${reason})`;
+      }
+    }
+    refreshCount();
+  });
+  for (const type of ["overflow", "error"]) {
+    source.addEventListener(type, (event) => {
+      if (!event.data) {
+        setLive(false);
+        return;
+      }
+      try {
+        showError(`Live updates: ${JSON.parse(event.data).error}`);
+      } catch {
+        showError("Live updates stopped");
+      }
+      if (type === "error") {
+        source.close();
+        setLive(false);
+      }
+    });
+  }
+}
+
+function renumber() {
+  [...ui.list.children].forEach((node, i) => (node.dataset.index = String(i)));
+}
+
+let countTimer = null;
+function refreshCount() {
+  if (countTimer) return;
+  countTimer = setTimeout(async () => {
+    countTimer = null;
+    try {
+      const health = await api("/health");
+      const limits = health.limits ?? {};
+      const shown = state.filters.toString() ? `${state.emails.length}${state.more ? "+" : ""} shown · ` : "";
+      ui.count.textContent = `${shown}${health.messages} stored`;
+      ui.count.title = `${health.messages} of at most ${limits.maxMessages} messages, ${formatSize(health.storeBytes)} of ${formatSize(limits.maxStoreBytes)}; ${health.evicted} evicted`;
+      const recipient = state.filters.getAll("to");
+      ui.deleteAll.textContent = recipient.length === 1 ? `Delete all to ${recipient[0]}` : "Delete all";
+    } catch {
+      ui.count.textContent = "";
+    }
+  }, 150);
+}
+
+// ---- the message -------------------------------------------------------------------
+
+async function openMessage(id) {
+  try {
+    const { email } = await api(emailPath(id));
+    state.open = email;
+    state.remoteImages = false;
+    state.tab = email.html ? "html" : "text";
+    renderMessage();
+    writeHash();
+    markCursor(false);
+  } catch (error) {
+    showError(error.status === 404 ? "That message is gone (deleted or evicted)." : `Opening: ${error.message}`);
+  }
+}
+
+function closeMessage(note) {
+  state.open = null;
+  ui.message.hidden = true;
+  ui.main.classList.remove("reading");
+  ui.panel.replaceChildren();
+  writeHash();
+  markCursor(false);
+  if (note) showError(note);
+  ui.list.focus();
+}
+
+function renderMessage() {
+  const email = state.open;
+  ui.message.hidden = false;
+  ui.main.classList.add("reading");
+  ui.subject.textContent = email.subject || "(no subject)";
+  const meta = [
+    ["From", email.from],
+    ["To", (email.to ?? []).join(", ")],
+    ["Cc", (email.cc ?? []).join(", ")],
+    ["Received", new Date(email.receivedAt).toLocaleString()],
+    ["Size", formatSize(email.size)],
+  ];
+  ui.meta.replaceChildren(
+    ...meta.filter(([, v]) => v).flatMap(([k, v]) => [el("dt", "", k), el("dd", "", v)]),
+  );
+  ui.codes.replaceChildren(
+    ...(email.codes ?? []).map((code) => {
+      const button = el("button", "code", code);
+      button.type = "button";
+      button.title = "Copy this code";
+      button.setAttribute("aria-label", `Copy code ${code}`);
+      button.addEventListener("click", () => copy(code, button));
+      return button;
+    }),
+  );
+  const tabs = [
+    ["html", "HTML", Boolean(email.html)],
+    ["text", "Text", true],
+    ["headers", "Headers", true],
+    ["raw", "Raw", true],
+    ["links", `Links (${email.links?.length ?? 0})`, true],
+    ["attachments", `Attachments (${email.attachments?.length ?? 0})`, true],
+  ];
+  ui.tabs.replaceChildren(
+    ...tabs
+      .filter(([, , shown]) => shown)
+      .map(([key, label]) => {
+        const tab = el("button", "tab", label);
+        tab.type = "button";
+        tab.id = `tab-${key}`;
+        tab.setAttribute("role", "tab");
+        tab.setAttribute("aria-selected", String(key === state.tab));
+        tab.addEventListener("click", () => {
+          state.tab = key;
+          renderMessage();
+        });
+        return tab;
+      }),
+  );
+  ui.panel.setAttribute("aria-labelledby", `tab-${state.tab}`);
+  const panels = { html: htmlPanel, text: textPanel, headers: headersPanel, raw: rawPanel, links: linksPanel, attachments: attachmentsPanel };
+  ui.panel.replaceChildren(...panels[state.tab](email));
+}
+
+function htmlPanel(email) {
+  const bar = el("div", "panel-bar");
+  const images = el("button", "", state.remoteImages ? "Remote images shown" : "Show remote images");
+  images.type = "button";
+  images.disabled = state.remoteImages;
+  images.addEventListener("click", () => {
+    state.remoteImages = true;
+    renderMessage();
+  });
+  bar.append(images);
+  const frame = document.createElement("iframe");
+  frame.className = "html-frame";
+  // No allow-scripts, no allow-same-origin: the mail's HTML runs nothing and reads nothing.
+  frame.setAttribute("sandbox", "");
+  frame.setAttribute("referrerpolicy", "no-referrer");
+  frame.title = "HTML body of the message";
+  frame.src = emailPath(email.id, state.remoteImages ? "/html?remoteImages=true" : "/html");
+  return [bar, frame];
+}
+
+function textPanel(email) {
+  return [el("pre", "text", email.text || "(no text body)")];
+}
+
+function headersPanel(email) {
+  const list = el("dl", "headers");
+  const rows = [["envelope from", email.envelope?.from ?? ""], ["envelope to", (email.envelope?.to ?? []).join(", ")]];
+  if (email.smtp) {
+    const smtp = email.smtp;
+    rows.push(["smtp helo", smtp.helo ?? ""], ["smtp remote address", smtp.remoteAddr ?? ""]);
+    rows.push(["smtp tls", smtp.tls ? `${smtp.tls.version} ${smtp.tls.cipher}` : "none"]);
+    rows.push(["smtp auth", smtp.auth ? `${smtp.auth.mechanism} ${smtp.auth.username}` : "none"]);
+  }
+  for (const [name, value] of Object.entries(email.headers ?? {})) rows.push([name, String(value)]);
+  for (const [name, value] of rows) list.append(el("dt", "", name), el("dd", "", value));
+  return [list];
+}
+
+function rawPanel(email) {
+  const bar = el("div", "panel-bar");
+  const download = el("a", "button", "Download .eml");
+  download.href = emailPath(email.id, "/raw");
+  download.setAttribute("download", `${email.id}.eml`);
+  bar.append(download);
+  const pre = el("pre", "raw", "Loading…");
+  fetch(emailPath(email.id, "/raw"))
+    .then((r) => (r.ok ? r.text() : Promise.reject(new Error(`HTTP ${r.status}`))))
+    .then((text) => (pre.textContent = text))
+    .catch((error) => (pre.textContent = `Could not load the raw message: ${error.message}`));
+  return [bar, pre];
+}
+
+function linksPanel(email) {
+  const links = email.links ?? [];
+  if (!links.length) return [el("p", "empty", "No links.")];
+  const list = el("ul", "links");
+  for (const link of links) {
+    const item = el("li");
+    const href = webUrl(link);
+    const text = href ? el("a", "link", link) : el("span", "link", link);
+    if (href) {
+      text.href = href;
+      text.target = "_blank";
+      text.rel = "noopener noreferrer";
+    }
+    const button = el("button", "copy", "Copy");
+    button.type = "button";
+    button.setAttribute("aria-label", `Copy link ${link}`);
+    button.addEventListener("click", () => copy(link, button));
+    item.append(button, text);
+    list.append(item);
+  }
+  return [list];
+}
+
+function attachmentsPanel(email) {
+  const attachments = email.attachments ?? [];
+  if (!attachments.length) return [el("p", "empty", "No attachments.")];
+  const list = el("ul", "attachments");
+  for (const attachment of attachments) {
+    const item = el("li");
+    const url = apiUrl(attachment.url);
+    const name = attachment.filename || "(unnamed)";
+    const link = el("a", "attachment", name);
+    if (url) {
+      link.href = url;
+      link.setAttribute("download", name);
+    }
+    item.append(link, el("span", "attachment-meta", ` ${attachment.contentType}, ${formatSize(attachment.size)}`));
+    if (url && /^image\/(png|jpeg|gif|webp|bmp|avif)$/i.test(attachment.contentType)) {
+      const image = el("img", "thumb");
+      image.src = url;
+      image.alt = name;
+      image.loading = "lazy";
+      item.append(image);
+    }
+    list.append(item);
+  }
+  return [list];
+}
+
+// ---- actions ------------------------------------------------------------------------
+
+async function deleteMessage(id) {
+  try {
+    await api(emailPath(id), "DELETE");
+    if (state.open?.id === id) closeMessage();
+  } catch (error) {
+    showError(`Deleting: ${error.message}`);
+  }
+}
+
+async function deleteAll() {
+  const recipient = state.filters.getAll("to");
+  const scoped = recipient.length === 1;
+  const question = scoped ? `Delete every message to ${recipient[0]}?` : "Delete every stored message?";
+  if (!confirm(question)) return;
+  try {
+    await api(scoped ? `/api/emails?${new URLSearchParams({ to: recipient[0] })}` : "/api/emails", "DELETE");
+    if (scoped) reload();
+  } catch (error) {
+    showError(`Deleting: ${error.message}`);
+  }
+}
+
+function move(step) {
+  if (!state.emails.length) return;
+  state.cursor = Math.max(0, Math.min(state.emails.length - 1, state.cursor + step));
+  markCursor(true);
+}
+
+// ---- wiring --------------------------------------------------------------------------
+
+function applySearch(text, fromHash = false) {
+  if (!fromHash) writeHash();
+  state.filters = parseSearch(text);
+  reload();
+}
+
+let searchTimer = null;
+ui.search.addEventListener("input", () => {
+  clearTimeout(searchTimer);
+  searchTimer = setTimeout(() => applySearch(ui.search.value), 250);
+});
+ui.search.addEventListener("keydown", (event) => {
+  if (event.key === "Enter") {
+    clearTimeout(searchTimer);
+    applySearch(ui.search.value);
+  } else if (event.key === "Escape" || event.key === "ArrowDown") {
+    event.preventDefault();
+    ui.list.focus();
+  }
+});
+
+ui.list.addEventListener("click", (event) => {
+  const item = event.target.closest("li.row");
+  if (!item) return;
+  state.cursor = Number(item.dataset.index);
+  markCursor(false);
+  openMessage(item.dataset.id);
+});
+ui.older.addEventListener("click", loadOlder);
+ui.back.addEventListener("click", () => closeMessage());
+ui.deleteOne.addEventListener("click", () => state.open && deleteMessage(state.open.id));
+ui.deleteAll.addEventListener("click", deleteAll);
+
+document.addEventListener("keydown", (event) => {
+  const typing = event.target instanceof HTMLInputElement || event.target instanceof HTMLTextAreaElement;
+  if (typing || event.ctrlKey || event.metaKey || event.altKey) return;
+  switch (event.key) {
+    case "/":
+      event.preventDefault();
+      ui.search.focus();
+      ui.search.select();
+      break;
+    case "j":
+    case "ArrowDown":
+      if (event.target.closest?.(".panel")) return;
+      event.preventDefault();
+      move(1);
+      break;
+    case "k":
+    case "ArrowUp":
+      if (event.target.closest?.(".panel")) return;
+      event.preventDefault();
+      move(-1);
+      break;
+    case "Enter": {
+      if (event.target instanceof HTMLButtonElement || event.target instanceof HTMLAnchorElement) return;
+      const email = state.emails[state.cursor];
+      if (email) {
+        event.preventDefault();
+        openMessage(email.id);
+      }
+      break;
+    }
+    case "Delete": {
+      const id = state.open?.id ?? state.emails[state.cursor]?.id;
+      if (id) {
+        event.preventDefault();
+        deleteMessage(id);
+      }
+      break;
+    }
+    case "Escape":
+      if (state.open) closeMessage();
+      break;
+    default:
+  }
+});
+
+function fromHash() {
+  const hash = readHash();
+  const q = hash.get("q") ?? "";
+  if (q !== ui.search.value || !state.source) {
+    ui.search.value = q;
+    applySearch(q, true);
+  }
+  const id = hash.get("id");
+  if (id && state.open?.id !== id) openMessage(id);
+  else if (!id && state.open) closeMessage();
+}
+
+window.addEventListener("hashchange", fromHash);
+fromHash();
+ui.list.focus();
