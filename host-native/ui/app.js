@@ -301,7 +301,8 @@ function follow(afterId, generation) {
     const node = row(email, 0);
     ui.list.prepend(node);
     renumber();
-    if (state.emails.length > 1) state.cursor += 1;
+    // The cursor stays on its message, except at the top of the list with nothing open: it follows the newest.
+    if (state.emails.length > 1 && (state.cursor > 0 || state.open)) state.cursor += 1;
     ui.empty.hidden = true;
     markCursor(false);
     refreshCount();

@@ -1,0 +1,445 @@
+// The web UI of the native binary in headless Chromium (Debian's
+// /usr/bin/chromium through playwright-core), against the real binary: mail
+// sent over SMTP appears without a reload, its HTML reads inside the sandboxed
+// iframe, regex search, copying a code, downloading an attachment, deleting,
+// a filter in the URL, and hostile mail that must run nothing. Screenshots go
+// to target/ui-screenshots/ (light and dark, wide and 360 px).
+//
+// MAILJAR_UI_FIGURES=1 also measures: time to the first row with 10,000
+// stored messages, end of DATA to row on screen (p50 of 100), and the UI's
+// bytes (raw and gzip).
+import assert from "node:assert/strict";
+import { spawn, execFileSync } from "node:child_process";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import net from "node:net";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { after, before, describe, test } from "node:test";
+import { fileURLToPath } from "node:url";
+import { gzipSync } from "node:zlib";
+
+import nodemailer from "nodemailer";
+import { chromium } from "playwright-core";
+
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
+const CHROMIUM = process.env.MAILJAR_CHROMIUM ?? "/usr/bin/chromium";
+const SHOTS = path.join(process.env.CARGO_TARGET_DIR ?? path.join(root, "target"), "ui-screenshots");
+
+/** The debug binary the cargo tests built (built here when missing). */
+function binary() {
+  if (process.env.MAILJAR_BIN) return process.env.MAILJAR_BIN;
+  const target = process.env.CARGO_TARGET_DIR ?? path.join(root, "target");
+  const bin = path.join(target, "debug", "mailjar");
+  if (!existsSync(bin)) execFileSync("cargo", ["build", "-p", "mailjar"], { cwd: root, stdio: "inherit" });
+  return bin;
+}
+
+/** Starts the server on free ports; resolves once `--ready-json` has printed them. */
+function startServer(flags = []) {
+  const child = spawn(binary(), ["--smtp-port", "0", "--http-port", "0", "--ready-json", ...flags], {
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  return new Promise((resolve, reject) => {
+    let out = "";
+    let err = "";
+    const timer = setTimeout(() => reject(new Error(`mailjar did not start:\n${err}`)), 15_000);
+    child.stderr.setEncoding("utf8");
+    child.stderr.on("data", (chunk) => (err += chunk));
+    child.stdout.setEncoding("utf8");
+    child.stdout.on("data", (chunk) => {
+      out += chunk;
+      if (out.includes("\n")) {
+        clearTimeout(timer);
+        const ready = JSON.parse(out.split("\n")[0]);
+        resolve({ child, smtpPort: Number(ready.smtp.split(":").at(-1)), http: ready.http });
+      }
+    });
+    child.on("exit", (code) => reject(new Error(`mailjar exited with ${code}:\n${err}`)));
+  });
+}
+
+async function launch() {
+  assert.ok(existsSync(CHROMIUM), `${CHROMIUM} is missing: apt-get install chromium (scripts/test-wasm.sh does)`);
+  const profile = mkdtempSync(path.join(tmpdir(), "mailjar-ui-"));
+  const context = await chromium.launchPersistentContext(profile, {
+    executablePath: CHROMIUM,
+    headless: true,
+    acceptDownloads: true,
+    viewport: { width: 1280, height: 800 },
+    args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+  });
+  return { context, close: async () => { await context.close(); rmSync(profile, { recursive: true, force: true }); } };
+}
+
+/** A page that records every dialog, console line, page error, main-frame navigation and foreign request. */
+async function watchedPage(context, origin) {
+  const page = await context.newPage();
+  const seen = { dialogs: [], console: [], errors: [], navigations: [], foreign: [] };
+  page.on("dialog", (d) => {
+    seen.dialogs.push(d.message());
+    d.dismiss().catch(() => {});
+  });
+  page.on("console", (m) => seen.console.push(m.text()));
+  page.on("pageerror", (e) => seen.errors.push(e.message));
+  page.on("framenavigated", (f) => f === page.mainFrame() && seen.navigations.push(f.url()));
+  page.on("request", (r) => !r.url().startsWith(origin) && !r.url().startsWith("data:") && seen.foreign.push(r.url()));
+  return { page, seen };
+}
+
+let server;
+let transport;
+let browser;
+
+before(async () => {
+  server = await startServer();
+  transport = nodemailer.createTransport({ host: "127.0.0.1", port: server.smtpPort, secure: false, ignoreTLS: true });
+  browser = await launch();
+  mkdirSync(SHOTS, { recursive: true });
+});
+
+after(async () => {
+  await browser?.close();
+  transport?.close();
+  server?.child.kill();
+});
+
+async function send(mail) {
+  await transport.sendMail({ from: "app@example.test", to: "alice@local.test", ...mail });
+}
+
+async function clear() {
+  const response = await fetch(`${server.http}/api/emails`, { method: "DELETE" });
+  assert.equal(response.status, 200);
+}
+
+/** The rows' subjects, top to bottom. */
+function subjects(page) {
+  return page.locator("#list li .row-subject").allTextContents();
+}
+
+describe("the web UI", () => {
+  test("live list, message tabs, search, copy, download, delete, URL filter", { timeout: 120_000 }, async () => {
+    await clear();
+    await send({ subject: "before the page", text: "old" });
+    const { page, seen } = await watchedPage(browser.context, server.http);
+    await page.goto(`${server.http}/`);
+    await page.locator("#list li", { hasText: "before the page" }).waitFor();
+    await page.locator("#live.on").waitFor();
+
+    // Live: mail sent now appears without a reload, newest first, and the count follows.
+    const marker = `live-${Date.now()}`;
+    await send({
+      subject: `Your code is 482913 ${marker}`,
+      text: `Hello Alice, use 482913. https://example.test/verify?t=${marker}`,
+      html: `<h1>Welcome ${marker}</h1><p>Your code is <b>482913</b>.</p><a href="https://example.test/verify?t=${marker}">verify</a>`,
+      attachments: [{ filename: "report.txt", content: `attachment ${marker}\n` }],
+    });
+    await page.locator("#list li", { hasText: marker }).waitFor();
+    assert.deepEqual(await subjects(page), [`Your code is 482913 ${marker}`, "before the page"]);
+    await page.locator("#count", { hasText: "2 stored" }).waitFor();
+    assert.deepEqual(seen.navigations, [`${server.http}/`], "no reload");
+    assert.equal(await page.locator("#list li").first().locator(".clip").count(), 1, "attachment mark");
+
+    await page.screenshot({ path: path.join(SHOTS, "list-light.png") });
+
+    // Open it (keyboard: the cursor is on the newest, Enter opens): HTML tab first, read inside the iframe.
+    await page.keyboard.press("Enter");
+    await page.locator('#tab-html[aria-selected="true"]').waitFor();
+    const frame = page.frameLocator("iframe.html-frame");
+    await frame.locator("h1", { hasText: `Welcome ${marker}` }).waitFor();
+    const sandbox = await page.locator("iframe.html-frame").getAttribute("sandbox");
+    assert.equal(sandbox, "", "sandboxed with no permissions");
+    await page.screenshot({ path: path.join(SHOTS, "message-light.png") });
+
+    // Text tab: the text as text.
+    await page.locator("#tab-text").click();
+    assert.match(await page.locator("#panel pre.text").textContent(), new RegExp(`Hello Alice, use 482913`));
+    // Raw tab: the exact source.
+    await page.locator("#tab-raw").click();
+    await page.locator("#panel pre.raw", { hasText: "Subject: Your code is" }).waitFor();
+    // Headers tab: the envelope and the headers.
+    await page.locator("#tab-headers").click();
+    await page.locator("#panel dd", { hasText: "alice@local.test" }).first().waitFor();
+    // Links tab.
+    await page.locator("#tab-links").click();
+    assert.equal(await page.locator("#panel a.link").getAttribute("href"), `https://example.test/verify?t=${marker}`);
+
+    // Copy the code with one click.
+    await browser.context.grantPermissions(["clipboard-read", "clipboard-write"], { origin: server.http });
+    await page.locator("#m-codes button", { hasText: "482913" }).click();
+    assert.equal(await page.evaluate(() => navigator.clipboard.readText()), "482913");
+
+    // Download the attachment: its bytes.
+    await page.locator("#tab-attachments").click();
+    const [download] = await Promise.all([page.waitForEvent("download"), page.locator("#panel a.attachment").click()]);
+    assert.equal(download.suggestedFilename(), "report.txt");
+    assert.equal(readFileSync(await download.path(), "utf8"), `attachment ${marker}\n`);
+
+    // Delete one (no confirmation): gone from the list, live.
+    await page.keyboard.press("Delete");
+    await page.locator("#list li", { hasText: marker }).waitFor({ state: "detached" });
+    assert.deepEqual(await subjects(page), ["before the page"]);
+    assert.equal(await page.locator("#message").isHidden(), true);
+
+    // Regex search.
+    for (const n of [7, 12]) await send({ subject: `Order #${n}` });
+    await send({ subject: "order #7 shipped", to: "bob@local.test" });
+    await page.locator("#list li", { hasText: "order #7 shipped" }).waitFor();
+    await page.keyboard.press("/");
+    assert.equal(await page.evaluate(() => document.activeElement?.id), "search");
+    await page.keyboard.type("/^order #\\d+$/i");
+    await page.keyboard.press("Enter");
+    await page.waitForFunction(() => document.querySelectorAll("#list li").length === 2);
+    assert.deepEqual(await subjects(page), ["Order #12", "Order #7"]);
+    assert.equal(new URLSearchParams((await page.evaluate(() => location.hash)).slice(1)).get("q"), "/^order #\\d+$/i");
+    // A new match arrives live under the search; a non-match does not.
+    await send({ subject: "not an order" });
+    await send({ subject: "Order #99" });
+    await page.locator("#list li", { hasText: "Order #99" }).waitFor();
+    assert.deepEqual(await subjects(page), ["Order #99", "Order #12", "Order #7"]);
+
+    // The API's 400 is shown readably.
+    await page.locator("#search").fill("/(unclosed/");
+    await page.keyboard.press("Enter");
+    await page.locator("#error:not([hidden])").waitFor();
+    const error = await page.locator("#error").textContent();
+    assert.match(error, /^Search: .*subjectPattern|^Search: .*pattern/i, error);
+
+    // A filter in the URL survives a reload: words and to:.
+    await page.goto(`${server.http}/#q=${encodeURIComponent("to:bob@local.test order")}`);
+    await page.waitForFunction(() => document.querySelectorAll("#list li").length === 1);
+    assert.deepEqual(await subjects(page), ["order #7 shipped"]);
+    assert.equal(await page.locator("#search").inputValue(), "to:bob@local.test order");
+    await page.reload();
+    await page.waitForFunction(() => document.querySelectorAll("#list li").length === 1);
+    assert.deepEqual(await subjects(page), ["order #7 shipped"]);
+
+    // Delete by recipient asks first; dismissing keeps the mail, accepting deletes only bob's.
+    await page.locator("#delete-all", { hasText: "bob@local.test" }).waitFor();
+    await page.locator("#delete-all").click();
+    assert.equal(seen.dialogs.length, 1, "a confirmation");
+    const stored = (await (await fetch(`${server.http}/health`)).json()).messages;
+    assert.equal(await page.locator("#list li").count(), 1, "dismissed: nothing deleted");
+    page.removeAllListeners("dialog");
+    page.once("dialog", (d) => d.accept());
+    await page.locator("#delete-all").click();
+    await page.locator("#list li").first().waitFor({ state: "detached" });
+    assert.equal((await (await fetch(`${server.http}/health`)).json()).messages, stored - 1);
+
+    assert.deepEqual(seen.errors, []);
+    assert.deepEqual(seen.foreign, []);
+    await page.close();
+  });
+
+  test("hostile mail is shown, never run", { timeout: 120_000 }, async () => {
+    await clear();
+    const { page, seen } = await watchedPage(browser.context, server.http);
+    await page.goto(`${server.http}/`);
+    await page.locator("#live.on").waitFor();
+    const subject = `<script>console.log("PWNED-subject")</script><img src=x onerror="console.log('PWNED-img');alert(1)">`;
+    await transport.sendMail({
+      from: `"<img src=x onerror=console.log('PWNED-from')>" <evil@attacker.test>`,
+      to: "alice@local.test",
+      subject,
+      headers: { "X-Evil": `<script>console.log("PWNED-header")</script>` },
+      text: `click javascript:console.log('PWNED-text') or <script>alert(2)</script>`,
+      html: [
+        `<script>console.log("PWNED-html");alert(3)</script>`,
+        `<meta http-equiv="refresh" content="0;url=https://evil.test/refresh">`,
+        `<form action="https://evil.test/form" method="post"><input name="a" value="b"><button id="go">go</button></form>`,
+        `<div id="cover" style="position:fixed;top:0;left:0;width:100vw;height:100vh;background:red;z-index:2147483647">COVER</div>`,
+        `<a id="js" href="javascript:console.log('PWNED-href');alert(4)">click me</a>`,
+        `<img src="x" onerror="console.log('PWNED-onerror');alert(5)">`,
+        `<iframe src="javascript:alert(6)"></iframe><object data="javascript:alert(7)"></object>`,
+      ].join("\n"),
+      attachments: [{ filename: `<img src=x onerror=alert(8)>.html`, content: `<script>alert(9)</script>` }],
+    });
+    const row = page.locator("#list li").first();
+    await row.waitFor();
+    // The hostile text is shown as text.
+    assert.equal(await row.locator(".row-subject").textContent(), subject);
+    assert.equal(await page.locator("#list img").count(), 0, "no element from message text");
+    await row.click();
+    await page.locator('#tab-html[aria-selected="true"]').waitFor();
+    assert.equal(await page.locator("#m-subject").textContent(), subject);
+    const frame = page.frameLocator("iframe.html-frame");
+    await frame.locator("#cover").waitFor();
+    // Click what the mail offers: a form button and a javascript: link.
+    await frame.locator("#js").click({ force: true }).catch(() => {});
+    await frame.locator("#go").click({ force: true }).catch(() => {});
+    // The cover stays inside the frame: the page's own controls are on top where they are.
+    const box = await page.locator("#delete-one").boundingBox();
+    const hit = await page.evaluate(([x, y]) => document.elementFromPoint(x, y)?.id, [box.x + box.width / 2, box.y + box.height / 2]);
+    assert.equal(hit, "delete-one");
+    for (const tab of ["text", "headers", "links", "attachments", "raw"]) {
+      await page.locator(`#tab-${tab}`).click();
+    }
+    await page.locator("#panel pre.raw", { hasText: "PWNED-html" }).waitFor();
+    await page.locator("#tab-attachments").click();
+    assert.equal(await page.locator("#panel a.attachment").textContent(), "<img src=x onerror=alert(8)>.html");
+    // Every request so far has had its answer: the iframe did not navigate, the page did not either.
+    await page.locator("#tab-html").click();
+    await frame.locator("#cover").waitFor();
+    const frames = page.frames().filter((f) => f.parentFrame() === page.mainFrame());
+    assert.deepEqual(frames.map((f) => new URL(f.url()).pathname), [`/api/emails/${await row.getAttribute("data-id")}/html`]);
+    const nested = page.frames().filter((f) => f.parentFrame() && f.parentFrame() !== page.mainFrame());
+    assert.ok(nested.every((f) => !/^https?:/.test(f.url()) || f.url().startsWith(server.http)), nested.map((f) => f.url()).join());
+    assert.deepEqual(seen.dialogs, []);
+    assert.deepEqual(seen.console.filter((line) => line.includes("PWNED")), []);
+    assert.deepEqual(seen.errors, []);
+    // Only the page's own load and its hash updates (history.replaceState).
+    assert.deepEqual(seen.navigations.map((u) => u.split("#")[0]), seen.navigations.map(() => `${server.http}/`));
+    assert.deepEqual(seen.foreign.filter((u) => u.includes("evil.test")), []);
+    await page.close();
+  });
+
+  test("dark and 360 px screenshots", { timeout: 60_000 }, async () => {
+    await clear();
+    await send({ subject: "Reset your password", text: "Use code 551204 https://example.test/reset", html: "<p>Use code <b>551204</b></p>" });
+    await send({ subject: "Welcome aboard", text: "Hi", attachments: [{ filename: "a.txt", content: "a" }] });
+    const { page } = await watchedPage(browser.context, server.http);
+    await page.emulateMedia({ colorScheme: "dark" });
+    await page.goto(`${server.http}/`);
+    await page.locator("#list li", { hasText: "Reset your password" }).waitFor();
+    assert.equal(await page.evaluate(() => matchMedia("(prefers-color-scheme: dark)").matches), true);
+    const background = await page.evaluate(() => getComputedStyle(document.body).backgroundColor);
+    await page.screenshot({ path: path.join(SHOTS, "list-dark.png") });
+    await page.locator("#list li", { hasText: "Reset your password" }).click();
+    await page.frameLocator("iframe.html-frame").locator("b").waitFor();
+    await page.screenshot({ path: path.join(SHOTS, "message-dark.png") });
+    await page.emulateMedia({ colorScheme: "light" });
+    assert.notEqual(await page.evaluate(() => getComputedStyle(document.body).backgroundColor), background);
+    // 360 px: one column, no horizontal scroll.
+    await page.setViewportSize({ width: 360, height: 740 });
+    await page.screenshot({ path: path.join(SHOTS, "message-360.png") });
+    assert.ok(await page.evaluate(() => document.documentElement.scrollWidth <= 360));
+    await page.locator("#back").click();
+    await page.locator("#list li").first().waitFor();
+    await page.screenshot({ path: path.join(SHOTS, "list-360.png") });
+    assert.ok(await page.evaluate(() => document.documentElement.scrollWidth <= 360));
+    await page.close();
+  });
+});
+
+/** Sends `count` messages over one raw SMTP connection, pipelined in batches. */
+async function blast(port, count, subject) {
+  const socket = net.connect(port, "127.0.0.1");
+  socket.setEncoding("utf8");
+  let buffer = "";
+  const replies = [];
+  let waiter = null;
+  socket.on("data", (chunk) => {
+    buffer += chunk;
+    let at;
+    while ((at = buffer.indexOf("\r\n")) >= 0) {
+      const line = buffer.slice(0, at);
+      buffer = buffer.slice(at + 2);
+      if (line[3] === " ") {
+        replies.push(line);
+        waiter?.();
+      }
+    }
+  });
+  const until = (n) => new Promise((resolve) => {
+    waiter = () => replies.length >= n && resolve();
+    waiter();
+  });
+  await until(1);
+  socket.write("EHLO figures\r\n");
+  await until(2);
+  let expected = 2;
+  for (let i = 0; i < count; i += 1) {
+    socket.write(`MAIL FROM:<load@example.test>\r\nRCPT TO:<alice@local.test>\r\nDATA\r\n`);
+    expected += 3;
+    await until(expected);
+    socket.write(`Subject: ${subject(i)}\r\nFrom: load@example.test\r\n\r\nbody ${i}\r\n.\r\n`);
+    expected += 1;
+    await until(expected);
+  }
+  socket.end("QUIT\r\n");
+}
+
+test("figures", { skip: process.env.MAILJAR_UI_FIGURES ? false : "set MAILJAR_UI_FIGURES=1", timeout: 600_000 }, async () => {
+  const figures = {};
+  // Bytes of the UI, as served.
+  let raw = 0;
+  let gzip = 0;
+  for (const asset of ["/", "/ui/app.js", "/ui/style.css", "/ui/favicon.svg"]) {
+    const body = Buffer.from(await (await fetch(`${server.http}${asset}`)).arrayBuffer());
+    raw += body.length;
+    gzip += gzipSync(body, { level: 9 }).length;
+  }
+  figures.uiBytes = { raw, gzip };
+
+  // First rows on screen with 10,000 stored.
+  await clear();
+  await blast(server.smtpPort, 10_000, (i) => `load ${i}`);
+  const health = await (await fetch(`${server.http}/health`)).json();
+  assert.equal(health.messages, 10_000);
+  const firstRows = [];
+  for (let run = 0; run < 5; run += 1) {
+    const { page } = await watchedPage(browser.context, server.http);
+    await page.goto(`${server.http}/`);
+    await page.locator("#list li").first().waitFor();
+    firstRows.push(await page.evaluate(() => new Promise((resolve) => requestAnimationFrame(() => resolve(performance.now())))));
+    await page.close();
+  }
+  firstRows.sort((a, b) => a - b);
+  figures.firstRowsMsWith10k = { median: Math.round(firstRows[2]), runs: firstRows.map(Math.round) };
+
+  // End of DATA to the row on screen, p50 of 100.
+  const { page } = await watchedPage(browser.context, server.http);
+  await page.goto(`${server.http}/`);
+  await page.locator("#live.on").waitFor();
+  await page.evaluate(() => {
+    window.__seen = {};
+    new MutationObserver((records) => {
+      const at = performance.timeOrigin + performance.now();
+      for (const r of records) for (const node of r.addedNodes) {
+        const subject = node.querySelector?.(".row-subject")?.textContent;
+        if (subject?.startsWith("lat ")) requestAnimationFrame(() => (window.__seen[subject] = { added: at, painted: performance.timeOrigin + performance.now() }));
+      }
+    }).observe(document.getElementById("list"), { childList: true });
+  });
+  const latencies = [];
+  const socket = net.connect(server.smtpPort, "127.0.0.1");
+  socket.setEncoding("utf8");
+  let inbox = "";
+  const reply = () => new Promise((resolve) => {
+    const check = () => {
+      const at = inbox.search(/^\d{3} .*\r\n/m);
+      if (at >= 0) {
+        const end = inbox.indexOf("\r\n", at) + 2;
+        const line = inbox.slice(0, end);
+        inbox = inbox.slice(end);
+        socket.off("data", check);
+        resolve(line);
+      }
+    };
+    socket.on("data", (d) => { inbox += d; });
+    socket.on("data", check);
+    check();
+  });
+  await reply();
+  socket.write("EHLO lat\r\n");
+  await reply();
+  for (let i = 0; i < 100; i += 1) {
+    for (const line of ["MAIL FROM:<l@example.test>", "RCPT TO:<alice@local.test>", "DATA"]) {
+      socket.write(`${line}\r\n`);
+      await reply();
+    }
+    const subjectLine = `lat ${i}`;
+    socket.write(`Subject: ${subjectLine}\r\n\r\nx\r\n`);
+    const sentAt = Date.now();
+    socket.write(".\r\n");
+    await reply();
+    await page.waitForFunction((s) => window.__seen[s]?.painted, subjectLine);
+    const seen = await page.evaluate((s) => window.__seen[s], subjectLine);
+    latencies.push(seen.painted - sentAt);
+  }
+  socket.end("QUIT\r\n");
+  latencies.sort((a, b) => a - b);
+  figures.dataToRowMs = { p50: Math.round(latencies[49]), p90: Math.round(latencies[89]), max: Math.round(latencies[99]) };
+  console.log(`UI figures: ${JSON.stringify(figures)}`);
+  await page.close();
+});
