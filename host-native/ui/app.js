@@ -188,7 +188,7 @@ function row(email, index) {
   const top = el("div", "row-top");
   top.append(el("span", "from", email.from || email.envelope?.from || "(no sender)"));
   if (email.attachmentCount > 0) {
-    const clip = el("span", "clip", "📎");
+    const clip = el("span", "clip");
     clip.title = `${email.attachmentCount} attachment${email.attachmentCount === 1 ? "" : "s"}`;
     clip.setAttribute("aria-label", clip.title);
     top.append(clip);
