@@ -369,6 +369,8 @@ function refreshCount() {
       const limits = health.limits ?? {};
       const shown = state.filters.toString() ? `${state.emails.length}${state.more ? "+" : ""} shown · ` : "";
       ui.count.textContent = `${shown}${health.messages} stored`;
+      const limit = el("span", "limits", ` · limit ${Number(limits.maxMessages).toLocaleString()} messages, ${formatSize(limits.maxStoreBytes)}`);
+      ui.count.append(limit);
       ui.count.title = `${health.messages} of at most ${limits.maxMessages} messages, ${formatSize(health.storeBytes)} of ${formatSize(limits.maxStoreBytes)}; ${health.evicted} evicted`;
       const recipient = state.filters.getAll("to");
       ui.deleteAll.textContent = recipient.length === 1 ? `Delete all to ${recipient[0]}` : "Delete all";

@@ -293,6 +293,26 @@ describe("the web UI", () => {
     await page.close();
   });
 
+  test("older pages load with beforeId, without gaps or duplicates", { timeout: 120_000 }, async () => {
+    await clear();
+    const total = 120;
+    await blast(server.smtpPort, total, (i) => `paged ${String(i).padStart(3, "0")}`);
+    const { page } = await watchedPage(browser.context, server.http);
+    await page.goto(`${server.http}/`);
+    await page.locator("#list li", { hasText: `paged ${String(total - 1).padStart(3, "0")}` }).waitFor();
+    const pageSize = await page.locator("#list li").count();
+    assert.ok(pageSize < total, `a first page (${pageSize}) smaller than the store`);
+    while (await page.locator("#older").isVisible()) {
+      const before = await page.locator("#list li").count();
+      await page.locator("#older").click();
+      await page.waitForFunction((n) => document.querySelectorAll("#list li").length > n, before);
+    }
+    const expected = Array.from({ length: total }, (_, i) => `paged ${String(total - 1 - i).padStart(3, "0")}`);
+    assert.deepEqual(await subjects(page), expected);
+    await page.locator("#count", { hasText: `${total} stored` }).waitFor();
+    await page.close();
+  });
+
   test("dark and 360 px screenshots", { timeout: 60_000 }, async () => {
     await clear();
     await send({ subject: "Reset your password", text: "Use code 551204 https://example.test/reset", html: "<p>Use code <b>551204</b></p>" });
