@@ -446,7 +446,9 @@ fn bad_parameters_are_400_with_an_error() {
 fn unknown_paths_404_and_wrong_methods_405_with_allow() {
     let server = Server::start();
     for target in [
-        "/",
+        // `/` is the web UI (tests/ui.rs); `/ui/` and unknown assets are not.
+        "/ui/",
+        "/ui/nope.js",
         "/api",
         "/api/nope/deeper/path",
         "/nope",

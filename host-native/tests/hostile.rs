@@ -478,10 +478,11 @@ fn cors_is_off_by_default_and_on_only_for_the_named_origin() {
 }
 
 /// HTML bodies are data: a message with a `<script>` comes back only inside JSON, with
-/// `nosniff`, and nothing the server answers is ever `text/html`, whatever the client accepts.
+/// `nosniff`, and with `--no-ui` nothing the API answers is ever `text/html`, whatever the
+/// client accepts (the web UI's own page, under its CSP, is tested in `ui.rs`).
 #[test]
 fn html_bodies_are_data_and_nothing_is_served_as_html() {
-    let server = Server::start();
+    let server = Server::start_with(&["--no-ui"]);
     let raw = b"From: a@example.test\r\nTo: html@example.test\r\nSubject: <script>alert(1)</script>\r\n\
         MIME-Version: 1.0\r\nContent-Type: text/html; charset=utf-8\r\n\r\n\
         <html><body><script>alert(document.cookie)</script><img src=x onerror=alert(2)></body></html>\r\n";
