@@ -310,7 +310,33 @@ describe("the web UI", () => {
     const expected = Array.from({ length: total }, (_, i) => `paged ${String(total - 1 - i).padStart(3, "0")}`);
     assert.deepEqual(await subjects(page), expected);
     await page.locator("#count", { hasText: `${total} stored` }).waitFor();
+    // Keyboard: j/k and the arrows move the cursor, Enter opens, Escape closes.
+    await page.locator("#list").focus();
+    for (const key of ["j", "j", "ArrowDown", "k"]) await page.keyboard.press(key);
+    await page.keyboard.press("Enter");
+    await page.locator("#m-subject", { hasText: expected[2] }).waitFor();
+    assert.equal(await page.locator('#list li[aria-selected="true"] .row-subject').textContent(), expected[2]);
+    await page.keyboard.press("Escape");
+    await page.locator("#message").waitFor({ state: "hidden" });
     await page.close();
+  });
+
+  test("evicted mail leaves the list live", { timeout: 60_000 }, async () => {
+    const small = await startServer(["--max-messages", "3"]);
+    try {
+      const { page } = await watchedPage(browser.context, small.http);
+      await page.goto(`${small.http}/`);
+      await page.locator("#live.on").waitFor();
+      await blast(small.smtpPort, 3, (i) => `kept ${i}`);
+      await page.waitForFunction(() => document.querySelectorAll("#list li").length === 3);
+      await blast(small.smtpPort, 1, () => "kept 3");
+      await page.locator("#list li", { hasText: "kept 3" }).waitFor();
+      await page.locator("#list li", { hasText: "kept 0" }).waitFor({ state: "detached" });
+      assert.deepEqual(await subjects(page), ["kept 3", "kept 2", "kept 1"]);
+      await page.close();
+    } finally {
+      small.child.kill();
+    }
   });
 
   test("dark and 360 px screenshots", { timeout: 60_000 }, async () => {
