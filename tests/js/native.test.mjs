@@ -3,51 +3,13 @@
 // follows GET /api/events, reconnects through a proxy that drops the
 // connection, and resumes with Last-Event-ID without a gap or a duplicate.
 import assert from "node:assert/strict";
-import { spawn, execFileSync } from "node:child_process";
-import { existsSync } from "node:fs";
 import net from "node:net";
-import path from "node:path";
 import { after, before, describe, test } from "node:test";
-import { fileURLToPath } from "node:url";
 
 import { EventSource } from "eventsource";
 import nodemailer from "nodemailer";
 
-const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
-
-/** The debug binary the cargo tests built (built here when missing). */
-function binary() {
-  if (process.env.MAILJAR_BIN) return process.env.MAILJAR_BIN;
-  const target = process.env.CARGO_TARGET_DIR ?? path.join(root, "target");
-  const bin = path.join(target, "debug", "mailjar");
-  if (!existsSync(bin)) execFileSync("cargo", ["build", "-p", "mailjar"], { cwd: root, stdio: "inherit" });
-  return bin;
-}
-
-/** Starts the server on free ports; resolves with them once `--ready-json` has printed them. */
-function startServer(flags = []) {
-  const child = spawn(binary(), ["--smtp-port", "0", "--http-port", "0", "--ready-json", ...flags], {
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  return new Promise((resolve, reject) => {
-    let out = "";
-    let err = "";
-    const timer = setTimeout(() => reject(new Error(`mailjar did not start:\n${err}`)), 15_000);
-    child.stderr.setEncoding("utf8");
-    child.stderr.on("data", (chunk) => (err += chunk));
-    child.stdout.setEncoding("utf8");
-    child.stdout.on("data", (chunk) => {
-      out += chunk;
-      const line = out.split("\n")[0];
-      if (out.includes("\n")) {
-        clearTimeout(timer);
-        const ready = JSON.parse(line);
-        resolve({ child, smtpPort: Number(ready.smtp.split(":").at(-1)), http: ready.http });
-      }
-    });
-    child.on("exit", (code) => reject(new Error(`mailjar exited with ${code}:\n${err}`)));
-  });
-}
+import { startServer } from "./lib/native.mjs";
 
 /** Collects an EventSource's `stored` and `deleted` events; `next(n)` resolves with the first n. */
 function collect(source) {

@@ -9,54 +9,19 @@
 // stored messages (MAILJAR_UI_FIGURES_COUNT), end of DATA to row on screen (p50 of 100), and the UI's
 // bytes (raw and gzip).
 import assert from "node:assert/strict";
-import { spawn, execFileSync } from "node:child_process";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import net from "node:net";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
-import { fileURLToPath } from "node:url";
 import { gzipSync } from "node:zlib";
 
 import nodemailer from "nodemailer";
 import { chromium } from "playwright-core";
 
-const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
+import { root, startServer } from "./lib/native.mjs";
 const CHROMIUM = process.env.MAILJAR_CHROMIUM ?? "/usr/bin/chromium";
 const SHOTS = path.join(process.env.CARGO_TARGET_DIR ?? path.join(root, "target"), "ui-screenshots");
-
-/** The debug binary the cargo tests built (built here when missing). */
-function binary() {
-  if (process.env.MAILJAR_BIN) return process.env.MAILJAR_BIN;
-  const target = process.env.CARGO_TARGET_DIR ?? path.join(root, "target");
-  const bin = path.join(target, "debug", "mailjar");
-  if (!existsSync(bin)) execFileSync("cargo", ["build", "-p", "mailjar"], { cwd: root, stdio: "inherit" });
-  return bin;
-}
-
-/** Starts the server on free ports; resolves once `--ready-json` has printed them. */
-function startServer(flags = []) {
-  const child = spawn(binary(), ["--smtp-port", "0", "--http-port", "0", "--ready-json", ...flags], {
-    stdio: ["ignore", "pipe", "pipe"],
-  });
-  return new Promise((resolve, reject) => {
-    let out = "";
-    let err = "";
-    const timer = setTimeout(() => reject(new Error(`mailjar did not start:\n${err}`)), 15_000);
-    child.stderr.setEncoding("utf8");
-    child.stderr.on("data", (chunk) => (err += chunk));
-    child.stdout.setEncoding("utf8");
-    child.stdout.on("data", (chunk) => {
-      out += chunk;
-      if (out.includes("\n")) {
-        clearTimeout(timer);
-        const ready = JSON.parse(out.split("\n")[0]);
-        resolve({ child, smtpPort: Number(ready.smtp.split(":").at(-1)), http: ready.http });
-      }
-    });
-    child.on("exit", (code) => reject(new Error(`mailjar exited with ${code}:\n${err}`)));
-  });
-}
 
 async function launch() {
   assert.ok(existsSync(CHROMIUM), `${CHROMIUM} is missing: apt-get install chromium (scripts/test-wasm.sh does)`);

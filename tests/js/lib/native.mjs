@@ -1,0 +1,42 @@
+// Starting the native binary from a Node test: on free ports, with the
+// ports learned from `--ready-json`.
+import { execFileSync, spawn } from "node:child_process";
+import { existsSync } from "node:fs";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+
+/** The repository root. */
+export const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../../..");
+
+/** The debug binary the cargo tests built (built here when missing), or MAILJAR_BIN. */
+export function binary() {
+  if (process.env.MAILJAR_BIN) return process.env.MAILJAR_BIN;
+  const target = process.env.CARGO_TARGET_DIR ?? path.join(root, "target");
+  const bin = path.join(target, "debug", "mailjar");
+  if (!existsSync(bin)) execFileSync("cargo", ["build", "-p", "mailjar"], { cwd: root, stdio: "inherit" });
+  return bin;
+}
+
+/** Starts the server on free ports; resolves with `{child, smtpPort, http}` once `--ready-json` has printed them. */
+export function startServer(flags = []) {
+  const child = spawn(binary(), ["--smtp-port", "0", "--http-port", "0", "--ready-json", ...flags], {
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  return new Promise((resolve, reject) => {
+    let out = "";
+    let err = "";
+    const timer = setTimeout(() => reject(new Error(`mailjar did not start:\n${err}`)), 15_000);
+    child.stderr.setEncoding("utf8");
+    child.stderr.on("data", (chunk) => (err += chunk));
+    child.stdout.setEncoding("utf8");
+    child.stdout.on("data", (chunk) => {
+      out += chunk;
+      if (out.includes("\n")) {
+        clearTimeout(timer);
+        const ready = JSON.parse(out.split("\n")[0]);
+        resolve({ child, smtpPort: Number(ready.smtp.split(":").at(-1)), http: ready.http });
+      }
+    });
+    child.on("exit", (code) => reject(new Error(`mailjar exited with ${code}:\n${err}`)));
+  });
+}
