@@ -4,6 +4,13 @@
 // HTML mail is shown only in a sandboxed iframe on /api/emails/:id/html.
 
 const PAGE = 50;
+/**
+ * Rows kept at most. The list is a window on the store: scrolling past its
+ * end loads an older page with `beforeId` and drops the newest rows; scrolling
+ * back up fetches them again with `afterId` and `beforeId`. The page's memory
+ * stays bounded however much is stored.
+ */
+const WINDOW = 300;
 const ZERO_ID = "00000000-0000-0000-0000-000000000000";
 
 const $ = (id) => document.getElementById(id);
@@ -14,7 +21,9 @@ const ui = {
   deleteAll: $("delete-all"),
   error: $("error"),
   main: $("main"),
+  listPane: $("list-pane"),
   list: $("list"),
+  newer: $("newer"),
   empty: $("empty"),
   older: $("older"),
   message: $("message"),
@@ -32,8 +41,16 @@ const state = {
   emails: [],
   /** Index of the row under the cursor. */
   cursor: 0,
-  /** Whether older pages may exist. */
+  /** Whether older pages may exist below the window. */
   more: false,
+  /** Exclusive upper `beforeId` bounds of newer pages dropped above the window, nearest last. */
+  above: [],
+  /** Live arrivals held while the newest mail is not in the window, newest first. */
+  pending: [],
+  /** Set when more arrived than `pending` holds: paging back up reloads instead. */
+  pendingLost: false,
+  /** A page load is running. */
+  loading: false,
   /** The open message (full JSON), if any. */
   open: null,
   tab: "html",
@@ -205,14 +222,40 @@ function row(email, index) {
   return item;
 }
 
-function renderList() {
-  const rows = state.emails.map(row);
-  ui.list.replaceChildren(...rows);
-  ui.empty.hidden = state.emails.length > 0;
+/**
+ * Runs `change` (which adds or removes rows) without moving what the reader
+ * sees: the first row in view stays where it was. At the very top of the
+ * list, new mail should come into view instead, unless `always`.
+ */
+function keepPosition(change, always = false) {
+  const pane = ui.listPane;
+  if (pane.scrollTop <= 0 && !always) {
+    change();
+    return;
+  }
+  const top = pane.getBoundingClientRect().top;
+  const anchor = [...ui.list.children].find((node) => node.getBoundingClientRect().bottom > top);
+  const id = anchor?.dataset.id;
+  const offset = anchor ? anchor.getBoundingClientRect().top - top : 0;
+  change();
+  const again = id && document.getElementById(`row-${id}`);
+  if (again) pane.scrollTop += again.getBoundingClientRect().top - top - offset;
+}
+
+function renderList(anchored = false) {
+  keepPosition(() => ui.list.replaceChildren(...state.emails.map(row)), anchored);
+  ui.empty.hidden = state.emails.length > 0 || !atTop();
   ui.empty.textContent = state.filters.toString() ? "No mail matches this search." : "No mail yet.";
-  ui.older.hidden = !state.more;
-  state.cursor = Math.min(state.cursor, Math.max(0, state.emails.length - 1));
+  renderPagers();
+  state.cursor = Math.min(Math.max(0, state.cursor), Math.max(0, state.emails.length - 1));
   markCursor(false);
+}
+
+function renderPagers() {
+  ui.older.hidden = !state.more;
+  ui.newer.hidden = atTop();
+  const waiting = state.pendingLost ? "new mail" : state.pending.length ? `${state.pending.length} new` : "";
+  ui.newer.textContent = waiting ? `Newer messages · ${waiting}` : "Newer messages";
 }
 
 function markCursor(scroll) {
@@ -234,11 +277,45 @@ function listQuery(extra = {}) {
   return `/api/emails?${params}`;
 }
 
+/** Whether the window shows the newest mail (no newer page was dropped). */
+function atTop() {
+  return state.above.length === 0;
+}
+
+/**
+ * The UUID one above `id`: `beforeId` of it is "up to and including `id`".
+ * Null for the greatest UUID, which has no successor.
+ */
+export function successor(id) {
+  const next = (BigInt(`0x${id.replaceAll("-", "")}`) + 1n).toString(16).padStart(32, "0");
+  if (next.length > 32) return null;
+  return `${next.slice(0, 8)}-${next.slice(8, 12)}-${next.slice(12, 16)}-${next.slice(16, 20)}-${next.slice(20)}`;
+}
+
+/** Drops the newest `count` rows, remembering each page of them so that it can be fetched back. */
+function dropNewest(count) {
+  const dropped = state.emails.splice(0, count);
+  // Newest page first, so the page next to the window is the last pushed.
+  for (let at = 0; at < dropped.length; at += PAGE) state.above.push(successor(dropped[at].id));
+  state.cursor -= dropped.length;
+}
+
+/** Drops rows beyond the window's size from the oldest end. */
+function dropOldest() {
+  if (state.emails.length <= WINDOW) return;
+  state.emails.length = WINDOW;
+  state.more = true;
+}
+
 /** Loads the newest page for the current search, then follows the event stream from there. */
 async function reload() {
   const generation = ++state.generation;
   state.source?.close();
   state.source = null;
+  state.above = [];
+  state.pending = [];
+  state.pendingLost = false;
+  state.loading = false;
   setLive(false);
   try {
     const { emails } = await api(listQuery());
@@ -247,6 +324,7 @@ async function reload() {
     state.emails = emails.reverse();
     state.more = emails.length === PAGE;
     state.cursor = 0;
+    ui.listPane.scrollTop = 0;
     renderList();
     follow(state.emails[0]?.id ?? ZERO_ID, generation);
   } catch (error) {
@@ -260,20 +338,78 @@ async function reload() {
   refreshCount();
 }
 
-async function loadOlder() {
-  const oldest = state.emails.at(-1);
-  if (!oldest) return;
+/** Runs one page load at a time, and drops its answer if the search changed meanwhile. */
+async function loadPage(fetchPage) {
+  if (state.loading) return false;
+  state.loading = true;
   const generation = state.generation;
   try {
-    const { emails } = await api(listQuery({ beforeId: oldest.id }));
-    if (generation !== state.generation) return;
-    const known = new Set(state.emails.map((e) => e.id));
-    state.emails.push(...emails.reverse().filter((e) => !known.has(e.id)));
-    state.more = emails.length === PAGE;
-    renderList();
+    const answer = await fetchPage();
+    if (generation !== state.generation) return false;
+    answer();
+    return true;
   } catch (error) {
-    showError(`Loading older mail: ${error.message}`);
+    if (generation === state.generation) showError(`Loading mail: ${error.message}`);
+    return false;
+  } finally {
+    if (generation === state.generation) state.loading = false;
   }
+}
+
+/** The next older page below the window; the newest rows go when the window is full. */
+function loadOlder() {
+  const oldest = state.emails.at(-1);
+  if (!oldest || !state.more) return Promise.resolve(false);
+  return loadPage(async () => {
+    const { emails } = await api(listQuery({ beforeId: oldest.id }));
+    return () => {
+      const known = new Set(state.emails.map((e) => e.id));
+      state.emails.push(...emails.reverse().filter((e) => !known.has(e.id)));
+      state.more = emails.length === PAGE;
+      if (state.emails.length > WINDOW) dropNewest(state.emails.length - WINDOW);
+      renderList();
+    };
+  });
+}
+
+/** Fetches back the newest page that was dropped; at the top, adds the mail that arrived meanwhile. */
+function loadNewer() {
+  if (atTop()) return Promise.resolve(false);
+  const bound = state.above.at(-1);
+  const params = { afterId: state.emails[0]?.id ?? ZERO_ID };
+  if (bound) params.beforeId = bound;
+  return loadPage(async () => {
+    const { emails } = await api(listQuery(params));
+    return () => {
+      state.above.pop();
+      const known = new Set(state.emails.map((e) => e.id));
+      const newer = emails.reverse().filter((e) => !known.has(e.id));
+      if (atTop()) {
+        if (state.pendingLost) {
+          reload();
+          return;
+        }
+        newer.unshift(...state.pending.filter((e) => !known.has(e.id)));
+        state.pending = [];
+      }
+      state.emails.unshift(...newer);
+      state.cursor += newer.length;
+      dropOldest();
+      // The rows that were in view stay there: the page fetched back sits above them.
+      renderList(true);
+    };
+  });
+}
+
+/** Loads pages while a pager button is in (or near) view, as the reader scrolls. */
+async function fillView() {
+  const pane = ui.listPane.getBoundingClientRect();
+  const near = (button) => {
+    if (button.hidden) return false;
+    const box = button.getBoundingClientRect();
+    return box.bottom > pane.top - 200 && box.top < pane.bottom + 200;
+  };
+  if (near(ui.older) ? await loadOlder() : near(ui.newer) ? await loadNewer() : false) requestAnimationFrame(fillView);
 }
 
 function setLive(on) {
@@ -296,16 +432,31 @@ function follow(afterId, generation) {
     } catch {
       return;
     }
+    refreshCount();
+    if (!atTop()) {
+      // The newest are not shown: hold the arrival until the reader pages back up.
+      if (state.pending.length >= WINDOW) {
+        state.pending = [];
+        state.pendingLost = true;
+      } else if (!state.pendingLost) state.pending.unshift(email);
+      renderPagers();
+      return;
+    }
     if (state.emails.some((e) => e.id === email.id)) return;
-    state.emails.unshift(email);
-    const node = row(email, 0);
-    ui.list.prepend(node);
+    keepPosition(() => {
+      state.emails.unshift(email);
+      ui.list.prepend(row(email, 0));
+      if (state.emails.length > WINDOW) {
+        dropOldest();
+        ui.list.lastElementChild?.remove();
+      }
+    });
     renumber();
+    renderPagers();
     // The cursor stays on its message, except at the top of the list with nothing open: it follows the newest.
     if (state.emails.length > 1 && (state.cursor > 0 || state.open)) state.cursor += 1;
     ui.empty.hidden = true;
     markCursor(false);
-    refreshCount();
   });
   source.addEventListener("deleted", (event) => {
     let data;
@@ -317,22 +468,30 @@ function follow(afterId, generation) {
     if (data.all) {
       state.emails = [];
       state.more = false;
+      state.above = [];
+      state.pending = [];
+      state.pendingLost = false;
       renderList();
       if (state.open) closeMessage(`This message was deleted.`);
     } else {
       const gone = new Set(data.ids ?? []);
       const cursorId = state.emails[state.cursor]?.id;
-      state.emails = state.emails.filter((e) => !gone.has(e.id));
-      for (const id of gone) document.getElementById(`row-${id}`)?.remove();
+      state.pending = state.pending.filter((e) => !gone.has(e.id));
+      keepPosition(() => {
+        state.emails = state.emails.filter((e) => !gone.has(e.id));
+        for (const id of gone) document.getElementById(`row-${id}`)?.remove();
+      });
       renumber();
+      renderPagers();
       const at = state.emails.findIndex((e) => e.id === cursorId);
       state.cursor = at >= 0 ? at : Math.min(state.cursor, Math.max(0, state.emails.length - 1));
-      ui.empty.hidden = state.emails.length > 0;
+      ui.empty.hidden = state.emails.length > 0 || !atTop();
       markCursor(false);
       if (state.open && gone.has(state.open.id)) {
         const reason = data.reason === "evicted" ? "evicted by the store's limits" : "deleted";
         ui.subject.textContent = `${state.open.subject || "(no subject)"} (${reason})`;
       }
+      requestAnimationFrame(fillView);
     }
     refreshCount();
   });
@@ -586,8 +745,12 @@ async function deleteAll() {
   }
 }
 
-function move(step) {
+async function move(step) {
   if (!state.emails.length) return;
+  const target = state.cursor + step;
+  // Past either end of the window, the next page comes in first (the cursor index shifts with it).
+  if (target >= state.emails.length && state.more) await loadOlder();
+  else if (target < 0 && !atTop()) await loadNewer();
   state.cursor = Math.max(0, Math.min(state.emails.length - 1, state.cursor + step));
   markCursor(true);
 }
@@ -623,6 +786,16 @@ ui.list.addEventListener("click", (event) => {
   openMessage(item.dataset.id);
 });
 ui.older.addEventListener("click", loadOlder);
+ui.newer.addEventListener("click", loadNewer);
+let fillPending = false;
+ui.listPane.addEventListener("scroll", () => {
+  if (fillPending) return;
+  fillPending = true;
+  requestAnimationFrame(() => {
+    fillPending = false;
+    fillView();
+  });
+});
 ui.back.addEventListener("click", () => closeMessage());
 ui.deleteOne.addEventListener("click", () => state.open && deleteMessage(state.open.id));
 ui.deleteAll.addEventListener("click", deleteAll);

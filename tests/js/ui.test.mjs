@@ -10,6 +10,7 @@
 // bytes (raw and gzip).
 import assert from "node:assert/strict";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import http from "node:http";
 import net from "node:net";
 import { tmpdir } from "node:os";
 import path from "node:path";
@@ -267,13 +268,10 @@ describe("the web UI", () => {
     await page.locator("#list li", { hasText: `paged ${String(total - 1).padStart(3, "0")}` }).waitFor();
     const pageSize = await page.locator("#list li").count();
     assert.ok(pageSize < total, `a first page (${pageSize}) smaller than the store`);
-    while (await page.locator("#older").isVisible()) {
-      const before = await page.locator("#list li").count();
-      await page.locator("#older").click();
-      await page.waitForFunction((n) => document.querySelectorAll("#list li").length > n, before);
-    }
     const expected = Array.from({ length: total }, (_, i) => `paged ${String(total - 1 - i).padStart(3, "0")}`);
-    assert.deepEqual(await subjects(page), expected);
+    const { seen } = await scrollList(page, "older", expected);
+    assert.deepEqual(seen, expected);
+    assert.deepEqual(await subjects(page), expected, "120 rows fit in the window: none dropped");
     await page.locator("#count", { hasText: `${total} stored` }).waitFor();
     // Keyboard: j/k and the arrows move the cursor, Enter opens, Escape closes.
     await page.locator("#list").focus();
@@ -284,6 +282,121 @@ describe("the web UI", () => {
     await page.keyboard.press("Escape");
     await page.locator("#message").waitFor({ state: "hidden" });
     await page.close();
+  });
+
+  test("the list is a bounded window: scrolling down drops the newest, scrolling up fetches them back", { timeout: 180_000 }, async () => {
+    await clear();
+    const total = 700;
+    const name = (i) => `win ${String(i).padStart(3, "0")}`;
+    await blast(server.smtpPort, total, name);
+    const { page, seen: watched } = await watchedPage(browser.context, server.http);
+    await page.goto(`${server.http}/`);
+    await page.locator("#list li", { hasText: name(total - 1) }).waitFor();
+    await page.locator("#live.on").waitFor();
+    const expected = Array.from({ length: total }, (_, i) => name(total - 1 - i));
+
+    const down = await scrollList(page, "older", expected);
+    assert.deepEqual(down.seen, expected, "every message once, in order, scrolling down");
+    assert.ok(down.maxRows <= 300, `at most the window's 300 rows in the page, saw ${down.maxRows}`);
+    assert.ok(await page.locator("#newer").isVisible(), "the newest were dropped: a pager up");
+    const bottom = await subjects(page);
+    assert.equal(bottom.at(-1), expected.at(-1));
+
+    // Mail arriving now is held, not inserted, and the pager says so.
+    await blast(server.smtpPort, 1, () => "win live");
+    await page.locator("#newer", { hasText: "1 new" }).waitFor();
+    assert.equal(await page.locator("#list li", { hasText: "win live" }).count(), 0);
+
+    const up = await scrollList(page, "newer", ["win live", ...expected].reverse());
+    assert.deepEqual(up.seen, ["win live", ...expected].reverse(), "every message once, in order, scrolling up");
+    assert.ok(up.maxRows <= 300, `at most 300 rows scrolling up, saw ${up.maxRows}`);
+    const top = await subjects(page);
+    assert.deepEqual(top, ["win live", ...expected].slice(0, top.length), "the newest at the top, contiguous");
+    assert.ok(await page.locator("#older").isVisible(), "the oldest were dropped: a pager down");
+
+    // Back at the top, arrivals are live again.
+    await blast(server.smtpPort, 1, () => "win live 2");
+    await page.locator("#list li", { hasText: "win live 2" }).waitFor();
+    assert.equal((await subjects(page))[0], "win live 2");
+
+    // The bound of a dropped page is the id just above its newest: a carry runs across the hyphens.
+    const next = await page.evaluate(async () => {
+      const { successor } = await import("/ui/app.js");
+      return [successor("0190a1b2-c3d4-7e5f-8a6b-00000000000f"), successor("0190a1b2-c3d4-7e5f-8a6b-ffffffffffff"), successor("ffffffff-ffff-ffff-ffff-ffffffffffff")];
+    });
+    assert.deepEqual(next, ["0190a1b2-c3d4-7e5f-8a6b-000000000010", "0190a1b2-c3d4-7e5f-8a6c-000000000000", null]);
+    assert.deepEqual(watched.errors, []);
+    await page.close();
+  });
+
+  test("remote images only when asked, image thumbnails, delete all, offline when the server stops", { timeout: 120_000 }, async () => {
+    const own = await startServer();
+    // A stand-in for a remote image host: it counts what reaches it.
+    const pixelHits = [];
+    let firstHit;
+    const hit = new Promise((resolve) => (firstHit = resolve));
+    const pixelServer = http.createServer((request, response) => {
+      pixelHits.push(request.url);
+      firstHit();
+      response.writeHead(200, { "content-type": "image/png" });
+      response.end(PNG);
+    });
+    await new Promise((resolve) => pixelServer.listen(0, "127.0.0.1", resolve));
+    const pixel = `http://127.0.0.1:${pixelServer.address().port}/pixel.png`;
+    const ownTransport = nodemailer.createTransport({ host: "127.0.0.1", port: own.smtpPort, secure: false, ignoreTLS: true });
+    try {
+      await ownTransport.sendMail({
+        from: "news@example.test",
+        to: "alice@local.test",
+        subject: "Newsletter with a tracking pixel",
+        html: `<p id="hello">Hello</p><img id="remote" src="${pixel}" alt="pixel">`,
+        attachments: [{ filename: "chart.png", content: PNG, contentType: "image/png" }],
+      });
+      const { page, seen } = await watchedPage(browser.context, own.http);
+      await page.goto(`${own.http}/`);
+      await page.locator("#list li", { hasText: "tracking pixel" }).click();
+      const frame = page.frameLocator("iframe.html-frame");
+      await frame.locator("#hello").waitFor();
+      await frame.locator("#remote").waitFor({ state: "attached" });
+      assert.deepEqual(pixelHits, [], "remote images are off until asked for");
+      await page.locator("#panel button", { hasText: "Show remote images" }).click();
+      await page.locator("#panel button", { hasText: "Remote images shown" }).waitFor();
+      await frame.locator("#hello").waitFor();
+      await hit;
+      assert.deepEqual(pixelHits, ["/pixel.png"], "asked for: the remote image loads");
+
+      // An image attachment is shown as a thumbnail, decoded from the attachment download.
+      await page.locator("#tab-attachments").click();
+      const thumb = page.locator("#panel img.thumb");
+      await thumb.waitFor();
+      await page.waitForFunction(() => document.querySelector("#panel img.thumb")?.complete);
+      assert.equal(await thumb.evaluate((img) => img.naturalWidth), 1);
+      assert.equal(await thumb.getAttribute("alt"), "chart.png");
+
+      // Delete all, with no search: asked first, then everything goes, live.
+      await page.keyboard.press("Escape");
+      page.removeAllListeners("dialog");
+      page.once("dialog", (dialog) => {
+        seen.dialogs.push(dialog.message());
+        dialog.accept();
+      });
+      await page.locator("#delete-all", { hasText: /^Delete all$/ }).click();
+      await page.locator("#list li").first().waitFor({ state: "detached" });
+      assert.equal(seen.dialogs.at(-1), "Delete every stored message?");
+      assert.equal((await (await fetch(`${own.http}/health`)).json()).messages, 0);
+      await page.locator("#empty", { hasText: "No mail yet." }).waitFor();
+
+      // The server goes away: the live mark turns off.
+      await page.locator("#live.on").waitFor();
+      own.child.kill();
+      await page.locator("#live:not(.on)", { hasText: "offline" }).waitFor();
+      assert.deepEqual(seen.errors, []);
+      await page.close();
+    } finally {
+      ownTransport.close();
+      pixelServer.close();
+      own.child.kill();
+    }
   });
 
   test("evicted mail leaves the list live", { timeout: 60_000 }, async () => {
@@ -314,6 +427,7 @@ describe("the web UI", () => {
     await page.locator("#list li", { hasText: "Reset your password" }).waitFor();
     assert.equal(await page.evaluate(() => matchMedia("(prefers-color-scheme: dark)").matches), true);
     const background = await page.evaluate(() => getComputedStyle(document.body).backgroundColor);
+    await page.locator("#count", { hasText: "2 stored" }).waitFor();
     await page.screenshot({ path: path.join(SHOTS, "list-dark.png") });
     await page.locator("#list li", { hasText: "Reset your password" }).click();
     await page.frameLocator("iframe.html-frame").locator("b").waitFor();
@@ -331,6 +445,45 @@ describe("the web UI", () => {
     await page.close();
   });
 });
+
+/** A 1x1 PNG. */
+const PNG = Buffer.from("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==", "base64");
+
+/**
+ * Scrolls the list towards `direction` ("older": down, "newer": up) until its
+ * pager is gone. Every window on the way must be a contiguous run of
+ * `expected` (subjects in the order of that direction); returns the subjects
+ * seen, each once, and the most rows the page held.
+ */
+async function scrollList(page, direction, expected) {
+  const seen = [];
+  const known = new Set();
+  let maxRows = 0;
+  for (;;) {
+    // Whether the pager is gone is read before the rows, so the last window is always looked at.
+    const done = await page.locator(`#${direction}`).isHidden();
+    let rows = await subjects(page);
+    maxRows = Math.max(maxRows, rows.length);
+    if (direction === "newer") rows = rows.reverse();
+    const at = expected.indexOf(rows[0]);
+    assert.deepEqual(rows, expected.slice(at, at + rows.length), "a window is a contiguous run");
+    for (const subject of rows) if (!known.has(subject)) {
+      known.add(subject);
+      seen.push(subject);
+    }
+    if (done) return { seen, maxRows };
+    const edge = rows.at(-1);
+    await page.evaluate((down) => {
+      const pane = document.getElementById("list-pane");
+      pane.scrollTop = down ? pane.scrollHeight : 0;
+    }, direction === "older");
+    await page.waitForFunction(([down, edge]) => {
+      const rows = [...document.querySelectorAll("#list li .row-subject")];
+      const end = down ? rows.at(-1) : rows[0];
+      return end?.textContent !== edge || document.getElementById(down ? "older" : "newer").hidden;
+    }, [direction === "older", edge]);
+  }
+}
 
 /** Sends `count` messages over one raw SMTP connection, pipelined in batches. */
 async function blast(port, count, subject) {
