@@ -5,6 +5,9 @@
 // decides (SMTP replies, what is stored, filters, responses) happens in the
 // core; this file only moves bytes, time and promises.
 
+import { MailjarMethods, filterQuery, now } from "./methods.mjs";
+import { nodemailerTransport } from "./transport.mjs";
+
 const encoder = new TextEncoder();
 
 /** Bytes from a string (UTF-8), a Uint8Array, another ArrayBuffer view, or an ArrayBuffer. */
@@ -100,18 +103,6 @@ export class SmtpConnection {
   }
 }
 
-/** The query string of an event filter: an object of the list filters, or a query string. */
-function filterQuery(filter) {
-  if (filter === undefined || filter === null) return "";
-  if (typeof filter === "string") return filter.startsWith("?") ? filter.slice(1) : filter;
-  if (typeof filter !== "object") throw new TypeError("filter must be an object or a query string");
-  const params = new URLSearchParams();
-  for (const [key, value] of Object.entries(filter)) {
-    if (value !== undefined && value !== null) params.append(key, String(value));
-  }
-  return params.toString();
-}
-
 /**
  * A mail server for tests, without sockets: SMTP sessions, deliveries and
  * the HTTP API, all in memory.
@@ -119,7 +110,7 @@ function filterQuery(filter) {
  * The core keeps each parked wait with its entry here (`waiter`) and hands
  * the entry back with the answer, so an answer cannot reach the wrong wait.
  */
-export class MailServer {
+export class MailServer extends MailjarMethods {
   #bindings;
   #api;
   #smtp;
@@ -136,6 +127,7 @@ export class MailServer {
    * @param options `{ api, smtp, now, setTimeout, clearTimeout }`
    */
   constructor(bindings, options = {}) {
+    super();
     if (options === null || typeof options !== "object") throw new TypeError("options must be an object");
     const { api = {}, smtp = {}, now, setTimeout: set, clearTimeout: clear } = options;
     this.#bindings = bindings;
@@ -288,6 +280,19 @@ export class MailServer {
     if (typeof id !== "string") throw new TypeError("id must be a string");
     if (typeof index !== "number") throw new TypeError("index must be a number");
     return this.#api.attachment(id, index);
+  }
+
+  /**
+   * A nodemailer transport that sends through an SMTP session of this server:
+   * `nodemailer.createTransport(server.transport())`. Node only.
+   */
+  transport(options) {
+    return nodemailerTransport(this, options);
+  }
+
+  /** The server's clock (`options.now`); the shared wait methods measure their deadlines with it. */
+  [now]() {
+    return this.#now();
   }
 
   /** Ends every wait whose deadline has passed by `now()`; for clocks that do not run timers. */

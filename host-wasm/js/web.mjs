@@ -1,19 +1,35 @@
 // mailjar for browsers: loads the `--target web` build from ../pkg-web
 // (scripts/test-wasm.sh makes it) and creates socket-free mail servers.
 import init, * as bindings from "../pkg-web/mailjar_wasm.js";
-import { FakeClock, MailServer, SmtpConnection } from "./mailjar.mjs";
+import { FakeClock, MailServer as BoundMailServer, SmtpConnection } from "./mailjar.mjs";
 
 let ready;
+let loaded = false;
 
 /** Loads and instantiates the wasm once; `wasm` is what wasm-bindgen's `init` takes (a URL by default). */
 export function load(wasm) {
-  ready ??= init(wasm === undefined ? undefined : { module_or_path: wasm }).then(() => bindings);
+  ready ??= init(wasm === undefined ? undefined : { module_or_path: wasm }).then(() => {
+    loaded = true;
+    return bindings;
+  });
   return ready;
+}
+
+/** An in-process mail server: `new MailServer(options?)` once `load()` has resolved. */
+export class MailServer extends BoundMailServer {
+  /** @param options `{ api, smtp, now, setTimeout, clearTimeout }` */
+  constructor(options = {}) {
+    if (!loaded) throw new Error("the wasm is not loaded yet: await load() (or use createMailServer) first");
+    super(bindings, options);
+  }
 }
 
 /** A new in-memory mail server, once the wasm is loaded; see `MailServer` for the options. */
 export async function createMailServer(options = {}) {
-  return new MailServer(await load(options.wasm), options);
+  await load(options.wasm);
+  return new MailServer(options);
 }
 
-export { FakeClock, MailServer, SmtpConnection };
+export { MailjarClient } from "./client.mjs";
+export { Inbox, MailjarError, filterQuery } from "./methods.mjs";
+export { FakeClock, SmtpConnection };

@@ -1,0 +1,163 @@
+// A client of a running mailjar (the native binary) over HTTP, with the same
+// test-facing methods as the in-process `MailServer`. It needs only `fetch`
+// (Node 20+ and browsers have it).
+
+import { MailjarError, MailjarMethods, filterQuery } from "./methods.mjs";
+
+/** Splits a Server-Sent Events body into events: `{event, id, data}` with `data` parsed. */
+async function* readEvents(body, signal) {
+  const reader = body.getReader();
+  const decoder = new TextDecoder();
+  let buffer = "";
+  let event = { event: "message", data: [] };
+  const abort = () => reader.cancel().catch(() => {});
+  signal?.addEventListener("abort", abort, { once: true });
+  try {
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) return;
+      buffer += decoder.decode(value, { stream: true });
+      let end;
+      while ((end = buffer.search(/\r\n|\r|\n/)) >= 0) {
+        const line = buffer.slice(0, end);
+        buffer = buffer.slice(end + (buffer.startsWith("\r\n", end) ? 2 : 1));
+        if (line === "") {
+          if (event.data.length) {
+            const item = { event: event.event, data: JSON.parse(event.data.join("\n")) };
+            if (event.id !== undefined) item.id = event.id;
+            yield item;
+          }
+          event = { event: "message", data: [] };
+          continue;
+        }
+        if (line.startsWith(":")) continue;
+        const colon = line.indexOf(":");
+        const field = colon < 0 ? line : line.slice(0, colon);
+        const value = colon < 0 ? "" : line.slice(colon + 1).replace(/^ /, "");
+        if (field === "event") event.event = value;
+        else if (field === "data") event.data.push(value);
+        else if (field === "id") event.id = value;
+      }
+    }
+  } finally {
+    signal?.removeEventListener("abort", abort);
+    reader.cancel().catch(() => {});
+  }
+}
+
+/**
+ * A running mailjar, over HTTP: `new MailjarClient("http://127.0.0.1:8025")`.
+ * The same methods as `MailServer` (`list`, `latest`, `get`, `waitFor`,
+ * `waitForLink`, `waitForCode`, `raw`, `attachment`, `delete`, `clear`,
+ * `events`, `createInbox`); `raw` and `attachment` resolve to Uint8Arrays.
+ */
+export class MailjarClient extends MailjarMethods {
+  #base;
+  #fetch;
+
+  /**
+   * @param url the server's HTTP address (what `--ready-json` prints as `http`)
+   * @param options `{ fetch }` to use another fetch
+   */
+  constructor(url, { fetch: fetchFn = globalThis.fetch } = {}) {
+    super();
+    if (typeof url !== "string" && !(url instanceof URL)) throw new TypeError("url must be a string or a URL");
+    this.#base = new URL(String(url));
+    if (typeof fetchFn !== "function") throw new TypeError("options.fetch must be a function");
+    this.#fetch = fetchFn;
+  }
+
+  /** The server's HTTP address. */
+  get url() {
+    return this.#base.origin;
+  }
+
+  /** `/health` of the server. */
+  async health({ signal } = {}) {
+    const answer = await this.request("GET", "/health", { signal });
+    if (answer.status !== 200) throw new MailjarError(answer.status, answer.json?.error ?? `HTTP ${answer.status}`);
+    return answer.json;
+  }
+
+  /**
+   * One request as the HTTP API answers it: `{status, json, bytes, headers}`
+   * (`json` for JSON answers, `bytes` for downloads).
+   */
+  async request(method, url, { signal } = {}) {
+    const response = await this.#fetch(new URL(url, this.#base), { method, signal, headers: { accept: "application/json, */*" } });
+    const type = response.headers.get("content-type") ?? "";
+    const headers = Object.fromEntries(response.headers);
+    if (type.startsWith("application/json")) {
+      const body = await response.text();
+      let json;
+      try {
+        json = JSON.parse(body);
+      } catch {
+        json = undefined;
+      }
+      return { status: response.status, body, json, headers };
+    }
+    const bytes = new Uint8Array(await response.arrayBuffer());
+    return { status: response.status, body: undefined, json: undefined, bytes, headers };
+  }
+
+  /** The stored message's bytes exactly as received; undefined when no message has this id. */
+  async raw(id, { signal } = {}) {
+    if (typeof id !== "string") throw new TypeError("id must be a string");
+    return this.#download(`/api/emails/${encodeURIComponent(id)}/raw`, signal);
+  }
+
+  /** The decoded bytes of attachment `index` (0-based); undefined when there is no such message or attachment. */
+  async attachment(id, index, { signal } = {}) {
+    if (typeof id !== "string") throw new TypeError("id must be a string");
+    if (!Number.isInteger(index) || index < 0) throw new TypeError("index must be an integer >= 0");
+    return this.#download(`/api/emails/${encodeURIComponent(id)}/attachments/${index}`, signal);
+  }
+
+  async #download(path, signal) {
+    const answer = await this.request("GET", path, { signal });
+    if (answer.status === 404) return undefined;
+    if (answer.status !== 200) throw new MailjarError(answer.status, answer.json?.error ?? `HTTP ${answer.status}`);
+    return answer.bytes;
+  }
+
+  /**
+   * `GET /api/events` as an async iterator of `{event, id, data}`, as
+   * `MailServer.events`. A refused subscription rejects with a MailjarError
+   * at the first step; `break` or the `signal` closes the stream.
+   */
+  events(filter, { lastEventId, signal } = {}) {
+    const query = filterQuery(filter);
+    const url = new URL(`/api/events${query ? `?${query}` : ""}`, this.#base);
+    const fetchFn = this.#fetch;
+    return (async function* stream() {
+      const controller = new AbortController();
+      const abort = () => controller.abort(signal.reason);
+      signal?.throwIfAborted();
+      signal?.addEventListener("abort", abort, { once: true });
+      try {
+        const headers = { accept: "text/event-stream" };
+        if (lastEventId !== undefined) headers["last-event-id"] = String(lastEventId);
+        const response = await fetchFn(url, { headers, signal: controller.signal });
+        if (response.status !== 200) {
+          const body = await response.text();
+          let message = `HTTP ${response.status}`;
+          try {
+            message = JSON.parse(body).error ?? message;
+          } catch {
+            // Not JSON: the status says it.
+          }
+          throw new MailjarError(response.status, message);
+        }
+        yield* readEvents(response.body, controller.signal);
+      } catch (error) {
+        if (signal?.aborted && error === signal.reason) return;
+        if (controller.signal.aborted && error?.name === "AbortError") return;
+        throw error;
+      } finally {
+        signal?.removeEventListener("abort", abort);
+        controller.abort();
+      }
+    })();
+  }
+}

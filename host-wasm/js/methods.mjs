@@ -1,0 +1,271 @@
+// The test-facing methods that the in-process `MailServer` and the HTTP
+// `MailjarClient` share. Both implement `request(method, url, {signal})`
+// (resolving to `{status, json, bytes}`) and `events(filter, options)`; every
+// method here is written once on top of those two.
+
+/** The longest wait the API holds one request (SPEC.md); longer waits are several requests. */
+const MAX_WAIT_MS = 60_000;
+/** How long `waitFor` waits when no `timeoutMs` is given (the API's own default). */
+const DEFAULT_WAIT_MS = 10_000;
+
+/** The clock the wait methods use: `MailServer` answers with its own (possibly fake) clock. */
+export const now = Symbol("mailjar.now");
+
+/**
+ * A refusal of the API, or a wait that timed out. `status` is the HTTP status
+ * (408 for a timeout, with `timeout` true); `message` is the API's `error` text.
+ */
+export class MailjarError extends Error {
+  /**
+   * @param status the HTTP status
+   * @param message the API's error text
+   */
+  constructor(status, message) {
+    super(message);
+    this.name = "MailjarError";
+    this.status = status;
+    this.timeout = status === 408;
+  }
+}
+
+/**
+ * A filter as an API query string. `filter` is `{to, subject, subjectPattern,
+ * subjectFlags, afterId, beforeId, limit}` or a query string; `subject` may
+ * be a RegExp, which becomes `subjectPattern` and `subjectFlags`.
+ */
+export function filterQuery(filter) {
+  if (filter === undefined || filter === null) return "";
+  if (typeof filter === "string") return filter.startsWith("?") ? filter.slice(1) : filter;
+  if (typeof filter !== "object") throw new TypeError("filter must be an object or a query string");
+  const params = new URLSearchParams();
+  for (const [key, value] of Object.entries(filter)) {
+    if (value === undefined || value === null) continue;
+    if (value instanceof RegExp) {
+      if (key !== "subject" && key !== "subjectPattern") throw new TypeError(`filter.${key} cannot be a RegExp`);
+      params.append("subjectPattern", value.source);
+      if (value.flags) params.append("subjectFlags", value.flags);
+    } else if (Array.isArray(value)) {
+      for (const item of value) params.append(key, String(item));
+    } else {
+      params.append(key, String(value));
+    }
+  }
+  return params.toString();
+}
+
+/** `filter` with `to` set to `address` (an inbox's scope). */
+function scoped(filter, address) {
+  if (typeof filter === "string") {
+    const params = new URLSearchParams(filter.startsWith("?") ? filter.slice(1) : filter);
+    params.set("to", address);
+    return params.toString();
+  }
+  return { ...(filter ?? {}), to: address };
+}
+
+function withQuery(path, query) {
+  return query ? `${path}?${query}` : path;
+}
+
+/** The body of a successful answer, or the API's refusal as a MailjarError. */
+function expectOk(answer) {
+  if (answer.status >= 200 && answer.status < 300) return answer.json;
+  throw new MailjarError(answer.status, answer.json?.error ?? `HTTP ${answer.status}`);
+}
+
+/** Whether a link matches: a RegExp tests it, a string is a substring, nothing matches any link. */
+function linkMatches(match, link) {
+  if (match === undefined || match === null) return true;
+  if (match instanceof RegExp) {
+    match.lastIndex = 0;
+    return match.test(link);
+  }
+  return link.includes(String(match));
+}
+
+/**
+ * The methods a test calls, on top of `request` and `events`. `MailServer`
+ * (in-process) and `MailjarClient` (HTTP) both extend it, so a test written
+ * against one runs against the other.
+ */
+export class MailjarMethods {
+  /** Milliseconds since the Unix epoch, for wait deadlines. */
+  [now]() {
+    return Date.now();
+  }
+
+  /** The messages matching `filter`, in receive order (`limit` keeps the newest N). */
+  async list(filter, { signal } = {}) {
+    return expectOk(await this.request("GET", withQuery("/api/emails", filterQuery(filter)), { signal })).emails;
+  }
+
+  /** The newest message matching `filter`, or null when none does. */
+  async latest(filter, { signal } = {}) {
+    const answer = await this.request("GET", withQuery("/api/emails/latest", filterQuery(filter)), { signal });
+    return answer.status === 404 ? null : expectOk(answer).email;
+  }
+
+  /** The message with this id, or null when it is not stored. */
+  async get(id, { signal } = {}) {
+    if (typeof id !== "string") throw new TypeError("id must be a string");
+    const answer = await this.request("GET", `/api/emails/${encodeURIComponent(id)}`, { signal });
+    return answer.status === 404 ? null : expectOk(answer).email;
+  }
+
+  /**
+   * The oldest message matching `filter` (after `filter.afterId`), waiting for
+   * one to arrive. `timeoutMs` (default 10 s, any length: waits over the
+   * API's 60 s limit are made of several requests) ends it with a
+   * MailjarError whose `timeout` is true; an aborted `signal` rejects with
+   * its reason.
+   */
+  async waitFor(filter, { timeoutMs = DEFAULT_WAIT_MS, signal } = {}) {
+    if (!Number.isFinite(timeoutMs) || timeoutMs < 0) throw new TypeError("timeoutMs must be a number >= 0");
+    const query = filterQuery(filter);
+    const deadline = this[now]() + timeoutMs;
+    for (;;) {
+      const left = Math.max(0, Math.min(MAX_WAIT_MS, Math.ceil(deadline - this[now]())));
+      const params = new URLSearchParams(query);
+      params.set("timeoutMs", String(left));
+      const answer = await this.request("GET", `/api/emails/wait?${params}`, { signal });
+      if (answer.status === 408 && deadline - this[now]() > 0) continue;
+      if (answer.status === 408) throw new MailjarError(408, `no message matched within ${timeoutMs} ms`);
+      return expectOk(answer).email;
+    }
+  }
+
+  /**
+   * The first link (http or https URL) of the first message matching `filter`
+   * that has one matching `match` (a RegExp or a substring; any link without
+   * it). Messages without such a link are skipped; the wait goes on.
+   */
+  async waitForLink(filter, { match, timeoutMs = DEFAULT_WAIT_MS, signal } = {}) {
+    return this.#waitForItem(filter, (email) => (email.links ?? []).find((link) => linkMatches(match, link)), { timeoutMs, signal });
+  }
+
+  /**
+   * The first one-time code (4 to 8 digits) of the first message matching
+   * `filter` that has one (matching `match` when given).
+   */
+  async waitForCode(filter, { match, timeoutMs = DEFAULT_WAIT_MS, signal } = {}) {
+    return this.#waitForItem(filter, (email) => (email.codes ?? []).find((code) => linkMatches(match, code)), { timeoutMs, signal });
+  }
+
+  async #waitForItem(filter, pick, { timeoutMs, signal }) {
+    if (!Number.isFinite(timeoutMs) || timeoutMs < 0) throw new TypeError("timeoutMs must be a number >= 0");
+    const deadline = this[now]() + timeoutMs;
+    let next = filter;
+    for (;;) {
+      const email = await this.waitFor(next, { timeoutMs: Math.max(0, deadline - this[now]()), signal });
+      const item = pick(email);
+      if (item !== undefined) return item;
+      // Skip this message: the next wait starts after it.
+      const params = new URLSearchParams(filterQuery(next));
+      params.set("afterId", email.id);
+      next = params.toString();
+    }
+  }
+
+  /** Deletes one message; true when it was stored, false when not. */
+  async delete(id, { signal } = {}) {
+    if (typeof id !== "string") throw new TypeError("id must be a string");
+    const answer = await this.request("DELETE", `/api/emails/${encodeURIComponent(id)}`, { signal });
+    if (answer.status === 404) return false;
+    expectOk(answer);
+    return true;
+  }
+
+  /** Deletes every message, or with `{to}` only that recipient's; resolves to how many went. */
+  async clear(filter, { signal } = {}) {
+    let query = "";
+    if (filter !== undefined && filter !== null) {
+      const to = typeof filter === "string" ? filter : filter.to;
+      if (typeof to !== "string" || !to.trim()) throw new TypeError("clear takes nothing or {to: address}");
+      query = new URLSearchParams({ to }).toString();
+    }
+    return expectOk(await this.request("DELETE", withQuery("/api/emails", query), { signal })).deleted;
+  }
+
+  /**
+   * A fresh address and the same methods scoped to it, so parallel tests do
+   * not see each other's mail: `inbox.address`, `inbox.waitFor()`, ...
+   * `domain` defaults to "mailjar.test" (mailjar accepts any recipient).
+   */
+  createInbox({ domain = "mailjar.test", prefix = "inbox" } = {}) {
+    const unique = globalThis.crypto.randomUUID().replaceAll("-", "").slice(0, 16);
+    return new Inbox(this, `${prefix}-${unique}@${domain}`);
+  }
+}
+
+/** An address and the test methods scoped to it; made by `createInbox()`. */
+export class Inbox {
+  #mail;
+
+  /**
+   * @param mail a MailServer or MailjarClient
+   * @param address the recipient this inbox sees
+   */
+  constructor(mail, address) {
+    this.#mail = mail;
+    /** The address to send to. */
+    this.address = address;
+  }
+
+  /** This inbox's messages matching `filter`, in receive order. */
+  list(filter, options) {
+    return this.#mail.list(scoped(filter, this.address), options);
+  }
+
+  /** This inbox's newest message matching `filter`, or null. */
+  latest(filter, options) {
+    return this.#mail.latest(scoped(filter, this.address), options);
+  }
+
+  /** A message of this inbox by id, or null (also when it was sent to another address). */
+  async get(id, options) {
+    const email = await this.#mail.get(id, options);
+    const address = this.address.toLowerCase();
+    const mine = email && [...(email.envelope?.to ?? []), ...(email.to ?? []), ...(email.cc ?? [])].some((a) => a.toLowerCase() === address);
+    return mine ? email : null;
+  }
+
+  /** Waits for a message to this inbox; see `MailjarMethods.waitFor`. */
+  waitFor(filter, options) {
+    return this.#mail.waitFor(scoped(filter, this.address), options);
+  }
+
+  /** Waits for a link in mail to this inbox; see `MailjarMethods.waitForLink`. */
+  waitForLink(filter, options) {
+    return this.#mail.waitForLink(scoped(filter, this.address), options);
+  }
+
+  /** Waits for a code in mail to this inbox; see `MailjarMethods.waitForCode`. */
+  waitForCode(filter, options) {
+    return this.#mail.waitForCode(scoped(filter, this.address), options);
+  }
+
+  /** The raw bytes of one of this server's messages. */
+  raw(id) {
+    return this.#mail.raw(id);
+  }
+
+  /** An attachment's bytes. */
+  attachment(id, index) {
+    return this.#mail.attachment(id, index);
+  }
+
+  /** Deletes one message by id. */
+  delete(id, options) {
+    return this.#mail.delete(id, options);
+  }
+
+  /** Deletes this inbox's mail; resolves to how many went. */
+  clear(options) {
+    return this.#mail.clear({ to: this.address }, options);
+  }
+
+  /** The event stream of this inbox's mail. */
+  events(filter, options) {
+    return this.#mail.events(scoped(filter, this.address), options);
+  }
+}

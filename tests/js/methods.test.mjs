@@ -1,0 +1,143 @@
+// The test-facing methods (list, latest, get, waitFor, waitForLink,
+// waitForCode, raw, attachment, delete, clear, events, createInbox) run the
+// same suite against the in-process MailServer (mail sent with nodemailer
+// through `server.transport()`) and against the native binary through
+// MailjarClient (mail sent with nodemailer over SMTP).
+import assert from "node:assert/strict";
+import { after, before, describe, test } from "node:test";
+
+import nodemailer from "nodemailer";
+
+import { MailServer, MailjarClient, MailjarError } from "../../host-wasm/js/node.mjs";
+import { startServer } from "./lib/native.mjs";
+
+let native;
+
+before(async () => {
+  native = await startServer();
+});
+
+after(() => native?.child.kill());
+
+const hosts = {
+  "in-process MailServer": () => {
+    const mail = new MailServer();
+    return { mail, transport: nodemailer.createTransport(mail.transport()), close: () => mail.close() };
+  },
+  "MailjarClient and the native binary": () => {
+    const mail = new MailjarClient(native.http);
+    const transport = nodemailer.createTransport({ host: "127.0.0.1", port: native.smtpPort, secure: false, ignoreTLS: true });
+    return { mail, transport, close: () => transport.close() };
+  },
+};
+
+for (const [name, make] of Object.entries(hosts)) {
+  describe(name, () => {
+    let mail;
+    let transport;
+    let close;
+    before(() => ({ mail, transport, close } = make()));
+    after(() => close());
+
+    test("an inbox sees only its own mail; list, latest, get, RegExp subjects", async () => {
+      const alice = mail.createInbox();
+      const bob = mail.createInbox({ domain: "example.test", prefix: "bob" });
+      assert.match(alice.address, /^inbox-[0-9a-f]{16}@mailjar\.test$/);
+      assert.match(bob.address, /^bob-[0-9a-f]{16}@example\.test$/);
+      await transport.sendMail({ from: "app@example.test", to: alice.address, subject: "Order #12 shipped", text: "a" });
+      await transport.sendMail({ from: "app@example.test", to: bob.address, subject: "Order #13 shipped", text: "b" });
+      await transport.sendMail({ from: "app@example.test", to: alice.address, subject: "Welcome", text: "c" });
+      assert.deepEqual((await alice.list()).map((e) => e.subject), ["Order #12 shipped", "Welcome"]);
+      assert.deepEqual((await bob.list()).map((e) => e.subject), ["Order #13 shipped"]);
+      assert.deepEqual((await alice.list({ subject: /^order #\d+/i })).map((e) => e.subject), ["Order #12 shipped"]);
+      assert.equal((await alice.latest()).subject, "Welcome");
+      assert.equal(await alice.latest({ subject: "nothing like it" }), null);
+      const welcome = await alice.latest();
+      assert.equal((await mail.get(welcome.id)).subject, "Welcome");
+      assert.equal(await bob.get(welcome.id), null, "an inbox does not show another's mail");
+      assert.equal(await mail.get("01890000-0000-7000-8000-000000000000"), null);
+      // A refusal is a MailjarError with the API's text.
+      const refused = await mail.list({ subjectPattern: "(unclosed" }).catch((e) => e);
+      assert.ok(refused instanceof MailjarError, String(refused));
+      assert.equal(refused.status, 400);
+      assert.equal(refused.timeout, false);
+      assert.match(refused.message, /subjectPattern/);
+      assert.equal(await alice.clear(), 2);
+      assert.deepEqual(await alice.list(), []);
+      assert.equal((await bob.list()).length, 1);
+    });
+
+    test("waitFor waits, times out as a MailjarError, and an AbortSignal cancels it", async () => {
+      const inbox = mail.createInbox();
+      const waiting = inbox.waitFor({ subject: "later" }, { timeoutMs: 5000 });
+      await transport.sendMail({ from: "app@example.test", to: inbox.address, subject: "not this one" });
+      await transport.sendMail({ from: "app@example.test", to: inbox.address, subject: "later, as promised" });
+      assert.equal((await waiting).subject, "later, as promised");
+
+      const timedOut = await inbox.waitFor({ subject: "never" }, { timeoutMs: 50 }).catch((e) => e);
+      assert.ok(timedOut instanceof MailjarError);
+      assert.equal(timedOut.status, 408);
+      assert.equal(timedOut.timeout, true);
+
+      const controller = new AbortController();
+      const aborted = inbox.waitFor({ subject: "never" }, { timeoutMs: 5000, signal: controller.signal }).catch((e) => e);
+      controller.abort(new Error("test over"));
+      assert.equal((await aborted).message, "test over");
+    });
+
+    test("waitForLink and waitForCode skip mail without a match", async () => {
+      const inbox = mail.createInbox();
+      const link = inbox.waitForLink({}, { match: /\/verify\?/, timeoutMs: 5000 });
+      const code = inbox.waitForCode({ subject: "code" }, { timeoutMs: 5000 });
+      await transport.sendMail({ from: "app@example.test", to: inbox.address, subject: "news", html: `<a href="https://example.test/news">news</a>` });
+      await transport.sendMail({ from: "app@example.test", to: inbox.address, subject: "no code here", text: "nothing" });
+      await transport.sendMail({ from: "app@example.test", to: inbox.address, subject: "your code", text: "Use 482913 at https://example.test/verify?t=abc" });
+      assert.equal(await link, "https://example.test/verify?t=abc");
+      assert.equal(await code, "482913");
+    });
+
+    test("raw and attachment give the exact bytes; delete removes one", async () => {
+      const inbox = mail.createInbox();
+      const raw = `From: app@example.test\r\nTo: ${inbox.address}\r\nSubject: raw bytes\r\nContent-Type: multipart/mixed; boundary=b\r\n\r\n--b\r\nContent-Type: text/plain\r\n\r\n.leading dot and caf\xe9\r\n--b\r\nContent-Type: application/octet-stream\r\nContent-Disposition: attachment; filename=blob.bin\r\nContent-Transfer-Encoding: base64\r\n\r\nAAECA/8=\r\n--b--\r\n`;
+      const bytes = Buffer.from(raw, "latin1");
+      await transport.sendMail({ envelope: { from: "app@example.test", to: [inbox.address] }, raw: bytes });
+      const email = await inbox.waitFor({}, { timeoutMs: 5000 });
+      assert.deepEqual(Buffer.from(await mail.raw(email.id)), bytes);
+      assert.deepEqual([...(await mail.attachment(email.id, 0))], [0, 1, 2, 3, 255]);
+      assert.equal(await mail.attachment(email.id, 1), undefined);
+      assert.equal(await inbox.delete(email.id), true);
+      assert.equal(await inbox.delete(email.id), false);
+      assert.equal(await mail.raw(email.id), undefined);
+    });
+
+    test("events: stored mail of the inbox arrives on the stream", async () => {
+      const inbox = mail.createInbox();
+      const other = mail.createInbox();
+      const controller = new AbortController();
+      const stream = inbox.events({}, { signal: controller.signal });
+      const first = stream.next();
+      await transport.sendMail({ from: "app@example.test", to: other.address, subject: "for the other inbox" });
+      await transport.sendMail({ from: "app@example.test", to: inbox.address, subject: "streamed" });
+      const { value } = await first;
+      assert.equal(value.event, "stored");
+      assert.equal(value.data.subject, "streamed");
+      assert.equal(value.id, value.data.id);
+      controller.abort();
+      assert.equal((await stream.next()).done, true);
+    });
+  });
+}
+
+test("the in-process transport reports the stored id and refusals", async () => {
+  const mail = new MailServer({ smtp: { maxRecipients: 1 } });
+  const transport = nodemailer.createTransport(mail.transport());
+  const info = await transport.sendMail({ from: "app@example.test", to: "a@mailjar.test", subject: "hi", text: "x" });
+  assert.equal((await mail.get(info.storedId)).subject, "hi");
+  assert.deepEqual(info.accepted, ["a@mailjar.test"]);
+  assert.match(info.response, /^250 /);
+  // Two recipients with a limit of one: the second is refused, the first still gets the message.
+  const partial = await transport.sendMail({ from: "app@example.test", to: ["b@mailjar.test", "c@mailjar.test"], subject: "two", text: "y" });
+  assert.deepEqual(partial.accepted, ["b@mailjar.test"]);
+  assert.deepEqual(partial.rejected, ["c@mailjar.test"]);
+  mail.close();
+});
