@@ -15,35 +15,8 @@ started=$SECONDS
 
 step() { printf '\n==> %s (%ds)\n' "$*" "$((SECONDS - started))"; }
 
-step "wasm32 target"
-if ! rustup target list --installed | grep -qx wasm32-unknown-unknown; then
-  rustup target add wasm32-unknown-unknown
-fi
-
-step "wasm-bindgen CLI"
-# The CLI must be exactly the version of the wasm-bindgen crate in Cargo.lock.
-version="$(awk '/^name = "wasm-bindgen"$/ { getline; gsub(/version = |"/, ""); print; exit }' Cargo.lock)"
-if [ -z "$version" ]; then
-  echo "wasm-bindgen is not in Cargo.lock" >&2
-  exit 1
-fi
-# cargo install puts it here, which may not be on PATH yet.
-export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
-if [ "$(wasm-bindgen --version 2>/dev/null || true)" != "wasm-bindgen $version" ]; then
-  echo "installing wasm-bindgen-cli $version (several minutes, once)"
-  # Without --locked: the CLI's own lock file does not resolve against this registry.
-  cargo install wasm-bindgen-cli --version "$version"
-fi
-wasm-bindgen --version
-
-step "build mailjar-wasm (profile wasm-release)"
-cargo build -p mailjar-wasm --target wasm32-unknown-unknown --profile wasm-release
-wasm="$CARGO_TARGET_DIR/wasm32-unknown-unknown/wasm-release/mailjar_wasm.wasm"
-
-step "wasm-bindgen for Node and for browsers"
-rm -rf host-wasm/pkg-node host-wasm/pkg-web
-wasm-bindgen --target nodejs --out-dir host-wasm/pkg-node "$wasm"
-wasm-bindgen --target web --out-dir host-wasm/pkg-web "$wasm"
+step "build the wasm (scripts/build-wasm.sh)"
+bash scripts/build-wasm.sh
 
 step "npm packages of tests/js"
 (cd tests/js && if [ -d node_modules ] && [ node_modules/.package-lock.json -nt package-lock.json ]; then
@@ -67,8 +40,11 @@ fi
 step "node --test"
 node --test tests/js/
 
+step "the npm package as users install it (scripts/test-npm.sh)"
+MAILJAR_WASM_BUILT=1 bash scripts/test-npm.sh
+
 step "size"
-bg=host-wasm/pkg-node/mailjar_wasm_bg.wasm
+bg=host-wasm/pkg-web/mailjar_wasm_bg.wasm
 raw_bytes=$(wc -c <"$bg")
 gzip_bytes=$(gzip -9 -c "$bg" | wc -c)
 echo "mailjar_wasm_bg.wasm: $raw_bytes bytes raw, $gzip_bytes bytes gzipped (gzip -9)"

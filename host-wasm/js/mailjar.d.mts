@@ -78,27 +78,14 @@ export class SmtpConnection {
   static wire(replies: SmtpReply[]): string;
 }
 
-/** The list filters an event stream takes. */
-export interface EventFilter {
-  to?: string;
-  subject?: string;
-  subjectPattern?: string;
-  subjectFlags?: string;
-  afterId?: string;
-}
+import { MailEvent, MailFilter, MailjarMethods } from "./methods.mjs";
 
-/** One event of `MailServer.events()`. */
-export interface MailEvent {
-  /** "stored", "deleted", "overflow" or "error". */
-  event: string;
-  /** The message id of a "stored" event. */
-  id?: string;
-  /** The event's JSON data, parsed: a summary, `{ids, reason}`, `{all, reason}` or `{error}`. */
-  data: any;
-}
+export type { CapturedEmail, MailEvent, MailFilter } from "./methods.mjs";
+/** The list filters an event stream takes. */
+export type EventFilter = MailFilter;
 
 /** A mail server for tests, without sockets. */
-export class MailServer {
+export class MailServer extends MailjarMethods {
   constructor(bindings: unknown, options?: MailServerOptions);
   /** The low-level Api of the bindings. */
   readonly api: any;
@@ -122,6 +109,8 @@ export class MailServer {
   raw(id: string): Uint8Array | undefined;
   /** The decoded bytes of attachment `index` (0-based); undefined when there is no such message or attachment. */
   attachment(id: string, index: number): Uint8Array | undefined;
+  /** A nodemailer transport through an SMTP session of this server (Node): `nodemailer.createTransport(server.transport())`. */
+  transport(options?: { hostname?: string }): { name: string; version: string; send(mail: any, callback: (error: Error | null, info?: any) => void): void };
   /** Ends the waits whose deadline has passed by now(); returns how many. */
   expireDue(): number;
   /** Every pending wait gets a 503 and every event stream ends; later calls throw. */

@@ -1,9 +1,16 @@
 // Types of node.mjs: mailjar for Node.
-import { FakeClock, MailServer, MailServerOptions, SmtpConnection } from "./mailjar.mjs";
+import { FakeClock, MailServer as BoundMailServer, MailServerOptions, SmtpConnection } from "./mailjar.mjs";
 
-/** The wasm-bindgen module (see ../pkg-node/mailjar_wasm.d.ts). */
-export const bindings: typeof import("../pkg-node/mailjar_wasm.js");
+/** An in-process mail server: `new MailServer(options?)`. */
+export class MailServer extends BoundMailServer {
+  constructor(options?: MailServerOptions);
+}
+
+/** The wasm-bindgen module (see ../pkg-web/mailjar_wasm.d.ts). */
+export const bindings: typeof import("../pkg-web/mailjar_wasm.js");
 /** A new in-memory mail server. */
 export function createMailServer(options?: MailServerOptions): MailServer;
-export { FakeClock, MailServer, SmtpConnection };
-export type { MailResponse, MailServerOptions, SmtpReply } from "./mailjar.mjs";
+export { FakeClock, SmtpConnection };
+export { MailjarClient } from "./client.mjs";
+export { Inbox, MailjarError, filterQuery } from "./methods.mjs";
+export type { CapturedEmail, MailEvent, MailFilter, MailResponse, MailServerOptions, SmtpReply } from "./mailjar.mjs";

@@ -1,12 +1,14 @@
-// mailjar for Node: loads the `--target nodejs` build from ../pkg-node
-// (scripts/test-wasm.sh makes it) and creates socket-free mail servers.
-import { createRequire } from "node:module";
+// mailjar for Node: instantiates the `--target web` build from ../pkg-web
+// (scripts/build-wasm.sh makes it) synchronously from its file, so Node and
+// browsers share one .wasm, and creates socket-free mail servers.
+import { readFileSync } from "node:fs";
+import * as web from "../pkg-web/mailjar_wasm.js";
 import { FakeClock, MailServer as BoundMailServer, SmtpConnection } from "./mailjar.mjs";
 
-const require = createRequire(import.meta.url);
+web.initSync({ module: readFileSync(new URL("../pkg-web/mailjar_wasm_bg.wasm", import.meta.url)) });
 
 /** The wasm-bindgen module: `Session`, `Api`, `version`. */
-export const bindings = require("../pkg-node/mailjar_wasm.js");
+export const bindings = web;
 
 /** An in-process mail server: `new MailServer(options?)`; see `MailServer` in mailjar.mjs for the options. */
 export class MailServer extends BoundMailServer {

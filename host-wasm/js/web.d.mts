@@ -1,9 +1,16 @@
 // Types of web.mjs: mailjar for browsers.
-import { FakeClock, MailServer, MailServerOptions, SmtpConnection } from "./mailjar.mjs";
+import { FakeClock, MailServer as BoundMailServer, MailServerOptions, SmtpConnection } from "./mailjar.mjs";
+
+/** An in-process mail server: `new MailServer(options?)`. */
+export class MailServer extends BoundMailServer {
+  constructor(options?: MailServerOptions);
+}
 
 /** Loads the wasm once (by default from beside ../pkg-web/mailjar_wasm.js). */
 export function load(wasm?: URL | string | Response | BufferSource | WebAssembly.Module): Promise<typeof import("../pkg-web/mailjar_wasm.js")>;
 /** A new in-memory mail server, once the wasm is loaded. */
 export function createMailServer(options?: MailServerOptions & { wasm?: URL | string }): Promise<MailServer>;
-export { FakeClock, MailServer, SmtpConnection };
-export type { MailResponse, MailServerOptions, SmtpReply } from "./mailjar.mjs";
+export { FakeClock, SmtpConnection };
+export { MailjarClient } from "./client.mjs";
+export { Inbox, MailjarError, filterQuery } from "./methods.mjs";
+export type { CapturedEmail, MailEvent, MailFilter, MailResponse, MailServerOptions, SmtpReply } from "./mailjar.mjs";

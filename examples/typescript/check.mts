@@ -1,0 +1,23 @@
+// Type-checked with `tsc --noEmit`: the package's declarations describe what
+// a TypeScript test writes.
+import { MailServer, MailjarClient, MailjarError, type CapturedEmail } from "mailjar";
+import { mailjarFixtures, matchers } from "mailjar/testing";
+
+export async function check(): Promise<string[]> {
+  const mail = new MailServer({ api: { maxMessages: 100 } });
+  const client = new MailjarClient("http://127.0.0.1:8025");
+  const inbox = mail.createInbox();
+  const email: CapturedEmail = await inbox.waitFor({ subject: /welcome/i }, { timeoutMs: 1000 });
+  const code: string = await client.waitForCode({ to: inbox.address });
+  const raw: Uint8Array | undefined = await client.raw(email.id);
+  const fixtures = mailjarFixtures(client);
+  const verdict = matchers.toHaveCode(email, code);
+  try {
+    await client.waitFor({}, { timeoutMs: 1 });
+  } catch (error) {
+    if (error instanceof MailjarError && error.timeout) return [String(error.status)];
+  }
+  const deleted: number = await inbox.clear();
+  mail.close();
+  return [code, String(raw?.length), String(verdict.pass), String(deleted), typeof fixtures.inbox];
+}

@@ -1,0 +1,72 @@
+// Test-runner helpers: a fixture that gives each test its own inbox (for
+// vitest's and Playwright Test's `test.extend`), and matchers for their
+// `expect.extend`: `toHaveLinkTo` and `toHaveCode`.
+
+/**
+ * Fixtures for `test.extend(...)` (vitest or Playwright Test): `mail` is the
+ * server or client passed in, `inbox` a fresh inbox on it for each test,
+ * cleared after the test.
+ *
+ * ```js
+ * const test = base.extend(mailjarFixtures(new MailjarClient(url)));
+ * test("sign-up", async ({ inbox }) => { ... });
+ * ```
+ */
+export function mailjarFixtures(mail) {
+  if (!mail || typeof mail.createInbox !== "function") throw new TypeError("mailjarFixtures takes a MailServer or a MailjarClient");
+  return {
+    // Both runners read a fixture's first parameter as a destructuring pattern: it must stay `{}`.
+    // eslint-disable-next-line no-empty-pattern
+    mail: async ({}, use) => {
+      await use(mail);
+    },
+    inbox: async ({ mail: server }, use) => {
+      const inbox = server.createInbox();
+      await use(inbox);
+      await inbox.clear().catch(() => {});
+    },
+  };
+}
+
+function describeMatch(expected) {
+  return expected instanceof RegExp ? String(expected) : JSON.stringify(expected);
+}
+
+function matches(expected, value) {
+  if (expected === undefined) return true;
+  if (expected instanceof RegExp) {
+    expected.lastIndex = 0;
+    return expected.test(value);
+  }
+  return value === String(expected) || value.startsWith(String(expected));
+}
+
+/**
+ * Matchers for `expect.extend(matchers)`:
+ * `expect(email).toHaveLinkTo("https://app.test/verify")` (a prefix or a RegExp),
+ * `expect(email).toHaveCode()` or `.toHaveCode("482913")` (or a RegExp).
+ */
+export const matchers = {
+  /** The message has a link equal to, starting with, or matching `expected`. */
+  toHaveLinkTo(email, expected) {
+    const links = email?.links ?? [];
+    const pass = links.some((link) => matches(expected, link));
+    return {
+      pass,
+      message: () => `expected the message ${pass ? "not " : ""}to have a link to ${describeMatch(expected)}; its links: ${JSON.stringify(links)}`,
+      actual: links,
+      expected,
+    };
+  },
+  /** The message has a one-time code (4 to 8 digits), or this one. */
+  toHaveCode(email, expected) {
+    const codes = email?.codes ?? [];
+    const pass = expected === undefined ? codes.length > 0 : codes.some((code) => matches(expected, code) && (expected instanceof RegExp || code === String(expected)));
+    return {
+      pass,
+      message: () => `expected the message ${pass ? "not " : ""}to have ${expected === undefined ? "a code" : `the code ${describeMatch(expected)}`}; its codes: ${JSON.stringify(codes)}`,
+      actual: codes,
+      expected,
+    };
+  },
+};
