@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The npm package as users install it: packs it (scripts/pack-npm.sh),
 # installs the tarball into an empty project with npm, next to nodemailer,
-# vitest and typescript from the registry, copies examples/ there and runs
+# vitest, Playwright Test and typescript from the registry, copies examples/ there and runs
 # them: node:test in-process and against the native binary (MAILJAR_BIN,
 # default target/debug/mailjar), vitest with the inbox fixture and the
-# matchers, and tsc on the package's declarations.
+# matchers, the same with Playwright Test, and tsc on the package's declarations.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -19,15 +19,16 @@ fi
 
 project="$(mktemp -d)"
 trap 'rm -rf "$project"' EXIT
-cp -r examples/node-test examples/vitest examples/typescript "$project/"
+cp -r examples/node-test examples/vitest examples/playwright examples/typescript "$project/"
 cd "$project"
 npm init -y >/dev/null
 npm pkg set type=module
 # The versions users get today, pinned so a release elsewhere cannot turn this red.
-npm install --no-audit --no-fund --silent "$tarball" nodemailer@7.0.13 vitest@4.1.12 typescript@5.9.3
+npm install --no-audit --no-fund --silent "$tarball" nodemailer@7.0.13 vitest@4.1.12 @playwright/test@1.65.1 typescript@5.9.3
 echo "installed: $(du -sk node_modules/mailjar | cut -f1) KiB in node_modules/mailjar, $(wc -c <"$tarball") bytes packed"
 
 MAILJAR_BIN="$bin" node --test node-test/
 npx vitest run --root vitest
+npx playwright test -c playwright/playwright.config.mjs
 npx tsc -p typescript/tsconfig.json
 echo "the npm package works as installed"
