@@ -8,6 +8,7 @@ pub mod http1;
 pub mod http_server;
 pub mod smtp_server;
 pub mod state;
+pub mod testing;
 pub mod ui;
 
 use std::net::SocketAddr;
@@ -81,16 +82,29 @@ fn fd_warning(soft: u64, needed: u64) -> Option<String> {
 /// How many connections may wait to be accepted: tests open hundreds at once.
 const ACCEPT_BACKLOG: u32 = 4096;
 
-/// Binds a listener with a deep accept queue, reusing the address of a server just stopped.
-fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
-    let socket = if addr.is_ipv4() {
-        tokio::net::TcpSocket::new_v4()?
-    } else {
-        tokio::net::TcpSocket::new_v6()?
-    };
-    socket.set_reuseaddr(true)?;
-    socket.bind(addr)?;
-    socket.listen(ACCEPT_BACKLOG)
+/// Binds a listener with a deep accept queue, reusing the address of a server
+/// just stopped. A failure names the listener and its address:
+/// `SMTP 127.0.0.1:1025: address in use`.
+fn listen(name: &str, addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let bound = (|| {
+        let socket = if addr.is_ipv4() {
+            tokio::net::TcpSocket::new_v4()?
+        } else {
+            tokio::net::TcpSocket::new_v6()?
+        };
+        socket.set_reuseaddr(true)?;
+        socket.bind(addr)?;
+        socket.listen(ACCEPT_BACKLOG)
+    })();
+    bound.map_err(|e| {
+        let reason = match e.kind() {
+            std::io::ErrorKind::AddrInUse => "address in use".to_owned(),
+            std::io::ErrorKind::AddrNotAvailable => "not an address of this machine".to_owned(),
+            std::io::ErrorKind::PermissionDenied => "permission denied".to_owned(),
+            _ => e.to_string(),
+        };
+        std::io::Error::new(e.kind(), format!("{name} {addr}: {reason}"))
+    })
 }
 
 /// The limits the host enforces, as `/health` reports them under `limits`.
@@ -121,8 +135,14 @@ impl Server {
     /// Binds both listeners; fails when an address is taken or not local.
     pub async fn bind(settings: Settings) -> std::io::Result<Server> {
         raise_fd_limit(&settings);
-        let smtp = listen(SocketAddr::new(settings.smtp_host, settings.smtp_port))?;
-        let http = listen(SocketAddr::new(settings.http_host, settings.http_port))?;
+        let smtp = listen(
+            "SMTP",
+            SocketAddr::new(settings.smtp_host, settings.smtp_port),
+        )?;
+        let http = listen(
+            "HTTP",
+            SocketAddr::new(settings.http_host, settings.http_port),
+        )?;
         let address = |a: SocketAddr| Address {
             host: a.ip().to_string(),
             port: a.port(),

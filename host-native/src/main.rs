@@ -39,7 +39,7 @@ fn main() -> std::process::ExitCode {
         let server = match Server::bind(settings).await {
             Ok(server) => server,
             Err(e) => {
-                eprintln!("mailjar: cannot bind: {e}");
+                eprintln!("mailjar: {e}");
                 return std::process::ExitCode::FAILURE;
             }
         };

@@ -1,0 +1,352 @@
+//! mailjar inside a Rust test: [`TestServer`] starts the real server on free
+//! local ports in the test's own tokio runtime, tells where to send mail and
+//! where its HTTP API is, and waits for matching messages without HTTP.
+//!
+//! ```no_run
+//! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use mailjar::testing::{Filter, TestServer};
+//!
+//! let server = TestServer::start().await?;
+//! // Point the application under test at server.smtp_addr(), then:
+//! let email = server
+//!     .wait_for(&Filter::new().to("alice@example.test"), Duration::from_secs(5))
+//!     .await?;
+//! assert_eq!(email.subject, "Welcome");
+//! server.shutdown().await;
+//! # Ok(())
+//! # }
+//! ```
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use mailjar_core::api::Request;
+use mailjar_core::response::{Body, Response};
+use serde::Deserialize;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use crate::state::{Handled, Shared, now_ms};
+use crate::{Server, Settings};
+
+/// The longest one wait the API holds (SPEC.md); longer waits are several.
+const MAX_WAIT: Duration = Duration::from_secs(60);
+
+/// A message as the API's JSON describes it (README.md, "CapturedEmail").
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CapturedEmail {
+    /// The id (a UUIDv7).
+    pub id: String,
+    /// When it was received (RFC 3339).
+    pub received_at: String,
+    /// The SMTP envelope.
+    pub envelope: Envelope,
+    /// The From header text, else the envelope sender.
+    pub from: String,
+    /// The envelope recipients.
+    pub to: Vec<String>,
+    /// The Cc addresses.
+    pub cc: Vec<String>,
+    /// The decoded subject.
+    pub subject: String,
+    /// The text body.
+    pub text: String,
+    /// The HTML body ("" if none).
+    pub html: String,
+    /// The http(s) links found in the bodies.
+    pub links: Vec<String>,
+    /// The one-time codes (4 to 8 digits).
+    pub codes: Vec<String>,
+    /// The size of the raw message in bytes.
+    pub size: u64,
+    /// The message as received (lossy UTF-8; the exact bytes are at `/api/emails/:id/raw`).
+    pub raw: String,
+    /// Every other field of the JSON (headers, attachments, date, ...).
+    #[serde(flatten)]
+    pub other: serde_json::Map<String, serde_json::Value>,
+}
+
+/// The SMTP envelope of a message.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Envelope {
+    /// MAIL FROM.
+    pub from: String,
+    /// RCPT TO, in order.
+    pub to: Vec<String>,
+}
+
+/// The list filters (README.md, "HTTP API"); all given must match.
+#[derive(Debug, Clone, Default)]
+pub struct Filter {
+    pairs: Vec<(&'static str, String)>,
+}
+
+impl Filter {
+    /// No filter: every message.
+    pub fn new() -> Filter {
+        Filter::default()
+    }
+
+    /// Sent to this address (envelope, To or Cc; case-insensitive).
+    pub fn to(mut self, address: &str) -> Filter {
+        self.pairs.push(("to", address.to_owned()));
+        self
+    }
+
+    /// The subject contains this text (case-insensitive).
+    pub fn subject(mut self, text: &str) -> Filter {
+        self.pairs.push(("subject", text.to_owned()));
+        self
+    }
+
+    /// The subject matches this JavaScript regular expression, with these flags (e.g. "i").
+    pub fn subject_pattern(mut self, pattern: &str, flags: &str) -> Filter {
+        self.pairs.push(("subjectPattern", pattern.to_owned()));
+        if !flags.is_empty() {
+            self.pairs.push(("subjectFlags", flags.to_owned()));
+        }
+        self
+    }
+
+    /// Received after the message with this id.
+    pub fn after_id(mut self, id: &str) -> Filter {
+        self.pairs.push(("afterId", id.to_owned()));
+        self
+    }
+
+    fn query(&self, extra: Option<(&'static str, String)>) -> String {
+        let mut query = form_urlencoded::Serializer::new(String::new());
+        for (key, value) in self.pairs.iter().chain(extra.iter()) {
+            query.append_pair(key, value);
+        }
+        query.finish()
+    }
+}
+
+/// Why a [`TestServer`] call did not give a message.
+#[derive(Debug)]
+pub enum TestError {
+    /// Nothing matched before the timeout.
+    Timeout,
+    /// The API refused the request: its status and `error` text (a bad filter is a 400).
+    Refused(u16, String),
+    /// The server is shutting down.
+    Stopped,
+}
+
+impl std::fmt::Display for TestError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TestError::Timeout => write!(f, "no message matched before the timeout"),
+            TestError::Refused(status, error) => write!(f, "the API answered {status}: {error}"),
+            TestError::Stopped => write!(f, "the server is shutting down"),
+        }
+    }
+}
+
+impl std::error::Error for TestError {}
+
+/// A running mailjar inside a test; see the [module docs](self).
+pub struct TestServer {
+    smtp: SocketAddr,
+    http: SocketAddr,
+    shared: Arc<Shared>,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl TestServer {
+    /// Starts on 127.0.0.1 with free ports and the default limits.
+    pub async fn start() -> std::io::Result<TestServer> {
+        TestServer::start_with(&[]).await
+    }
+
+    /// Starts with these command-line flags (e.g. `["--max-messages", "10"]`),
+    /// on free ports unless the flags name them.
+    pub async fn start_with(flags: &[&str]) -> std::io::Result<TestServer> {
+        let args = ["mailjar", "--smtp-port", "0", "--http-port", "0"]
+            .into_iter()
+            .chain(flags.iter().copied());
+        let settings = <Settings as clap::Parser>::try_parse_from(args)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
+        settings
+            .validate()
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+        let server = Server::bind(settings).await?;
+        let smtp = server.smtp_addr()?;
+        let http = server.http_addr()?;
+        let shared = server.shared.clone();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(server.run(async move {
+            let _ = stopped.await;
+        }));
+        Ok(TestServer {
+            smtp,
+            http,
+            shared,
+            stop: Some(stop),
+            task: Some(task),
+        })
+    }
+
+    /// Where the application under test sends mail.
+    pub fn smtp_addr(&self) -> SocketAddr {
+        self.smtp
+    }
+
+    /// The HTTP API's base URL, e.g. `http://127.0.0.1:41234`.
+    pub fn http_url(&self) -> String {
+        format!("http://{}", self.http)
+    }
+
+    /// The oldest message matching `filter` (after its `after_id`), waiting up
+    /// to `timeout` for one to arrive.
+    pub async fn wait_for(
+        &self,
+        filter: &Filter,
+        timeout: Duration,
+    ) -> Result<CapturedEmail, TestError> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let left = deadline
+                .saturating_duration_since(tokio::time::Instant::now())
+                .min(MAX_WAIT);
+            let query = filter.query(Some(("timeoutMs", left.as_millis().to_string())));
+            let response = self
+                .answer(Request::new("GET", &format!("/api/emails/wait?{query}")))
+                .await?;
+            match response.status {
+                408 if tokio::time::Instant::now() < deadline => continue,
+                408 => return Err(TestError::Timeout),
+                _ => return email_of(response),
+            }
+        }
+    }
+
+    /// The messages matching `filter`, in receive order.
+    pub async fn list(&self, filter: &Filter) -> Result<Vec<CapturedEmail>, TestError> {
+        #[derive(Deserialize)]
+        struct List {
+            emails: Vec<CapturedEmail>,
+        }
+        let response = self
+            .answer(Request::new(
+                "GET",
+                &format!("/api/emails?{}", filter.query(None)),
+            ))
+            .await?;
+        let list: List = parse(response)?;
+        Ok(list.emails)
+    }
+
+    /// The newest message matching `filter`, if any.
+    pub async fn latest(&self, filter: &Filter) -> Result<Option<CapturedEmail>, TestError> {
+        let response = self
+            .answer(Request::new(
+                "GET",
+                &format!("/api/emails/latest?{}", filter.query(None)),
+            ))
+            .await?;
+        if response.status == 404 {
+            return Ok(None);
+        }
+        email_of(response).map(Some)
+    }
+
+    /// Deletes every message; returns how many there were.
+    pub async fn clear(&self) -> Result<u64, TestError> {
+        #[derive(Deserialize)]
+        struct Deleted {
+            deleted: u64,
+        }
+        let response = self.answer(Request::new("DELETE", "/api/emails")).await?;
+        Ok(parse::<Deleted>(response)?.deleted)
+    }
+
+    /// Stops accepting, lets messages in flight finish, and waits for the server to end.
+    pub async fn shutdown(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+
+    /// Answers a request as the HTTP API would, waiting out a parked wait.
+    async fn answer(&self, request: Request) -> Result<Response, TestError> {
+        match self.shared.handle(&request).await {
+            Handled::Ready(response) => Ok(response),
+            Handled::Subscribe(_) => Err(TestError::Refused(
+                400,
+                "event streams are not served here".to_owned(),
+            )),
+            Handled::Wait {
+                id,
+                deadline_ms,
+                mut receiver,
+            } => {
+                let timeout = Duration::from_millis(deadline_ms.saturating_sub(now_ms()));
+                tokio::select! {
+                    delivered = &mut receiver => delivered.map_err(|_| TestError::Stopped),
+                    _ = tokio::time::sleep(timeout) => match self.shared.expire(id) {
+                        Some(timed_out) => Ok(timed_out),
+                        // A delivery won the race: its response is on the way.
+                        None => receiver.await.map_err(|_| TestError::Stopped),
+                    },
+                }
+            }
+        }
+    }
+}
+
+impl Drop for TestServer {
+    /// A server dropped without [`TestServer::shutdown`] stops in the background.
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+/// The whole body of a response.
+fn body_bytes(response: Response) -> Vec<u8> {
+    match response.body {
+        Body::Full(bytes) => bytes.to_vec(),
+        Body::Stream(mut source) => {
+            let mut out = Vec::new();
+            while source.next_chunk(&mut out) {}
+            out
+        }
+    }
+}
+
+/// A JSON body, or the API's refusal.
+fn parse<T: serde::de::DeserializeOwned>(response: Response) -> Result<T, TestError> {
+    let status = response.status;
+    let body = body_bytes(response);
+    if status != 200 {
+        let error = serde_json::from_slice::<serde_json::Value>(&body)
+            .ok()
+            .and_then(|v| v.get("error")?.as_str().map(str::to_owned))
+            .unwrap_or_else(|| String::from_utf8_lossy(&body).into_owned());
+        return Err(if status == 503 {
+            TestError::Stopped
+        } else {
+            TestError::Refused(status, error)
+        });
+    }
+    serde_json::from_slice(&body).map_err(|e| TestError::Refused(status, e.to_string()))
+}
+
+/// The `email` of a `{"email": ...}` answer.
+fn email_of(response: Response) -> Result<CapturedEmail, TestError> {
+    #[derive(Deserialize)]
+    struct One {
+        email: CapturedEmail,
+    }
+    Ok(parse::<One>(response)?.email)
+}
