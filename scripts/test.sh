@@ -33,6 +33,9 @@ cargo test --workspace
 step "wasm host"
 bash scripts/test-wasm.sh
 
+step "pytest example against the binary (examples/pytest)"
+bash scripts/test-pytest.sh
+
 step "OpenAPI document against the live server (schemathesis)"
 bash scripts/test-schemathesis.sh
 
