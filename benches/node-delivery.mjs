@@ -1,0 +1,66 @@
+// In-process deliveries per second in Node (the npm package's MailServer):
+// a 2 KiB message through the SMTP session and through deliverRaw, and the
+// time from `new MailServer()` to the first stored message. Prints one JSON
+// line; benches/node.sh runs it beside the native core's delivery bench.
+import { performance } from "node:perf_hooks";
+
+const started = performance.now();
+const { MailServer } = await import("../host-wasm/js/node.mjs");
+const imported = performance.now();
+
+/** The same 2 KiB message as core/benches/core.rs `message(i)`. */
+function message(i) {
+  return (
+    `From: App <app@example.com>\r\nTo: user${i % 50}@local.test\r\nSubject: Order #${i} confirmed\r\n` +
+    `Date: Sun, 22 Nov 2026 02:42:07 +0000\r\nMessage-ID: <${i}@example.com>\r\n` +
+    `Content-Type: text/plain; charset=utf-8\r\n\r\n${"Lorem ipsum dolor sit amet, consectetur adipiscing elit.\r\n".repeat(30)}` +
+    `Your code is ${String(i % 1_000_000).padStart(6, "0")}. https://example.com/o/${i}\r\n`
+  );
+}
+
+const beforeNew = performance.now();
+const first = new MailServer();
+const connection = first.connect();
+connection.send("EHLO bench\r\nMAIL FROM:<app@example.com>\r\nRCPT TO:<user0@local.test>\r\nDATA\r\n");
+const firstStored = connection.send(`${message(0)}.\r\n`)[0]?.messageId;
+const firstMs = performance.now() - beforeNew;
+if (!firstStored) throw new Error("the first message was not stored");
+first.close();
+
+const SECONDS = Number(process.env.SECONDS_EACH ?? 3);
+
+function rate(run) {
+  // Warm up, then count whole deliveries for SECONDS.
+  for (let i = 0; i < 500; i += 1) run(i);
+  let n = 0;
+  const start = performance.now();
+  while (performance.now() - start < SECONDS * 1000) {
+    for (let k = 0; k < 100; k += 1) run(n + k);
+    n += 100;
+  }
+  return n / ((performance.now() - start) / 1000);
+}
+
+const raws = Array.from({ length: 1000 }, (_, i) => message(i));
+const viaRaw = new MailServer();
+const deliverRaw = rate((i) => viaRaw.deliverRaw(raws[i % 1000], { from: "app@example.com", to: [`user${i % 50}@local.test`] }));
+viaRaw.close();
+
+const viaSmtp = new MailServer();
+const session = viaSmtp.connect();
+session.send("EHLO bench\r\n");
+const smtp = rate((i) => {
+  session.send(`MAIL FROM:<app@example.com>\r\nRCPT TO:<user${i % 50}@local.test>\r\nDATA\r\n`);
+  const replies = session.send(`${raws[i % 1000]}.\r\n`);
+  if (replies[0]?.code !== 250) throw new Error(`not stored: ${replies[0]?.wire}`);
+});
+viaSmtp.close();
+
+console.log(
+  JSON.stringify({
+    importMs: Math.round((imported - started) * 10) / 10,
+    newToFirstStoredMs: Math.round(firstMs * 100) / 100,
+    deliverRawPerSec: Math.round(deliverRaw),
+    smtpPerSec: Math.round(smtp),
+  }),
+);
