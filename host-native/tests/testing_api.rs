@@ -71,6 +71,14 @@ async fn a_lettre_message_is_captured_and_awaited_in_process() {
         )
         .await;
     assert!(matches!(none, Err(TestError::Timeout)), "{none:?}");
+    let already = server
+        .wait_for(&Filter::new().to("bob@example.test"), Duration::ZERO)
+        .await;
+    assert_eq!(
+        already.unwrap().id,
+        next.id,
+        "no time left still finds what is there"
+    );
     let bad = server.list(&Filter::new().subject_pattern("(", "")).await;
     assert!(
         matches!(&bad, Err(TestError::Refused(400, text)) if text.contains("subjectPattern")),

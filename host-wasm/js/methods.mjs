@@ -124,7 +124,8 @@ export class MailjarMethods {
     const query = filterQuery(filter);
     const deadline = this[now]() + timeoutMs;
     for (;;) {
-      const left = Math.max(0, Math.min(MAX_WAIT_MS, Math.ceil(deadline - this[now]())));
+      // The API takes 1 ms at least: a wait whose time is up still looks once.
+      const left = Math.max(1, Math.min(MAX_WAIT_MS, Math.ceil(deadline - this[now]())));
       const params = new URLSearchParams(query);
       params.set("timeoutMs", String(left));
       const answer = await this.request("GET", `/api/emails/wait?${params}`, { signal });
