@@ -66,6 +66,8 @@ fn run_smtp(v: &SmtpVector, chunks: &[Vec<u8>]) -> Result<(), String> {
                 }
                 closed = true;
             }
+            // No vector session has fault rules.
+            Output::Fault(f) => return Err(format!("a fault fired with no rules: {f:?}")),
         }
     }
     check_replies(&replies, &v.replies)?;
