@@ -302,3 +302,84 @@ fn the_api_adds_lists_and_removes_rules() {
     let wrong = rules.handle("PUT", None, None, b"");
     assert_eq!(wrong.map_err(|e| e.status()).err(), Some(405));
 }
+
+mod through_the_api {
+    use crate::api::{Api, ApiConfig, Request, Step};
+    use crate::smtp::{Config, Output, Session};
+    use serde_json::Value;
+
+    fn send(api: &mut Api, method: &str, target: &str, body: Option<&str>) -> (u16, Value) {
+        let mut request = Request::new(method, target);
+        if let Some(body) = body {
+            request.content_type = Some("application/json".into());
+            request.body = body.as_bytes().to_vec().into();
+        }
+        match api.handle(&request, 1_763_779_327_000) {
+            Step::Ready(r) => {
+                let status = r.status;
+                let json = serde_json::from_slice(&r.body.collect()).expect("JSON");
+                (status, json)
+            }
+            other => panic!("not ready: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn rules_posted_to_the_api_reach_the_sessions_and_health_counts_them() {
+        let mut api: Api = Api::new(ApiConfig {
+            max_faults: 3,
+            ..ApiConfig::default()
+        });
+        let (status, added) = send(
+            &mut api,
+            "POST",
+            "/api/faults",
+            Some(
+                r#"{"match": {"to": "bob@x.test"}, "stage": "rcpt", "action": {"reply": {"code": 550}}}"#,
+            ),
+        );
+        assert_eq!(status, 200);
+        let (_, health) = send(&mut api, "GET", "/health", None);
+        assert_eq!(health["faults"], 1);
+        assert_eq!(health["limits"]["maxFaults"], 3);
+        let mut session = Session::new(Config::default());
+        session.set_faults(api.faults());
+        session.open();
+        let out = session.receive(b"HELO c\r\nMAIL FROM:<a@x.test>\r\nRCPT TO:<Bob@X.test>\r\n");
+        let fired = out.iter().find_map(|o| match o {
+            Output::Fault(f) => Some(f.id.clone()),
+            _ => None,
+        });
+        assert_eq!(fired.as_deref(), added["fault"]["id"].as_str());
+        // Used up (times 1): gone from the list and from /health.
+        let (_, list) = send(&mut api, "GET", "/api/faults", None);
+        assert_eq!(list["faults"].as_array().map(Vec::len), Some(0));
+        let (_, health) = send(&mut api, "GET", "/health", None);
+        assert_eq!(health["faults"], 0);
+    }
+
+    #[test]
+    fn the_routes_refuse_what_they_do_not_take() {
+        let mut api: Api = Api::new(ApiConfig::default());
+        let (status, body) = send(&mut api, "DELETE", "/api/faults?all=1", None);
+        assert_eq!(status, 400, "{body}");
+        assert!(body["error"].as_str().is_some_and(|e| e.contains("all")));
+        let (status, _) = send(&mut api, "GET", "/api/faults/1", None);
+        assert_eq!(status, 405);
+        let (status, _) = send(&mut api, "PATCH", "/api/faults", None);
+        assert_eq!(status, 405);
+        let (status, body) = send(
+            &mut api,
+            "POST",
+            "/api/faults",
+            Some("{\"stage\": \"rcpt\"}"),
+        );
+        assert_eq!(status, 400);
+        assert!(body["error"].as_str().is_some_and(|e| e.contains("action")));
+        let (status, _) = send(&mut api, "POST", "/api/faults", None);
+        assert_eq!(status, 415);
+        let (_, doc) = send(&mut api, "GET", "/api/openapi.json", None);
+        assert!(doc["paths"]["/api/faults"]["post"].is_object());
+        assert!(doc["paths"]["/api/faults/{id}"]["delete"].is_object());
+    }
+}
