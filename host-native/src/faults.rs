@@ -8,11 +8,13 @@ use mailjar_core::smtp::Output;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 /// Logs a fired rule; for a delay, writes the replies gathered in `out` so
-/// far (the client sees them on time) and then waits.
+/// far (the client sees them on time; a client that reads nothing for
+/// `write_timeout` ends the connection) and then waits.
 pub async fn fired<S: AsyncWrite + Unpin>(
     stream: &mut S,
     out: &mut Vec<u8>,
     fired: &Fired,
+    write_timeout: Duration,
 ) -> std::io::Result<()> {
     let stage = fired.stage.name();
     match &fired.action {
@@ -25,7 +27,11 @@ pub async fn fired<S: AsyncWrite + Unpin>(
         Action::Delay { ms } => {
             tracing::info!(rule = %fired.id, stage, delay_ms = ms, "fault injected: delay");
             if !out.is_empty() {
-                stream.write_all(out).await?;
+                tokio::time::timeout(write_timeout, stream.write_all(out))
+                    .await
+                    .map_err(|_| {
+                        std::io::Error::new(std::io::ErrorKind::TimedOut, "replies not read")
+                    })??;
                 out.clear();
             }
             tokio::time::sleep(Duration::from_millis(*ms)).await;
@@ -41,18 +47,21 @@ pub async fn carry_out<S: AsyncWrite + Unpin>(
     stream: &mut S,
     out: &mut Vec<u8>,
     outputs: Vec<Output>,
+    write_timeout: Duration,
 ) -> std::io::Result<bool> {
     let mut close = false;
     for output in outputs {
         match output {
             Output::Reply(reply) => reply.write_to(out),
-            Output::Fault(f) => fired(stream, out, &f).await?,
+            Output::Fault(f) => fired(stream, out, &f, write_timeout).await?,
             Output::Close => close = true,
             // Nothing is received before the greeting.
             Output::Message(_) => {}
         }
     }
-    stream.write_all(out).await?;
+    tokio::time::timeout(write_timeout, stream.write_all(out))
+        .await
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "greeting not read"))??;
     out.clear();
     Ok(close)
 }

@@ -285,7 +285,9 @@ where
         None => {
             let mut request = head.to_request();
             drop(head);
-            if !body.is_empty() {
+            // Only a POST has a body the API reads: no other request (a
+            // parked wait above all) holds one.
+            if !body.is_empty() && request.method() == http::Method::POST {
                 request.extensions_mut().insert(RequestBody(body));
             }
             if is_head {

@@ -227,7 +227,7 @@ async fn connection(mut stream: TcpStream, mut context: SmtpContext) -> std::io:
     session.set_faults(context.faults.clone());
     let mut out = Vec::new();
     let opened = session.open();
-    if crate::faults::carry_out(&mut stream, &mut out, opened).await? {
+    if crate::faults::carry_out(&mut stream, &mut out, opened, context.idle_timeout).await? {
         let _ = stream.shutdown().await;
         return Ok(());
     }
@@ -292,7 +292,10 @@ async fn connection(mut stream: TcpStream, mut context: SmtpContext) -> std::io:
                     tracing::info!(%id, %from, recipients = to, size, "message stored");
                 }
                 Output::Close => close = true,
-                Output::Fault(fired) => crate::faults::fired(&mut stream, &mut out, &fired).await?,
+                Output::Fault(fired) => {
+                    crate::faults::fired(&mut stream, &mut out, &fired, context.idle_timeout)
+                        .await?
+                }
             }
         }
         // The messages are stored: their room goes back to the budget.

@@ -269,6 +269,8 @@ impl RequestReader {
                     Parsed::Error(refusal) => self.fail(refusal),
                     Parsed::Complete(consumed, head) => {
                         self.buf.drain(..consumed);
+                        // A body not taken belongs to the request before: never to this one.
+                        self.body.clear();
                         self.state = State::Body {
                             left: head.body_length,
                         };
@@ -558,6 +560,32 @@ mod tests {
 
     fn refused(raw: &[u8]) -> Refusal {
         head(raw).refusal.expect("a refusal")
+    }
+
+    #[test]
+    fn a_body_is_kept_whole_however_it_arrives_and_taken_once() {
+        let raw = b"POST /api/faults HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{\"a\": true}";
+        for split in 0..raw.len() {
+            let mut reader = RequestReader::new();
+            reader.feed(&raw[..split]);
+            let mut seen = drain(&mut reader);
+            reader.feed(&raw[split..]);
+            seen.extend(drain(&mut reader));
+            assert!(
+                matches!(seen.get(1), Some(Step::BodyDone)),
+                "{split}: {seen:?}"
+            );
+            let Some(Step::Head(head)) = seen.first() else {
+                panic!("{split}: no head")
+            };
+            assert!(
+                head.headers
+                    .iter()
+                    .any(|(n, v)| n == "content-type" && v == "application/json")
+            );
+            assert_eq!(&reader.take_body()[..], b"{\"a\": true}", "{split}");
+            assert!(reader.take_body().is_empty(), "{split}: taken once");
+        }
     }
 
     #[test]
