@@ -849,11 +849,6 @@ impl Session {
             self.error(reply, out);
             return;
         }
-        let (stage, from) = (crate::faults::Stage::Rcpt, self.transaction.from.as_deref());
-        let fired = self.fault_for(stage, from, std::slice::from_ref(&path));
-        if !self.go_on(fired, out) {
-            return;
-        }
         if self.transaction.to.len() >= self.config.max_recipients {
             out.push(Output::Reply(Reply::new(
                 452,
@@ -862,6 +857,11 @@ impl Session {
                     self.config.max_recipients
                 ),
             )));
+            return;
+        }
+        let (stage, from) = (crate::faults::Stage::Rcpt, self.transaction.from.as_deref());
+        let fired = self.fault_for(stage, from, std::slice::from_ref(&path));
+        if !self.go_on(fired, out) {
             return;
         }
         let bytes = path.len() + std::mem::size_of::<String>();
