@@ -57,6 +57,10 @@ pub struct Request {
     pub query: String,
     /// The `Last-Event-ID` header, which resumes `/api/events`.
     pub last_event_id: Option<String>,
+    /// The `Content-Type` header, when the request has a body.
+    pub content_type: Option<String>,
+    /// The request body (empty without one); only `POST /api/faults` reads it.
+    pub body: bytes::Bytes,
 }
 
 impl Request {
@@ -68,6 +72,8 @@ impl Request {
             path: path.to_owned(),
             query: query.to_owned(),
             last_event_id: None,
+            content_type: None,
+            body: bytes::Bytes::new(),
         }
     }
 }
@@ -106,6 +112,8 @@ pub struct ApiConfig {
     pub event_buffer: usize,
     /// Limits the host enforces itself, reported under `limits` in `/health` (camelCase names).
     pub host_limits: Vec<(&'static str, u64)>,
+    /// The most fault rules held at once (503 past it).
+    pub max_faults: usize,
 }
 
 impl Default for ApiConfig {
@@ -128,6 +136,7 @@ impl Default for ApiConfig {
             max_subscribers: crate::events::DEFAULT_MAX_SUBSCRIBERS,
             event_buffer: crate::events::DEFAULT_EVENT_BUFFER,
             host_limits: Vec::new(),
+            max_faults: crate::faults::DEFAULT_MAX_FAULTS,
         }
     }
 }
@@ -225,6 +234,7 @@ pub struct Api<W = ()> {
     last_received_ms: u64,
     live: Option<LiveCounts>,
     trash: Trash,
+    faults: crate::faults::FaultRules,
 }
 
 impl<W> std::fmt::Debug for Api<W> {
@@ -250,6 +260,7 @@ enum Route<'a> {
     Raw(&'a str),
     Attachment(&'a str, &'a str),
     Html(&'a str),
+    Faults(Option<&'a str>),
 }
 
 impl Route<'_> {
@@ -266,6 +277,7 @@ impl<W> Api<W> {
     pub fn new(config: ApiConfig) -> Api<W> {
         Api {
             store: Store::new(config.store),
+            faults: crate::faults::FaultRules::new(config.max_faults),
             subscribers: Subscribers::new(config.event_buffer),
             config,
             ids: IdGenerator::new(),
@@ -281,6 +293,11 @@ impl<W> Api<W> {
     /// Lets `/health` report the host's live counts (connections, bytes in flight).
     pub fn set_live_counts(&mut self, live: LiveCounts) {
         self.live = Some(live);
+    }
+
+    /// The fault rules, shared with the SMTP sessions this API's host runs.
+    pub fn faults(&self) -> crate::faults::FaultRules {
+        self.faults.clone()
     }
 
     /// The store, to read.
@@ -425,6 +442,8 @@ impl<W> Api<W> {
             ["api", "emails", "latest"] => Route::Latest,
             ["api", "emails", "wait"] => Route::Wait,
             ["api", "events"] => Route::Events,
+            ["api", "faults"] => Route::Faults(None),
+            ["api", "faults", id] => Route::Faults(Some(id)),
             ["api", "emails", id] => Route::ById(id),
             ["api", "emails", id, "raw"] => Route::Raw(id),
             ["api", "emails", id, "html"] => Route::Html(id),
@@ -459,6 +478,10 @@ impl<W> Api<W> {
             ("GET", Route::Html(id)) => self.html(id, &query),
             ("DELETE", Route::Emails) => self.delete(&query),
             ("DELETE", Route::ById(id)) => ready(query.only(&[]).and_then(|_| self.delete_one(id))),
+            (method, Route::Faults(id)) => ready(query.only(&[]).and_then(|_| {
+                let content_type = request.content_type.as_deref();
+                self.faults.handle(method, id, content_type, &request.body)
+            })),
             (method, route) => Err(ApiError::MethodNotAllowed {
                 method: truncate(method, 20).to_owned(),
                 allow: route.allow(),
@@ -481,6 +504,7 @@ impl<W> Api<W> {
         limit("maxPatternChars", crate::filter::MAX_PATTERN_CHARS as u64);
         limit("maxSubscribers", c.max_subscribers as u64);
         limit("eventBuffer", c.event_buffer as u64);
+        limit("maxFaults", c.max_faults as u64);
         for (name, value) in &c.host_limits {
             limit(name, *value);
         }
@@ -496,6 +520,7 @@ impl<W> Api<W> {
             "waits": self.waits.len(),
             "subscribers": self.subscribers.len(),
             "patterns": self.patterns.live(),
+            "faults": self.faults.len(),
         });
         if let (Some(live), Some(object)) = (&self.live, body.as_object_mut()) {
             for (name, value) in live() {

@@ -15,6 +15,7 @@ pub mod download;
 pub mod email;
 pub mod error;
 pub mod events;
+pub mod faults;
 pub mod filter;
 pub mod id;
 pub mod job;

@@ -41,6 +41,7 @@
 //! ```
 
 mod budget;
+mod faults;
 mod path;
 mod reply;
 
@@ -120,6 +121,8 @@ pub enum Output {
     Message(Incoming),
     /// Close the connection after writing the replies before this.
     Close,
+    /// A fault rule fired (log it); for a delay, wait that long before going on.
+    Fault(crate::faults::Fired),
 }
 
 /// How the session reads the bytes it is fed.
@@ -210,6 +213,8 @@ pub struct Session {
     lines_ended: u64,
     /// How many message texts have begun: names the message in progress.
     messages_begun: u64,
+    /// The fault rules this session asks at each stage, if any.
+    faults: Option<crate::faults::FaultRules>,
 }
 
 impl Session {
@@ -227,6 +232,7 @@ impl Session {
             handed_out: 0,
             lines_ended: 0,
             messages_begun: 0,
+            faults: None,
         }
     }
 
@@ -524,6 +530,10 @@ impl Session {
     }
 
     fn deliver(&mut self, mut t: Transaction, out: &mut Vec<Output>) {
+        let fired = self.fault_for(crate::faults::Stage::Message, t.from.as_deref(), &t.to);
+        if !self.go_on(fired, out) {
+            return;
+        }
         // Counted until the host settles, as the capacity it had.
         self.handed_out += t.body.capacity() + t.envelope_bytes;
         // Within the capacity: in place, and the store keeps no slack.
@@ -679,6 +689,10 @@ impl Session {
             );
             return;
         };
+        let fired = self.fault_for(crate::faults::Stage::Helo, None, &[]);
+        if !self.go_on(fired, out) {
+            return;
+        }
         self.helo = Some(client.to_owned());
         self.transaction = Transaction::default();
         // The argument is echoed only as printable text (no escape sequences).
@@ -774,6 +788,10 @@ impl Session {
             self.error(reply, out);
             return;
         }
+        let fired = self.fault_for(crate::faults::Stage::Mail, Some(&path), &[]);
+        if !self.go_on(fired, out) {
+            return;
+        }
         self.transaction = Transaction::default();
         let envelope_bytes = path.len();
         if !budget.hold(self.held_bytes() + envelope_bytes) {
@@ -841,6 +859,11 @@ impl Session {
             )));
             return;
         }
+        let (stage, from) = (crate::faults::Stage::Rcpt, self.transaction.from.as_deref());
+        let fired = self.fault_for(stage, from, std::slice::from_ref(&path));
+        if !self.go_on(fired, out) {
+            return;
+        }
         let bytes = path.len() + std::mem::size_of::<String>();
         if !budget.hold(self.held_bytes() + bytes) {
             out.push(Output::Reply(Session::no_room_reply()));
@@ -869,7 +892,7 @@ impl Session {
             self.error(reply, out);
         } else if self.transaction.chunking {
             self.error(Reply::new(503, "5.5.1 DATA cannot follow BDAT"), out);
-        } else {
+        } else if self.go_on(self.data_fault(), out) {
             self.mode = Mode::Data(DataScan::LineStart);
             self.messages_begun += 1;
             self.ok(Reply::new(354, "End data with <CR><LF>.<CR><LF>"), out);
@@ -900,8 +923,19 @@ impl Session {
                 if !self.transaction.chunking {
                     self.messages_begun += 1;
                 }
-                self.transaction.chunking = true;
-                true
+                let refused = (!self.transaction.chunking)
+                    .then(|| self.bdat_fault(out))
+                    .flatten();
+                if self.is_closed() {
+                    return;
+                }
+                if let Some(reply) = refused {
+                    self.pending_bdat_reply = Some(reply);
+                    false
+                } else {
+                    self.transaction.chunking = true;
+                    true
+                }
             }
         };
         if size == 0 {

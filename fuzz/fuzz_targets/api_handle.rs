@@ -32,7 +32,7 @@ fuzz_target!(|data: &[u8]| {
             [i as u8; 10],
         );
     }
-    let request = Request { method: method.into(), path: format!("/{path}"), query: query.into() };
+    let request = Request { path: format!("/{path}"), query: query.into(), ..Request::new(method, "/") };
     match api.answer(&request, 5_000, &StoppedClock) {
         Outcome::Ready(response) => {
             let status = response.status;

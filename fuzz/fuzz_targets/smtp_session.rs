@@ -50,6 +50,7 @@ fuzz_target!(|data: &[u8]| {
                 assert!(matches!(whole.get(i + 1), Some(Output::Reply(r)) if r.code == 250));
             }
             Output::Close => assert_eq!(i + 1, whole.len(), "outputs after Close"),
+            Output::Fault(fired) => panic!("a fault fired with no rules: {fired:?}"),
         }
     }
 });

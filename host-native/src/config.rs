@@ -78,6 +78,9 @@ pub struct Settings {
     /// The most matching time one request's subjectPattern may cost over its life (400 "subjectPattern too expensive" after).
     #[arg(long, env = "MAILJAR_PATTERN_BUDGET", default_value = "250ms", value_parser = humantime::parse_duration)]
     pub pattern_budget: Duration,
+    /// Most fault rules (POST /api/faults) held at once; past it a new one gets 503.
+    #[arg(long, env = "MAILJAR_MAX_FAULTS", default_value_t = mailjar_core::faults::DEFAULT_MAX_FAULTS)]
+    pub max_faults: usize,
     /// How long a shutdown waits for messages in flight.
     #[arg(long, env = "MAILJAR_SHUTDOWN_GRACE", default_value = "1500ms", value_parser = humantime::parse_duration)]
     pub shutdown_grace: Duration,

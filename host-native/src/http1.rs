@@ -133,6 +133,11 @@ pub struct HttpOptions {
     pub connections: HttpConnections,
 }
 
+/// The body of a request, handed to the routes as a request extension (the
+/// warp service is called with an empty body).
+#[derive(Debug, Clone)]
+pub struct RequestBody(pub Bytes);
+
 /// A response body produced chunk by chunk as the driver writes it.
 ///
 /// warp 0.4's body cannot wrap a stream, so the route puts one of these in
@@ -269,6 +274,7 @@ where
     if !Box::pin(read_body(stream, reader, &head, timeouts)).await? {
         return Ok(false);
     }
+    let body = reader.take_body();
     // A parked wait should not hold a read buffer.
     reader.release();
     let is_head = head.method == http::Method::HEAD;
@@ -279,6 +285,11 @@ where
         None => {
             let mut request = head.to_request();
             drop(head);
+            // Only a POST has a body the API reads: no other request (a
+            // parked wait above all) holds one.
+            if !body.is_empty() && request.method() == http::Method::POST {
+                request.extensions_mut().insert(RequestBody(body));
+            }
             if is_head {
                 *request.method_mut() = http::Method::GET;
             }

@@ -45,17 +45,22 @@ pub fn routes(
         .and(warp::path::full())
         .and(warp::query::raw().or(warp::any().map(String::new)).unify())
         .and(warp::header::headers_cloned())
+        .and(warp::ext::optional::<http1::RequestBody>())
         .then(
             move |method: http::Method,
                   path: warp::path::FullPath,
                   query: String,
-                  headers: http::HeaderMap| {
+                  headers: http::HeaderMap,
+                  body: Option<http1::RequestBody>| {
                 let context = context.clone();
                 async move {
                     let cors = cors_origin(&context, &headers);
                     let refusal = refuse(&context, &headers);
                     let last_event_id = headers
                         .get("last-event-id")
+                        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+                    let content_type = headers
+                        .get(http::header::CONTENT_TYPE)
                         .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
                     // The web UI's files, behind the same Host guard as the API.
                     let page = context.ui.then(|| {
@@ -77,6 +82,8 @@ pub fn routes(
                                 path: path.as_str().to_owned(),
                                 query,
                                 last_event_id,
+                                content_type,
+                                body: body.map(|b| b.0).unwrap_or_default(),
                             };
                             match respond(&context, &request).await {
                                 Answer::Response(response) => json(response),
@@ -133,7 +140,7 @@ fn preflight() -> http::Response<Bytes> {
     let h = response.headers_mut();
     h.insert(
         http::header::ACCESS_CONTROL_ALLOW_METHODS,
-        http::HeaderValue::from_static("GET, DELETE"),
+        http::HeaderValue::from_static("GET, POST, DELETE"),
     );
     h.insert(
         http::header::ACCESS_CONTROL_ALLOW_HEADERS,

@@ -4,6 +4,7 @@
 
 pub mod config;
 pub mod events;
+pub mod faults;
 pub mod http1;
 pub mod http_server;
 pub mod smtp_server;
@@ -164,7 +165,9 @@ impl Server {
             pattern_budget_ms: u64::try_from(settings.pattern_budget.as_millis())
                 .unwrap_or(u64::MAX),
             host_limits: host_limits(&settings),
+            max_faults: settings.max_faults,
         });
+        api.faults().seed(state::seed());
         let http_connections = http1::HttpConnections::new(settings.max_http_connections);
         let load = smtp_load.clone();
         let open_http = http_connections.clone();
@@ -225,6 +228,7 @@ impl Server {
             command_timeout: self.settings.smtp_command_timeout,
             data_timeout: self.settings.smtp_data_timeout,
             load: self.smtp_load.clone(),
+            faults: self.shared.faults(),
             shared: self.shared.clone(),
             shutdown: shutdown_rx.clone(),
         };

@@ -40,6 +40,8 @@ pub struct SmtpContext {
     pub data_timeout: Duration,
     /// The bytes in flight over every connection, and their budget.
     pub load: Arc<SmtpLoad>,
+    /// The fault rules every session asks.
+    pub faults: mailjar_core::faults::FaultRules,
     /// Where messages go.
     pub shared: Arc<Shared>,
     /// Becomes true when the server shuts down.
@@ -222,8 +224,13 @@ async fn read_some(stream: &mut TcpStream, buffer: &mut Vec<u8>) -> std::io::Res
 /// Drives one session until the client quits, goes idle, or the server shuts down.
 async fn connection(mut stream: TcpStream, mut context: SmtpContext) -> std::io::Result<()> {
     let mut session = Session::new(context.config.clone());
-    let mut out = session.greeting().to_bytes();
-    stream.write_all(&out).await?;
+    session.set_faults(context.faults.clone());
+    let mut out = Vec::new();
+    let opened = session.open();
+    if crate::faults::carry_out(&mut stream, &mut out, opened, context.idle_timeout).await? {
+        let _ = stream.shutdown().await;
+        return Ok(());
+    }
     // Not zeroed, and small: thousands of short connections come and go, and
     // the session copies what it keeps, so a read buffer is scratch space.
     let mut buffer: Vec<u8> = Vec::with_capacity(READ_BUFFER_BYTES);
@@ -285,6 +292,10 @@ async fn connection(mut stream: TcpStream, mut context: SmtpContext) -> std::io:
                     tracing::info!(%id, %from, recipients = to, size, "message stored");
                 }
                 Output::Close => close = true,
+                Output::Fault(fired) => {
+                    crate::faults::fired(&mut stream, &mut out, &fired, context.idle_timeout)
+                        .await?
+                }
             }
         }
         // The messages are stored: their room goes back to the budget.

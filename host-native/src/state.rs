@@ -94,7 +94,21 @@ fn entropy() -> Entropy {
     bytes
 }
 
+/// A seed for the fault rules' probability rolls, from the OS.
+pub fn seed() -> u64 {
+    let mut bytes = [0u8; 8];
+    if getrandom::fill(&mut bytes).is_err() {
+        tracing::warn!("no OS randomness for fault probabilities");
+    }
+    u64::from_le_bytes(bytes)
+}
+
 impl Shared {
+    /// The fault rules the SMTP sessions ask (the API's own).
+    pub fn faults(&self) -> mailjar_core::faults::FaultRules {
+        self.lock().faults()
+    }
+
     /// Shares this API; `workers` is how many jobs may run at once (the core count).
     pub fn new(api: WaitingApi, workers: usize) -> Shared {
         Shared {

@@ -12,7 +12,8 @@ export interface SmtpReply {
   /** The reply as on the wire ("250 ...\r\n"). */
   wire: string;
   /** On the reply that acknowledges a message: the id it was stored under. */
-  messageId?: string;
+  messageId?: string;  /** On the reply that a fault rule delayed: how long the native server would have waited first (in-process, nothing waits). */
+  delayMs?: number;
 }
 
 /** Limits of the SMTP side. */
@@ -61,11 +62,61 @@ export interface MailResponse {
   headers: { "content-type": string; allow?: string; [name: string]: string | undefined };
 }
 
+/** Where a fault rule acts. */
+export type FaultStage = "connect" | "helo" | "mail" | "rcpt" | "data" | "message";
+
+/** What a fault rule does. */
+export type FaultAction = { reply: { code: number; text?: string } } | { disconnect: true } | { delayMs: number };
+
+/** A fault rule as POST /api/faults takes it. */
+export interface NewFault {
+  /** Compared case-insensitively: from with the envelope sender, to with the recipient. */
+  match?: { from?: string; to?: string };
+  stage: FaultStage;
+  action: FaultAction;
+  /** How many times it fires (default 1); null: always. */
+  times?: number | null;
+  /** The chance it fires when it is the first rule that matches (0 to 1). */
+  probability?: number | null;
+}
+
+/** A fault rule held by the server. */
+export interface Fault {
+  id: string;
+  match: { from?: string; to?: string };
+  stage: FaultStage;
+  action: FaultAction;
+  /** How many more times it fires; null: always. */
+  times: number | null;
+  probability: number | null;
+  /** How many times it has fired. */
+  fired: number;
+}
+
+/** A fault rule that fired on a connection. */
+export interface FiredFault {
+  id: string;
+  stage: FaultStage;
+  action: FaultAction;
+}
+
+/** The fault rules of a MailServer (the same as /api/faults); a refused rule rejects with an Error carrying `status` and `body`. */
+export interface Faults {
+  add(rule: NewFault): Promise<Fault>;
+  list(): Promise<Fault[]>;
+  /** Resolves to 1; rejects with status 404 when there is no such rule. */
+  remove(id: string): Promise<number>;
+  /** Resolves to how many rules were removed. */
+  clear(): Promise<number>;
+}
+
 /** One SMTP connection without a socket. */
 export class SmtpConnection {
   private constructor();
-  /** The 220 greeting. */
-  readonly greeting: SmtpReply;
+  /** The 220 greeting, or what a `connect` fault rule sent instead (undefined after a silent disconnect). */
+  readonly greeting: SmtpReply | undefined;
+  /** The fault rules that fired on this connection, in order. */
+  readonly faults: FiredFault[];
   /** Ids of the messages this connection stored. */
   readonly messageIds: string[];
   /** Feeds client bytes; messages are stored before the replies are returned. */
@@ -95,7 +146,9 @@ export class MailServer extends MailjarMethods {
   /** Stores a raw message; returns its id. */
   deliverRaw(raw: string | Uint8Array, envelope?: { from?: string; to?: string | string[] }): string;
   /** Like the HTTP API: waits resolve on delivery or at their deadline (408). */
-  request(method: string, url: string, options?: { signal?: AbortSignal }): Promise<MailResponse>;
+  request(method: string, url: string, options?: { signal?: AbortSignal; body?: string; contentType?: string }): Promise<MailResponse>;
+  /** The fault rules: SMTP connections opened with connect() obey them. */
+  readonly faults: Faults;
   /**
    * The event stream of GET /api/events: `stored` (a summary), `deleted`,
    * and at the end `overflow` or `error`. Throws an Error with `status` and

@@ -61,19 +61,34 @@ export class SmtpConnection {
   constructor(server, session) {
     this.#server = server;
     this.#session = session;
-    /** The 220 greeting the server sent when the client connected. */
-    this.greeting = session.greeting();
+    /** The fault rules that fired on this connection, in order (`{id, stage, action}`). */
+    this.faults = [];
+    const opened = this.#carry(session.open());
+    /** The 220 greeting the server sent when the client connected (or what a `connect` rule sent instead; undefined after a silent disconnect). */
+    this.greeting = opened.replies[0];
     /** The ids of the messages this connection stored, in order. */
     this.messageIds = [];
   }
 
   /** Feeds client bytes (a string is sent as UTF-8); returns the replies, in order. */
   send(data) {
-    const bytes = toBytes(data, "data");
+    return this.#carry(this.#session.receive(toBytes(data, "data"))).replies;
+  }
+
+  /**
+   * Stores messages and collects replies. A fault rule that fired is kept in
+   * `faults`; a delay is not waited here (nothing in-process has a socket to
+   * stall): the reply after it carries `delayMs`.
+   */
+  #carry(outputs) {
     const replies = [];
     let stored;
-    for (const output of this.#session.receive(bytes)) {
-      if (output.type === "message") {
+    let delayMs;
+    for (const output of outputs) {
+      if (output.type === "fault") {
+        this.faults.push({ id: output.id, stage: output.stage, action: output.action });
+        if (output.action.delayMs !== undefined) delayMs = (delayMs ?? 0) + output.action.delayMs;
+      } else if (output.type === "message") {
         stored = this.#server.deliverRaw(output.raw, output.envelope);
         this.messageIds.push(stored);
       } else if (output.type === "reply") {
@@ -81,10 +96,14 @@ export class SmtpConnection {
           output.messageId = stored;
           stored = undefined;
         }
+        if (delayMs !== undefined) {
+          output.delayMs = delayMs;
+          delayMs = undefined;
+        }
         replies.push(output);
       }
     }
-    return replies;
+    return { replies };
   }
 
   /** The replies as they would appear on the wire. */
@@ -158,10 +177,37 @@ export class MailServer extends MailjarMethods {
     return this.#api.pendingWaits;
   }
 
-  /** Opens an SMTP connection. */
+  /** Opens an SMTP connection; it obeys the fault rules of `faults`. */
   connect() {
     this.#open();
-    return new SmtpConnection(this, new this.#bindings.Session(this.#smtp));
+    const session = new this.#bindings.Session(this.#smtp);
+    session.useFaultsOf(this.#api);
+    return new SmtpConnection(this, session);
+  }
+
+  /**
+   * The fault rules (`/api/faults`): `add(rule)` resolves to the rule with its
+   * `id`, `list()` to the rules, `remove(id)` and `clear()` to how many went.
+   * A refused rule rejects with an Error whose `status` (400, 415, 503) and
+   * `body` say why.
+   */
+  get faults() {
+    const call = async (method, path, rule) => {
+      const options = rule === undefined ? {} : { body: JSON.stringify(rule), contentType: "application/json" };
+      const r = await this.request(method, path, options);
+      if (r.status !== 200) {
+        const error = new Error(`${method} ${path}: ${r.status} ${r.body}`);
+        Object.assign(error, { status: r.status, body: r.body });
+        throw error;
+      }
+      return r.json;
+    };
+    return {
+      add: async (rule) => (await call("POST", "/api/faults", rule)).fault,
+      list: async () => (await call("GET", "/api/faults")).faults,
+      remove: async (id) => (await call("DELETE", `/api/faults/${encodeURIComponent(String(id))}`)).deleted,
+      clear: async () => (await call("DELETE", "/api/faults")).deleted,
+    };
   }
 
   /** Stores a raw message (a string is stored as UTF-8) as if it came over SMTP; returns its id. */
@@ -183,14 +229,19 @@ export class MailServer extends MailjarMethods {
    * `signal` cancels the wait and rejects with its reason. For
    * `/api/events` use `events()`.
    */
-  request(method, url, { signal } = {}) {
+  request(method, url, { signal, body, contentType } = {}) {
     try {
       this.#open();
       if (typeof method !== "string") throw new TypeError("method must be a string");
+      if (body !== undefined && typeof body !== "string") throw new TypeError("body must be a string");
+      if (contentType !== undefined && typeof contentType !== "string") throw new TypeError("contentType must be a string");
       signal?.throwIfAborted();
       const { path, query } = splitTarget(url);
       const waiter = { resolve: undefined, reject: undefined, timer: undefined, cleanup: () => {} };
-      const outcome = this.#api.handle({ method, path, query }, this.#now(), waiter);
+      const request = { method, path, query };
+      if (body !== undefined) request.body = body;
+      if (contentType !== undefined) request.contentType = contentType;
+      const outcome = this.#api.handle(request, this.#now(), waiter);
       this.#wakeStreams();
       if (outcome.kind === "ready") return Promise.resolve(readyResponse(outcome));
       if (outcome.kind === "subscribe") {

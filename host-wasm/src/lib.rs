@@ -14,6 +14,8 @@
 
 use std::sync::Once;
 
+mod faults;
+
 use js_sys::{Array, Object, Reflect, Uint8Array};
 use mailjar_core::api::{self, Address, ApiConfig, NextEvents, Outcome, SubscriberId, WaitId};
 use mailjar_core::budget::Clock;
@@ -76,7 +78,17 @@ export interface CloseOutput {
 }
 
 /** What a session asks its host to do. */
-export type SessionOutput = ReplyOutput | MessageOutput | CloseOutput;
+export type SessionOutput = ReplyOutput | MessageOutput | CloseOutput | FaultOutput;
+
+/** A fault rule fired: log it; for `delayMs`, wait that long before writing what follows. */
+export interface FaultOutput {
+  type: "fault";
+  /** The rule's id. */
+  id: string;
+  /** Where it fired: "connect", "helo", "mail", "rcpt", "data" or "message". */
+  stage: string;
+  action: { reply: { code: number; text: string } } | { disconnect: true } | { delayMs: number };
+}
 
 /** What the API reports about the server it runs in; every field is optional. */
 export interface ApiConfig {
@@ -98,6 +110,10 @@ export interface ApiConfig {
   maxMessageBytes?: number;
   /** The recipient limit /health reports (default 1000). */
   maxRecipients?: number;
+  /** The most fault rules held at once (default 1000). */
+  maxFaults?: number;
+  /** Seeds the fault rules' probability rolls, for repeatable runs (default: Math.random()). */
+  faultSeed?: number;
 }
 
 /** An HTTP request as the API sees it. */
@@ -110,6 +126,10 @@ export interface ApiRequest {
   query?: string;
   /** The Last-Event-ID header: where `GET /api/events` resumes. */
   lastEventId?: string;
+  /** The Content-Type header (`POST /api/faults` wants "application/json"). */
+  contentType?: string;
+  /** The request body, as text. */
+  body?: string;
 }
 
 /** A response to send now. */
@@ -385,6 +405,7 @@ fn output_object(output: &Output) -> JsValue {
             set(&object, "type", "close");
             object.into()
         }
+        Output::Fault(fired) => crate::faults::fired_object(fired),
     }
 }
 
@@ -558,6 +579,7 @@ impl Api {
         install_panic_hook();
         let config: Option<JsValue> = config.map(Into::into);
         let mut c = ApiConfig::default();
+        let mut fault_seed = None;
         if let Some(config) = config.filter(|c| !c.is_undefined() && !c.is_null()) {
             let what = "config";
             if let Some(domain) = string_field(&config, "domain", what)? {
@@ -588,9 +610,17 @@ impl Api {
             if let Some(n) = usize_field(&config, "maxRecipients", what, 1)? {
                 c.max_recipients = n;
             }
+            if let Some(n) = usize_field(&config, "maxFaults", what, 0)? {
+                c.max_faults = n;
+            }
+            if let Some(n) = field(&config, "faultSeed", what)? {
+                fault_seed = Some(integer(&n, "config.faultSeed", 0, 1 << 53)?);
+            }
         }
+        let inner = api::Api::new(c);
+        faults::seed(&inner, fault_seed);
         Ok(Api {
-            inner: api::Api::new(c),
+            inner,
             replays: std::collections::HashMap::new(),
         })
     }
@@ -611,15 +641,17 @@ impl Api {
         let path = required_string(request, "path", what)?;
         let request = match string_field(request, "query", what)? {
             Some(query) => api::Request {
-                method,
-                path,
                 query: query.strip_prefix('?').unwrap_or(&query).to_owned(),
-                last_event_id: None,
+                ..api::Request::new(&method, &path)
             },
             None => api::Request::new(&method, &path),
         };
         let request = api::Request {
             last_event_id: string_field(request_value, "lastEventId", what)?,
+            content_type: string_field(request_value, "contentType", what)?,
+            body: string_field(request_value, "body", what)?
+                .map(|body| body.into_bytes().into())
+                .unwrap_or_default(),
             ..request
         };
         let now = time_ms(now_ms, "nowMs")?;

@@ -28,7 +28,14 @@ const START_MS = 1_763_779_327_000;
 
 function runSmtp(v, chunks) {
   const session = new bindings.Session({ hostname: DOMAIN, ...v.config });
-  const outputs = [session.greeting()];
+  // Fresh rules for every replay: a rule's `times` is spent as it fires.
+  const rules = new bindings.Api();
+  for (const rule of v.faults) {
+    const added = rules.handle({ method: "POST", path: "/api/faults", contentType: "application/json", body: JSON.stringify(rule) }, START_MS);
+    assert.equal(added.status, 200, added.body);
+  }
+  session.useFaultsOf(rules);
+  const outputs = session.open();
   for (const chunk of chunks) outputs.push(...session.receive(chunk));
   if (v.idleTimeout) outputs.push(session.timeout(), { type: "close" });
   const replies = [];
@@ -36,6 +43,7 @@ function runSmtp(v, chunks) {
   let closed = false;
   outputs.forEach((o, i) => {
     if (o.type === "reply") replies.push(o);
+    else if (o.type === "fault") return;
     else if (o.type === "message") {
       const next = outputs[i + 1];
       assert.ok(next?.type === "reply" && next.code === 250, `a message is followed by ${JSON.stringify(next)}, not its 250`);
@@ -98,7 +106,7 @@ async function runApi(v) {
         case "request": {
           const target = substitute(step.target, vars);
           const before = server.pendingWaits;
-          const pending = server.request(step.method, target);
+          const pending = server.request(step.method, target, { body: step.body, contentType: step.contentType });
           assert.equal(server.pendingWaits, before, `${step.method} ${target} parked; use a wait step`);
           checkResponse(asChecked(await pending), step.expect, vars);
           break;

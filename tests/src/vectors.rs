@@ -70,6 +70,8 @@ pub struct SmtpVector {
     pub messages: Vec<ExpectedMessage>,
     /// Whether the server closes the connection by itself (after QUIT, too many errors, idle).
     pub closed: bool,
+    /// Fault rules (`POST /api/faults` bodies) added before the client connects.
+    pub faults: Vec<Value>,
 }
 
 /// Store limits an API vector sets; None keeps the host's default.
@@ -117,6 +119,10 @@ pub enum Step {
         method: String,
         /// Path and query, after `${name}` substitution.
         target: String,
+        /// The request body: `body` (bytes) as is, or `json` serialised.
+        body: Option<Vec<u8>>,
+        /// The `Content-Type` header (`json` defaults it to `application/json`).
+        content_type: Option<String>,
         /// The response expected.
         expect: Expect,
     },
@@ -323,6 +329,7 @@ fn smtp_vector(file: &str, value: &Value) -> Result<SmtpVector, String> {
             "replies",
             "messages",
             "closed",
+            "faults",
         ],
         &what,
     )?;
@@ -405,6 +412,11 @@ fn smtp_vector(file: &str, value: &Value) -> Result<SmtpVector, String> {
         replies,
         messages,
         closed: flag("closed")?,
+        faults: match o.get("faults") {
+            None => Vec::new(),
+            Some(Value::Array(rules)) if rules.iter().all(Value::is_object) => rules.clone(),
+            Some(_) => return Err(format!("{what}: faults must be an array of rule objects")),
+        },
     })
 }
 
@@ -495,11 +507,27 @@ fn step(value: &Value, what: &str) -> Result<Step, String> {
             }
         }
         "request" => {
-            only_keys(o, &["request", "expect"], &what)?;
+            only_keys(
+                o,
+                &["request", "expect", "body", "json", "contentType"],
+                &what,
+            )?;
             let (method, target) = request_line(&o["request"], &what)?;
+            let (body, default_type) = match (o.get("body"), o.get("json")) {
+                (Some(_), Some(_)) => return Err(format!("{what}: body or json, not both")),
+                (Some(b), None) => (Some(bytes(b, &what)?), None),
+                (None, Some(j)) => (Some(j.to_string().into_bytes()), Some("application/json")),
+                (None, None) => (None, None),
+            };
+            let content_type = match o.get("contentType") {
+                Some(t) => Some(string(t, &what)?),
+                None => default_type.map(str::to_owned),
+            };
             Step::Request {
                 method,
                 target,
+                body,
+                content_type,
                 expect: expect(o.get("expect"), &what)?,
             }
         }

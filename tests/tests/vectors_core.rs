@@ -36,8 +36,17 @@ fn session_config(v: &SmtpVector) -> Config {
 /// Feeds `chunks` to a fresh session and checks everything the vector expects.
 fn run_smtp(v: &SmtpVector, chunks: &[Vec<u8>]) -> Result<(), String> {
     let mut session = Session::new(session_config(v));
-    let greeting = session.greeting();
-    let mut outputs = vec![Output::Reply(greeting)];
+    // Fresh rules for every replay: a rule's `times` is spent as it fires.
+    let rules = mailjar_core::faults::FaultRules::default();
+    for rule in &v.faults {
+        let body = rule.to_string();
+        let added = rules.handle("POST", None, Some("application/json"), body.as_bytes());
+        if added.as_ref().map(|r| r.status) != Ok(200) {
+            return Err(format!("the fault rule {body} was refused"));
+        }
+    }
+    session.set_faults(rules);
+    let mut outputs = session.open();
     for chunk in chunks {
         outputs.extend(session.receive(chunk));
     }
@@ -66,6 +75,8 @@ fn run_smtp(v: &SmtpVector, chunks: &[Vec<u8>]) -> Result<(), String> {
                 }
                 closed = true;
             }
+            // Logged and waited on by the native host; nothing to check here.
+            Output::Fault(_) => {}
         }
     }
     check_replies(&replies, &v.replies)?;
@@ -232,13 +243,15 @@ impl CoreRun {
             Step::Request {
                 method,
                 target,
+                body,
+                content_type,
                 expect,
             } => {
                 let target = substitute(target, &self.vars)?;
-                match self
-                    .api
-                    .answer(&Request::new(method, &target), self.now, &StoppedClock)
-                {
+                let mut request = Request::new(method, &target);
+                request.content_type = content_type.clone();
+                request.body = body.clone().unwrap_or_default().into();
+                match self.api.answer(&request, self.now, &StoppedClock) {
                     Outcome::Ready(r) => {
                         let r = Answer::of(r);
                         check_response(r.status, &r.headers, &r.body, expect, &self.vars)

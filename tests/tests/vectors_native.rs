@@ -178,12 +178,27 @@ struct HttpResponse {
 }
 
 fn http(addr: SocketAddr, method: &str, target: &str) -> Result<HttpResponse, String> {
+    http_with(addr, method, target, None, &[])
+}
+
+/// A request with a body (and a `Content-Type` when given).
+fn http_with(
+    addr: SocketAddr,
+    method: &str,
+    target: &str,
+    content_type: Option<&str>,
+    body: &[u8],
+) -> Result<HttpResponse, String> {
     let mut stream = TcpStream::connect(addr).map_err(|e| format!("connect: {e}"))?;
-    let request = format!(
-        "{method} {target} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
-    );
+    let content_type = content_type.map_or(String::new(), |t| format!("Content-Type: {t}\r\n"));
+    let mut request = format!(
+        "{method} {target} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{content_type}Content-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    request.extend_from_slice(body);
     stream
-        .write_all(request.as_bytes())
+        .write_all(&request)
         .map_err(|e| format!("write: {e}"))?;
     let raw = read_to_close(&mut stream, Duration::from_secs(70))?;
     let split = raw
@@ -255,6 +270,19 @@ fn run_smtp(v: &SmtpVector) -> Result<(), String> {
         flags.extend(["--idle-timeout".to_owned(), "300ms".to_owned()]);
     }
     let server = Native::start(&flags)?;
+    for rule in &v.faults {
+        let body = rule.to_string();
+        let r = http_with(
+            server.http,
+            "POST",
+            "/api/faults",
+            Some("application/json"),
+            body.as_bytes(),
+        )?;
+        if r.status != 200 {
+            return Err(format!("the fault rule {body} got {}", r.status));
+        }
+    }
     let mut stream = TcpStream::connect(server.smtp).map_err(|e| format!("connect: {e}"))?;
     let _ = stream.set_nodelay(true);
     for chunk in &v.input {
@@ -488,10 +516,13 @@ impl NativeRun {
             Step::Request {
                 method,
                 target,
+                body,
+                content_type,
                 expect,
             } => {
                 let target = substitute(target, &self.vars)?;
-                let r = http(http_addr, method, &target)?;
+                let body = body.as_deref().unwrap_or_default();
+                let r = http_with(http_addr, method, &target, content_type.as_deref(), body)?;
                 self.check(&r, expect)
                     .map_err(|e| format!("{method} {target}: {e}"))?;
             }

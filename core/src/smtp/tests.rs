@@ -32,6 +32,7 @@ fn render(outputs: &[Output]) -> String {
                 String::from_utf8_lossy(&m.raw)
             )),
             Output::Close => s.push_str("CLOSE\n"),
+            Output::Fault(f) => s.push_str(&format!("FAULT {}\n", f.id)),
         }
     }
     s
@@ -891,3 +892,5 @@ proptest! {
         prop_assert_eq!(codes(&out).last().copied(), Some(250));
     }
 }
+
+mod faults;

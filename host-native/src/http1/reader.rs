@@ -15,8 +15,9 @@
 //!   on when the framing is intact;
 //! - framing: `Content-Length` is one or more digits and nothing else; several
 //!   fields must agree (a list in one field is refused, RFC 9110 8.6 allows
-//!   that); `Transfer-Encoding` is refused (the API takes no bodies); a body
-//!   up to [`MAX_BODY_BYTES`] is read and thrown away, never kept;
+//!   that); `Transfer-Encoding` is refused (bodies need a length); a body
+//!   up to [`MAX_BODY_BYTES`] is read and kept for the request
+//!   ([`RequestReader::take_body`]; only `POST /api/faults` reads one);
 //! - more than one `Host` field is 400 (RFC 9112 3.2);
 //! - `Expect: 100-continue` counts only from HTTP/1.1 clients.
 
@@ -28,7 +29,7 @@ use warp::http::{self, HeaderName, HeaderValue};
 
 /// The largest request head accepted, in bytes (431 above it).
 pub const MAX_HEAD_BYTES: usize = 64 * 1024;
-/// The largest request body read and ignored (413 above it).
+/// The largest request body read (413 above it).
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
 /// The longest request target (path and query) served, in bytes (414 above it).
 pub const MAX_URL_BYTES: usize = 8 * 1024;
@@ -39,7 +40,7 @@ pub const MAX_HEADERS: usize = 100;
 /// The most CR and LF bytes ignored before a request line (400 above it).
 pub const MAX_EMPTY_LINE_BYTES: usize = 64;
 /// The request headers the API looks at; the others are not handed to the filter.
-const FORWARDED_HEADERS: [&str; 6] = [
+const FORWARDED_HEADERS: [&str; 7] = [
     "host",
     "origin",
     "access-control-request-method",
@@ -48,6 +49,8 @@ const FORWARDED_HEADERS: [&str; 6] = [
     "last-event-id",
     // The web UI's revalidation (304).
     "if-none-match",
+    // What a body is (POST /api/faults wants JSON).
+    "content-type",
 ];
 
 /// An answer the driver gives instead of calling the API: a status and the
@@ -134,6 +137,8 @@ enum State {
 pub struct RequestReader {
     buf: Vec<u8>,
     state: State,
+    /// The body of the request being read, at most [`MAX_BODY_BYTES`].
+    body: Vec<u8>,
 }
 
 impl fmt::Debug for RequestReader {
@@ -156,6 +161,7 @@ impl RequestReader {
     pub fn new() -> RequestReader {
         RequestReader {
             buf: Vec::new(),
+            body: Vec::new(),
             state: State::Head {
                 scanned: 0,
                 skipped: 0,
@@ -191,13 +197,19 @@ impl RequestReader {
         }
     }
 
+    /// The body of the request whose [`Step::BodyDone`] came last (empty
+    /// without one); the reader keeps nothing of it after.
+    pub fn take_body(&mut self) -> Bytes {
+        Bytes::from(std::mem::take(&mut self.body))
+    }
+
     /// The next thing the bytes so far say.
     pub fn next_step(&mut self) -> Step {
         match self.state {
             State::Failed => Step::NeedMore,
             State::Body { left } => {
                 let take = left.min(self.buf.len());
-                self.buf.drain(..take);
+                self.body.extend(self.buf.drain(..take));
                 if take == left {
                     self.state = State::Head {
                         scanned: 0,
@@ -257,6 +269,8 @@ impl RequestReader {
                     Parsed::Error(refusal) => self.fail(refusal),
                     Parsed::Complete(consumed, head) => {
                         self.buf.drain(..consumed);
+                        // A body not taken belongs to the request before: never to this one.
+                        self.body.clear();
                         self.state = State::Body {
                             left: head.body_length,
                         };
@@ -546,6 +560,32 @@ mod tests {
 
     fn refused(raw: &[u8]) -> Refusal {
         head(raw).refusal.expect("a refusal")
+    }
+
+    #[test]
+    fn a_body_is_kept_whole_however_it_arrives_and_taken_once() {
+        let raw = b"POST /api/faults HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{\"a\": true}";
+        for split in 0..raw.len() {
+            let mut reader = RequestReader::new();
+            reader.feed(&raw[..split]);
+            let mut seen = drain(&mut reader);
+            reader.feed(&raw[split..]);
+            seen.extend(drain(&mut reader));
+            assert!(
+                matches!(seen.get(1), Some(Step::BodyDone)),
+                "{split}: {seen:?}"
+            );
+            let Some(Step::Head(head)) = seen.first() else {
+                panic!("{split}: no head")
+            };
+            assert!(
+                head.headers
+                    .iter()
+                    .any(|(n, v)| n == "content-type" && v == "application/json")
+            );
+            assert_eq!(&reader.take_body()[..], b"{\"a\": true}", "{split}");
+            assert!(reader.take_body().is_empty(), "{split}: taken once");
+        }
     }
 
     #[test]

@@ -79,7 +79,10 @@ export function smtpVectors() {
   for (const { file, vectors } of files("smtp")) {
     for (const v of vectors) {
       const what = `${file}: ${v.name}`;
-      onlyKeys(v, ["name", "description", "config", "input", "idleTimeout", "replies", "messages", "closed"], what);
+      onlyKeys(v, ["name", "description", "config", "input", "idleTimeout", "replies", "messages", "closed", "faults"], what);
+      if (v.faults !== undefined && !(Array.isArray(v.faults) && v.faults.every((f) => f && typeof f === "object"))) {
+        throw new Error(`${what}: faults must be an array of rule objects`);
+      }
       onlyKeys(v.config ?? {}, ["maxMessageBytes", "maxRecipients", "maxLineBytes", "maxErrors"], what);
       for (const r of v.replies) onlyKeys(r, ["code", "text", "lines"], what);
       out.push({
@@ -94,6 +97,7 @@ export function smtpVectors() {
           return { from: m.from, to: m.to, raw: bytes(m.raw, what) };
         }),
         closed: v.closed ?? false,
+        faults: v.faults ?? [],
       });
     }
   }
@@ -102,7 +106,7 @@ export function smtpVectors() {
 
 const STEP_KEYS = {
   deliver: ["deliver", "as"],
-  request: ["request", "expect"],
+  request: ["request", "expect", "body", "json", "contentType"],
   wait: ["wait", "as"],
   advance: ["advance"],
   resolve: ["resolve", "expect"],
@@ -142,8 +146,12 @@ export function apiVectors() {
           case "deliver":
             onlyKeys(s.deliver, ["from", "to", "raw"], where);
             return { kind, from: s.deliver.from, to: s.deliver.to, raw: bytes(s.deliver.raw, where), bind: s.as };
-          case "request":
-            return { kind, ...requestLine(s.request, where), expect: s.expect };
+          case "request": {
+            if ("body" in s && "json" in s) throw new Error(`${where}: body or json, not both`);
+            const body = "json" in s ? JSON.stringify(s.json) : "body" in s ? new TextDecoder().decode(bytes(s.body, where)) : undefined;
+            const contentType = s.contentType ?? ("json" in s ? "application/json" : undefined);
+            return { kind, ...requestLine(s.request, where), body, contentType, expect: s.expect };
+          }
           case "wait":
             return { kind, ...requestLine(s.wait, where), name: s.as };
           case "advance":

@@ -1,0 +1,609 @@
+//! Fault injection: rules that make the SMTP side refuse, drop or stall on purpose.
+//!
+//! A test adds a rule over the API (`POST /api/faults`): what it matches
+//! (the envelope sender, a recipient), the stage it acts at (`connect`,
+//! `helo`, `mail`, `rcpt`, `data`, `message`), what it does (a reply with any
+//! 4xx/5xx code, a disconnect, a delay) and how often (`times`, default 1,
+//! `null` for always; a `probability`). The rules are shared by every SMTP
+//! session of one server through a [`FaultRules`] handle, which a session
+//! asks at each stage ([`FaultRules::check`]): the first rule in creation
+//! order whose stage and match fit the event decides; when it has a
+//! probability and loses its roll, nothing fires this time and the rule is
+//! kept as it was. A rule that fired its `times` goes.
+//!
+//! Deterministic: the rolls come from a small generator seeded by the host
+//! ([`FaultRules::seed`]); nothing here reads a clock or the OS. A delay is
+//! an output the host waits on ([`crate::smtp::Output::Fault`]), never a sleep.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use serde_json::{Map, Value, json};
+
+use crate::error::ApiError;
+use crate::response::Response;
+
+/// The default of `--max-faults`: the most rules held at once.
+pub const DEFAULT_MAX_FAULTS: usize = 1000;
+/// The largest request body `POST /api/faults` reads, in bytes (413 above it).
+pub const MAX_FAULT_BODY_BYTES: usize = 64 * 1024;
+/// The longest delay a rule may ask for, in milliseconds.
+pub const MAX_DELAY_MS: u64 = 60_000;
+/// The longest reply text a rule may carry, in characters.
+pub const MAX_REPLY_TEXT: usize = 500;
+/// The longest address a rule may match, in bytes (the SMTP path limit).
+pub const MAX_MATCH_BYTES: usize = crate::smtp::MAX_PATH_OCTETS;
+
+/// Where in an SMTP session a rule acts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    /// The connection opens (instead of, or before, the greeting).
+    Connect,
+    /// HELO or EHLO.
+    Helo,
+    /// MAIL FROM.
+    Mail,
+    /// Each RCPT TO.
+    Rcpt,
+    /// The DATA command (or the first BDAT).
+    Data,
+    /// The end of the message text: a fault here means the message is not stored.
+    Message,
+}
+
+impl Stage {
+    const ALL: [Stage; 6] = [
+        Stage::Connect,
+        Stage::Helo,
+        Stage::Mail,
+        Stage::Rcpt,
+        Stage::Data,
+        Stage::Message,
+    ];
+
+    /// The name the API uses.
+    pub fn name(self) -> &'static str {
+        match self {
+            Stage::Connect => "connect",
+            Stage::Helo => "helo",
+            Stage::Mail => "mail",
+            Stage::Rcpt => "rcpt",
+            Stage::Data => "data",
+            Stage::Message => "message",
+        }
+    }
+}
+
+/// What a rule does when it fires.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Answer with this code (400 to 599) and text instead of the normal reply;
+    /// a 421, and any reply at `connect`, closes the connection after it.
+    Reply {
+        /// The SMTP reply code.
+        code: u16,
+        /// The reply text (one line, printable ASCII).
+        text: String,
+    },
+    /// Close the connection without a reply.
+    Disconnect,
+    /// Wait this many milliseconds, then give the normal reply.
+    Delay {
+        /// How long, at most [`MAX_DELAY_MS`].
+        ms: u64,
+    },
+}
+
+impl Action {
+    fn to_json(&self) -> Value {
+        match self {
+            Action::Reply { code, text } => json!({ "reply": { "code": code, "text": text } }),
+            Action::Disconnect => json!({ "disconnect": true }),
+            Action::Delay { ms } => json!({ "delayMs": ms }),
+        }
+    }
+}
+
+/// One rule.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rule {
+    /// Names the rule in the API.
+    pub id: String,
+    /// The envelope sender it matches (case-insensitive), if any.
+    pub from: Option<String>,
+    /// The recipient it matches (case-insensitive), if any.
+    pub to: Option<String>,
+    /// Where it acts.
+    pub stage: Stage,
+    /// What it does.
+    pub action: Action,
+    /// How many more times it fires; None: always.
+    pub times: Option<u64>,
+    /// The chance it fires when it matches; None: always.
+    pub probability: Option<f64>,
+    /// How many times it has fired.
+    pub fired: u64,
+}
+
+impl Rule {
+    /// The rule as the API shows it.
+    pub fn to_json(&self) -> Value {
+        let mut matching = Map::new();
+        if let Some(from) = &self.from {
+            matching.insert("from".into(), from.as_str().into());
+        }
+        if let Some(to) = &self.to {
+            matching.insert("to".into(), to.as_str().into());
+        }
+        json!({
+            "id": self.id,
+            "match": matching,
+            "stage": self.stage.name(),
+            "action": self.action.to_json(),
+            "times": self.times,
+            "probability": self.probability,
+            "fired": self.fired,
+        })
+    }
+
+    fn matches(&self, event: &FaultEvent<'_>) -> bool {
+        self.stage == event.stage
+            && self.from.as_deref().is_none_or(|from| {
+                event
+                    .from
+                    .is_some_and(|sender| sender.trim().eq_ignore_ascii_case(from))
+            })
+            && self.to.as_deref().is_none_or(|to| {
+                event
+                    .to
+                    .iter()
+                    .any(|rcpt| rcpt.trim().eq_ignore_ascii_case(to))
+            })
+    }
+}
+
+/// What a session is doing when it asks for faults.
+#[derive(Debug, Clone, Copy)]
+pub struct FaultEvent<'a> {
+    /// The stage it is at.
+    pub stage: Stage,
+    /// The envelope sender, once MAIL FROM gave it (at `mail` the one being given).
+    pub from: Option<&'a str>,
+    /// The recipients: the one being given at `rcpt`, all of them at `data` and `message`.
+    pub to: &'a [String],
+}
+
+/// A rule that fired: what the session does and what the host logs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fired {
+    /// The rule's id.
+    pub id: String,
+    /// The stage it fired at.
+    pub stage: Stage,
+    /// What it does.
+    pub action: Action,
+}
+
+/// The rules of one server and the generator their probabilities roll with.
+#[derive(Debug)]
+pub struct Faults {
+    rules: Vec<Rule>,
+    next_id: u64,
+    max: usize,
+    /// splitmix64 state.
+    rng: u64,
+}
+
+impl Faults {
+    /// No rules; at most `max` at once.
+    pub fn new(max: usize) -> Faults {
+        Faults {
+            rules: Vec::new(),
+            next_id: 1,
+            max,
+            rng: 0,
+        }
+    }
+
+    /// The rules, in creation order.
+    pub fn rules(&self) -> &[Rule] {
+        &self.rules
+    }
+
+    /// Adds a rule (its id is assigned here); None when `max` rules are held.
+    pub fn add(&mut self, rule: NewRule) -> Option<&Rule> {
+        if self.rules.len() >= self.max {
+            return None;
+        }
+        let id = self.next_id.to_string();
+        self.next_id += 1;
+        self.rules.push(Rule {
+            id,
+            from: rule.from,
+            to: rule.to,
+            stage: rule.stage,
+            action: rule.action,
+            times: rule.times,
+            probability: rule.probability,
+            fired: 0,
+        });
+        self.rules.last()
+    }
+
+    /// Removes one rule; false when there is none with this id.
+    pub fn remove(&mut self, id: &str) -> bool {
+        let before = self.rules.len();
+        self.rules.retain(|r| r.id != id);
+        self.rules.len() < before
+    }
+
+    /// Removes every rule; returns how many there were.
+    pub fn clear(&mut self) -> usize {
+        std::mem::take(&mut self.rules).len()
+    }
+
+    fn roll(&mut self) -> f64 {
+        // splitmix64: one step per roll.
+        self.rng = self.rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.rng;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        (z >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// The rule that fires for `event`, if one does: the first that matches decides.
+    pub fn fire(&mut self, event: &FaultEvent<'_>) -> Option<Fired> {
+        let index = self.rules.iter().position(|r| r.matches(event))?;
+        if let Some(p) = self.rules[index].probability
+            && self.roll() >= p
+        {
+            return None;
+        }
+        let rule = &mut self.rules[index];
+        rule.fired += 1;
+        let fired = Fired {
+            id: rule.id.clone(),
+            stage: rule.stage,
+            action: rule.action.clone(),
+        };
+        if let Some(times) = &mut rule.times {
+            *times = times.saturating_sub(1);
+            if *times == 0 {
+                self.rules.remove(index);
+            }
+        }
+        Some(fired)
+    }
+}
+
+#[derive(Debug)]
+struct Shared {
+    /// How many rules are held: sessions skip the lock when it is 0.
+    active: AtomicUsize,
+    faults: Mutex<Faults>,
+}
+
+/// The rules of one server, shared by its API and every SMTP session.
+///
+/// Cheap to clone (one `Arc`). Asking costs one atomic load while no rule is held.
+#[derive(Debug, Clone)]
+pub struct FaultRules(Arc<Shared>);
+
+impl Default for FaultRules {
+    fn default() -> Self {
+        FaultRules::new(DEFAULT_MAX_FAULTS)
+    }
+}
+
+impl FaultRules {
+    /// No rules; at most `max` at once.
+    pub fn new(max: usize) -> FaultRules {
+        FaultRules(Arc::new(Shared {
+            active: AtomicUsize::new(0),
+            faults: Mutex::new(Faults::new(max)),
+        }))
+    }
+
+    /// Seeds the generator probabilities roll with: the same seed and the same
+    /// events give the same faults.
+    pub fn seed(&self, seed: u64) {
+        self.lock().rng = seed;
+    }
+
+    /// The most rules held at once.
+    pub fn max(&self) -> usize {
+        self.lock().max
+    }
+
+    /// How many rules are held now.
+    pub fn len(&self) -> usize {
+        self.0.active.load(Ordering::Acquire)
+    }
+
+    /// Whether no rule is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Runs `f` on the rules, keeping the count sessions read in step.
+    pub fn with<T>(&self, f: impl FnOnce(&mut Faults) -> T) -> T {
+        let mut faults = self.lock();
+        let value = f(&mut faults);
+        self.0.active.store(faults.rules.len(), Ordering::Release);
+        value
+    }
+
+    /// The rule that fires for `event`, if any (see [`Faults::fire`]).
+    pub fn check(&self, event: &FaultEvent<'_>) -> Option<Fired> {
+        if self.is_empty() {
+            return None;
+        }
+        self.with(|faults| faults.fire(event))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Faults> {
+        // The rules stay consistent: every change is one call.
+        self.0.faults.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Answers `/api/faults` (`id` None) and `/api/faults/:id`.
+    pub fn handle(
+        &self,
+        method: &str,
+        id: Option<&str>,
+        content_type: Option<&str>,
+        body: &[u8],
+    ) -> Result<Response, ApiError> {
+        match (method, id) {
+            ("GET", None) => {
+                let list: Vec<Value> = self.with(|f| f.rules.iter().map(Rule::to_json).collect());
+                Ok(Response::json(200, &json!({ "faults": list })))
+            }
+            ("POST", None) => {
+                if !is_json(content_type) {
+                    return Ok(Response::error(
+                        415,
+                        "Content-Type must be application/json",
+                    ));
+                }
+                if body.len() > MAX_FAULT_BODY_BYTES {
+                    return Ok(Response::error(
+                        413,
+                        &format!("the body is larger than {MAX_FAULT_BODY_BYTES} bytes"),
+                    ));
+                }
+                let rule = parse_rule(body).map_err(ApiError::BadRequest)?;
+                let added = self.with(|f| {
+                    let max = f.max;
+                    f.add(rule).map(Rule::to_json).ok_or(max)
+                });
+                match added {
+                    Ok(rule) => Ok(Response::json(200, &json!({ "fault": rule }))),
+                    Err(max) => Ok(Response::error(
+                        503,
+                        &format!("too many fault rules: at most {max}"),
+                    )),
+                }
+            }
+            ("DELETE", None) => {
+                let deleted = self.with(Faults::clear);
+                Ok(Response::json(200, &json!({ "deleted": deleted })))
+            }
+            ("DELETE", Some(id)) => {
+                if self.with(|f| f.remove(id)) {
+                    Ok(Response::json(200, &json!({ "deleted": 1 })))
+                } else {
+                    Err(ApiError::NotFound(format!(
+                        "no fault rule with id {:?}",
+                        crate::query::truncate(id, 40)
+                    )))
+                }
+            }
+            (method, id) => Err(ApiError::MethodNotAllowed {
+                method: crate::query::truncate(method, 20).to_owned(),
+                allow: if id.is_some() {
+                    "DELETE"
+                } else {
+                    "GET, POST, DELETE"
+                },
+            }),
+        }
+    }
+}
+
+/// Whether a `Content-Type` value is `application/json` (parameters allowed).
+fn is_json(content_type: Option<&str>) -> bool {
+    content_type.is_some_and(|value| {
+        value
+            .split(';')
+            .next()
+            .is_some_and(|media| media.trim().eq_ignore_ascii_case("application/json"))
+    })
+}
+
+/// A rule as a client asked for it, before it has an id.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewRule {
+    /// The envelope sender it matches.
+    pub from: Option<String>,
+    /// The recipient it matches.
+    pub to: Option<String>,
+    /// Where it acts.
+    pub stage: Stage,
+    /// What it does.
+    pub action: Action,
+    /// How many times it fires; None: always.
+    pub times: Option<u64>,
+    /// The chance it fires when it matches.
+    pub probability: Option<f64>,
+}
+
+/// Reads a rule from a `POST /api/faults` body; the error names the field at fault.
+pub fn parse_rule(body: &[u8]) -> Result<NewRule, String> {
+    let value: Value =
+        serde_json::from_slice(body).map_err(|e| format!("the body is not valid JSON: {e}"))?;
+    let Value::Object(object) = value else {
+        return Err("the body must be a JSON object".into());
+    };
+    for key in object.keys() {
+        if !["match", "stage", "action", "times", "probability"].contains(&key.as_str()) {
+            return Err(format!(
+                "unknown field {:?}: a rule has match, stage, action, times and probability",
+                crate::query::truncate(key, 40)
+            ));
+        }
+    }
+    let (from, to) = match object.get("match") {
+        None | Some(Value::Null) => (None, None),
+        Some(Value::Object(m)) => {
+            for key in m.keys() {
+                if key != "from" && key != "to" {
+                    return Err(format!(
+                        "unknown field match.{}: match has from and to",
+                        crate::query::truncate(key, 40)
+                    ));
+                }
+            }
+            (address(m, "from")?, address(m, "to")?)
+        }
+        Some(_) => return Err("match must be an object with from and/or to".into()),
+    };
+    let stage = match object.get("stage") {
+        None => return Err("stage is required: connect, helo, mail, rcpt, data or message".into()),
+        Some(Value::String(s)) => Stage::ALL
+            .into_iter()
+            .find(|stage| stage.name() == s)
+            .ok_or("stage must be one of connect, helo, mail, rcpt, data, message")?,
+        Some(_) => {
+            return Err("stage must be one of connect, helo, mail, rcpt, data, message".into());
+        }
+    };
+    if matches!(stage, Stage::Connect | Stage::Helo) {
+        for (field, given) in [("from", &from), ("to", &to)] {
+            if given.is_some() {
+                return Err(format!(
+                    "match.{field} cannot be used at stage {}: the envelope is not known yet",
+                    stage.name()
+                ));
+            }
+        }
+    }
+    if stage == Stage::Mail && to.is_some() {
+        return Err("match.to cannot be used at stage mail: no recipient is known yet".into());
+    }
+    let action = match object.get("action") {
+        None => {
+            return Err(
+                "action is required: {reply: {code, text}}, {disconnect: true} or {delayMs: N}"
+                    .into(),
+            );
+        }
+        Some(Value::Object(a)) => action(a)?,
+        Some(_) => return Err(
+            "action must be an object: {reply: {code, text}}, {disconnect: true} or {delayMs: N}"
+                .into(),
+        ),
+    };
+    let times = match object.get("times") {
+        None => Some(1),
+        Some(Value::Null) => None,
+        Some(v) => match v.as_u64() {
+            Some(n) if n >= 1 => Some(n),
+            _ => return Err("times must be an integer of at least 1, or null for always".into()),
+        },
+    };
+    let probability = match object.get("probability") {
+        None | Some(Value::Null) => None,
+        Some(v) => match v.as_f64() {
+            Some(p) if (0.0..=1.0).contains(&p) => Some(p),
+            _ => return Err("probability must be a number from 0 to 1".into()),
+        },
+    };
+    Ok(NewRule {
+        from,
+        to,
+        stage,
+        action,
+        times,
+        probability,
+    })
+}
+
+fn address(m: &Map<String, Value>, field: &str) -> Result<Option<String>, String> {
+    match m.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => {
+            let s = s.trim();
+            if s.is_empty() || s.len() > MAX_MATCH_BYTES || s.chars().any(char::is_control) {
+                Err(format!(
+                    "match.{field} must be an address of 1 to {MAX_MATCH_BYTES} bytes without control characters"
+                ))
+            } else {
+                Ok(Some(s.to_owned()))
+            }
+        }
+        Some(_) => Err(format!("match.{field} must be a string")),
+    }
+}
+
+fn action(a: &Map<String, Value>) -> Result<Action, String> {
+    let mut keys = a.keys();
+    let (Some(key), None) = (keys.next(), keys.next()) else {
+        return Err("action must have exactly one of reply, disconnect and delayMs".into());
+    };
+    let value = &a[key];
+    match key.as_str() {
+        "reply" => {
+            let Value::Object(reply) = value else {
+                return Err("action.reply must be an object {code, text}".into());
+            };
+            for key in reply.keys() {
+                if key != "code" && key != "text" {
+                    return Err(format!(
+                        "unknown field action.reply.{}: reply has code and text",
+                        crate::query::truncate(key, 40)
+                    ));
+                }
+            }
+            let code = match reply.get("code").and_then(Value::as_u64) {
+                Some(code @ 400..=599) => code as u16,
+                _ => return Err("action.reply.code must be an integer from 400 to 599".into()),
+            };
+            let text = match reply.get("text") {
+                None | Some(Value::Null) => {
+                    format!("{}.0.0 Fault injected by mailjar", code / 100)
+                }
+                Some(Value::String(text)) => {
+                    if text.chars().count() > MAX_REPLY_TEXT
+                        || !text.chars().all(|c| c == ' ' || c.is_ascii_graphic())
+                    {
+                        return Err(format!(
+                            "action.reply.text must be printable ASCII on one line, at most {MAX_REPLY_TEXT} characters"
+                        ));
+                    }
+                    text.clone()
+                }
+                Some(_) => return Err("action.reply.text must be a string".into()),
+            };
+            Ok(Action::Reply { code, text })
+        }
+        "disconnect" => match value {
+            Value::Bool(true) => Ok(Action::Disconnect),
+            _ => Err("action.disconnect must be true".into()),
+        },
+        "delayMs" => match value.as_u64() {
+            Some(ms) if ms <= MAX_DELAY_MS => Ok(Action::Delay { ms }),
+            _ => Err(format!(
+                "action.delayMs must be an integer from 0 to {MAX_DELAY_MS}"
+            )),
+        },
+        other => Err(format!(
+            "unknown field action.{}: action is reply, disconnect or delayMs",
+            crate::query::truncate(other, 40)
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests;
