@@ -11,6 +11,8 @@ export async function check(): Promise<string[]> {
   const code: string = await client.waitForCode({ to: inbox.address });
   const raw: Uint8Array | undefined = await client.raw(email.id);
   const fixtures = mailjarFixtures(client);
+  const rule = await client.faults.add({ match: { to: inbox.address }, stage: "rcpt", action: { reply: { code: 550 } } });
+  const held: number = (await mail.faults.list()).length + (await mail.faults.remove(rule.id));
   const verdict = matchers.toHaveCode(email, code);
   try {
     await client.waitFor({}, { timeoutMs: 1 });
@@ -19,5 +21,5 @@ export async function check(): Promise<string[]> {
   }
   const deleted: number = await inbox.clear();
   mail.close();
-  return [code, String(raw?.length), String(verdict.pass), String(deleted), typeof fixtures.inbox];
+  return [code, String(raw?.length), String(verdict.pass), String(deleted), typeof fixtures.inbox, String(held)];
 }

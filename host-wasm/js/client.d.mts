@@ -17,7 +17,7 @@ export class MailjarClient extends MailjarMethods {
   readonly url: string;
   /** `/health`. */
   health(options?: { signal?: AbortSignal }): Promise<any>;
-  request(method: string, url: string, options?: { signal?: AbortSignal }): Promise<ClientResponse>;
+  request(method: string, url: string, options?: { signal?: AbortSignal; body?: string; contentType?: string }): Promise<ClientResponse>;
   raw(id: string, options?: { signal?: AbortSignal }): Promise<Uint8Array | undefined>;
   attachment(id: string, index: number, options?: { signal?: AbortSignal }): Promise<Uint8Array | undefined>;
   events(filter?: MailFilter | string, options?: { lastEventId?: string; signal?: AbortSignal }): AsyncIterableIterator<MailEvent>;

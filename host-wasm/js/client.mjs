@@ -81,12 +81,15 @@ export class MailjarClient extends MailjarMethods {
 
   /**
    * One request as the HTTP API answers it: `{status, json, bytes, headers}`
-   * (`json` for JSON answers, `bytes` for downloads).
+   * (`json` for JSON answers, `bytes` for downloads); `body` and
+   * `contentType` send a request body (`POST /api/faults`).
    */
-  async request(method, url, { signal } = {}) {
-    const response = await this.#fetch(new URL(url, this.#base), { method, signal, headers: { accept: "application/json, */*" } });
+  async request(method, url, { signal, body, contentType } = {}) {
+    const headers = { accept: "application/json, */*" };
+    if (contentType !== undefined) headers["content-type"] = contentType;
+    const response = await this.#fetch(new URL(url, this.#base), { method, signal, headers, body });
     const type = response.headers.get("content-type") ?? "";
-    const headers = Object.fromEntries(response.headers);
+    const answerHeaders = Object.fromEntries(response.headers);
     if (type.startsWith("application/json")) {
       const body = await response.text();
       let json;
@@ -95,10 +98,10 @@ export class MailjarClient extends MailjarMethods {
       } catch {
         json = undefined;
       }
-      return { status: response.status, body, json, headers };
+      return { status: response.status, body, json, headers: answerHeaders };
     }
     const bytes = new Uint8Array(await response.arrayBuffer());
-    return { status: response.status, body: undefined, json: undefined, bytes, headers };
+    return { status: response.status, body: undefined, json: undefined, bytes, headers: answerHeaders };
   }
 
   /** The stored message's bytes exactly as received; undefined when no message has this id. */

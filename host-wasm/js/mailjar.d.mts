@@ -62,52 +62,11 @@ export interface MailResponse {
   headers: { "content-type": string; allow?: string; [name: string]: string | undefined };
 }
 
-/** Where a fault rule acts. */
-export type FaultStage = "connect" | "helo" | "mail" | "rcpt" | "data" | "message";
-
-/** What a fault rule does. */
-export type FaultAction = { reply: { code: number; text?: string } } | { disconnect: true } | { delayMs: number };
-
-/** A fault rule as POST /api/faults takes it. */
-export interface NewFault {
-  /** Compared case-insensitively: from with the envelope sender, to with the recipient. */
-  match?: { from?: string; to?: string };
-  stage: FaultStage;
-  action: FaultAction;
-  /** How many times it fires (default 1); null: always. */
-  times?: number | null;
-  /** The chance it fires when it is the first rule that matches (0 to 1). */
-  probability?: number | null;
-}
-
-/** A fault rule held by the server. */
-export interface Fault {
-  id: string;
-  match: { from?: string; to?: string };
-  stage: FaultStage;
-  action: FaultAction;
-  /** How many more times it fires; null: always. */
-  times: number | null;
-  probability: number | null;
-  /** How many times it has fired. */
-  fired: number;
-}
-
 /** A fault rule that fired on a connection. */
 export interface FiredFault {
   id: string;
   stage: FaultStage;
   action: FaultAction;
-}
-
-/** The fault rules of a MailServer (the same as /api/faults); a refused rule rejects with an Error carrying `status` and `body`. */
-export interface Faults {
-  add(rule: NewFault): Promise<Fault>;
-  list(): Promise<Fault[]>;
-  /** Resolves to 1; rejects with status 404 when there is no such rule. */
-  remove(id: string): Promise<number>;
-  /** Resolves to how many rules were removed. */
-  clear(): Promise<number>;
 }
 
 /** One SMTP connection without a socket. */
@@ -129,7 +88,9 @@ export class SmtpConnection {
   static wire(replies: SmtpReply[]): string;
 }
 
-import { MailEvent, MailFilter, MailjarMethods } from "./methods.mjs";
+import { FaultAction, FaultStage, MailEvent, MailFilter, MailjarMethods } from "./methods.mjs";
+
+export type { Fault, FaultAction, FaultStage, Faults, NewFault } from "./methods.mjs";
 
 export type { CapturedEmail, MailEvent, MailFilter } from "./methods.mjs";
 /** The list filters an event stream takes. */
@@ -147,8 +108,6 @@ export class MailServer extends MailjarMethods {
   deliverRaw(raw: string | Uint8Array, envelope?: { from?: string; to?: string | string[] }): string;
   /** Like the HTTP API: waits resolve on delivery or at their deadline (408). */
   request(method: string, url: string, options?: { signal?: AbortSignal; body?: string; contentType?: string }): Promise<MailResponse>;
-  /** The fault rules: SMTP connections opened with connect() obey them. */
-  readonly faults: Faults;
   /**
    * The event stream of GET /api/events: `stored` (a summary), `deleted`,
    * and at the end `overflow` or `error`. Throws an Error with `status` and

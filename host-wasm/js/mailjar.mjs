@@ -185,31 +185,6 @@ export class MailServer extends MailjarMethods {
     return new SmtpConnection(this, session);
   }
 
-  /**
-   * The fault rules (`/api/faults`): `add(rule)` resolves to the rule with its
-   * `id`, `list()` to the rules, `remove(id)` and `clear()` to how many went.
-   * A refused rule rejects with an Error whose `status` (400, 415, 503) and
-   * `body` say why.
-   */
-  get faults() {
-    const call = async (method, path, rule) => {
-      const options = rule === undefined ? {} : { body: JSON.stringify(rule), contentType: "application/json" };
-      const r = await this.request(method, path, options);
-      if (r.status !== 200) {
-        const error = new Error(`${method} ${path}: ${r.status} ${r.body}`);
-        Object.assign(error, { status: r.status, body: r.body });
-        throw error;
-      }
-      return r.json;
-    };
-    return {
-      add: async (rule) => (await call("POST", "/api/faults", rule)).fault,
-      list: async () => (await call("GET", "/api/faults")).faults,
-      remove: async (id) => (await call("DELETE", `/api/faults/${encodeURIComponent(String(id))}`)).deleted,
-      clear: async () => (await call("DELETE", "/api/faults")).deleted,
-    };
-  }
-
   /** Stores a raw message (a string is stored as UTF-8) as if it came over SMTP; returns its id. */
   deliverRaw(raw, envelope = {}) {
     this.#open();

@@ -51,6 +51,47 @@ export interface WaitOptions {
   signal?: AbortSignal;
 }
 
+/** Where a fault rule acts. */
+export type FaultStage = "connect" | "helo" | "mail" | "rcpt" | "data" | "message";
+
+/** What a fault rule does. */
+export type FaultAction = { reply: { code: number; text?: string } } | { disconnect: true } | { delayMs: number };
+
+/** A fault rule as POST /api/faults takes it. */
+export interface NewFault {
+  /** Compared case-insensitively: from with the envelope sender, to with the recipient. */
+  match?: { from?: string; to?: string };
+  stage: FaultStage;
+  action: FaultAction;
+  /** How many times it fires (default 1); null: always. */
+  times?: number | null;
+  /** The chance it fires when it is the first rule that matches (0 to 1). */
+  probability?: number | null;
+}
+
+/** A fault rule held by the server. */
+export interface Fault {
+  id: string;
+  match: { from?: string; to?: string };
+  stage: FaultStage;
+  action: FaultAction;
+  /** How many more times it fires; null: always. */
+  times: number | null;
+  probability: number | null;
+  /** How many times it has fired. */
+  fired: number;
+}
+
+/** The fault rules (/api/faults); a refused rule rejects with a MailjarError naming the field. */
+export interface Faults {
+  add(rule: NewFault): Promise<Fault>;
+  list(): Promise<Fault[]>;
+  /** Resolves to 1; rejects with status 404 when there is no such rule. */
+  remove(id: string): Promise<number>;
+  /** Resolves to how many rules were removed. */
+  clear(): Promise<number>;
+}
+
 /** A refusal of the API (`status`, the API's text as `message`), or a wait that timed out (`timeout`, status 408). */
 export class MailjarError extends Error {
   constructor(status: number, message: string);
@@ -79,6 +120,8 @@ export abstract class MailjarMethods {
   delete(id: string, options?: { signal?: AbortSignal }): Promise<boolean>;
   /** Deletes all, or `{to}` one recipient's; resolves to how many. */
   clear(filter?: { to: string } | string, options?: { signal?: AbortSignal }): Promise<number>;
+  /** The fault rules (README "Fault injection"). */
+  readonly faults: Faults;
   /** A fresh address with the same methods scoped to it. */
   createInbox(options?: { domain?: string; prefix?: string }): Inbox;
 }

@@ -188,6 +188,25 @@ export class MailjarMethods {
   }
 
   /**
+   * The fault rules (`/api/faults`, README "Fault injection"): `add(rule)`
+   * resolves to the rule with its `id`, `list()` to the rules held,
+   * `remove(id)` and `clear()` to how many went. A refused rule rejects with
+   * a MailjarError naming the field.
+   */
+  get faults() {
+    const call = async (method, path, rule) => {
+      const options = rule === undefined ? {} : { body: JSON.stringify(rule), contentType: "application/json" };
+      return expectOk(await this.request(method, path, options));
+    };
+    return {
+      add: async (rule) => (await call("POST", "/api/faults", rule)).fault,
+      list: async () => (await call("GET", "/api/faults")).faults,
+      remove: async (id) => (await call("DELETE", `/api/faults/${encodeURIComponent(String(id))}`)).deleted,
+      clear: async () => (await call("DELETE", "/api/faults")).deleted,
+    };
+  }
+
+  /**
    * A fresh address and the same methods scoped to it, so parallel tests do
    * not see each other's mail: `inbox.address`, `inbox.waitFor()`, ...
    * `domain` defaults to "mailjar.test" (mailjar accepts any recipient).

@@ -6,7 +6,7 @@ import { after, before, describe, test } from "node:test";
 
 import nodemailer from "nodemailer";
 
-import { createMailServer } from "../../host-wasm/js/node.mjs";
+import { MailjarError, createMailServer } from "../../host-wasm/js/node.mjs";
 import { startServer } from "./lib/native.mjs";
 
 describe("native server: nodemailer sees injected faults", () => {
@@ -116,8 +116,9 @@ describe("in-process MailServer: faults", () => {
     assert.equal(conn.greeting.code, 554);
     assert.equal(conn.closed, true);
     await assert.rejects(server.faults.add({ stage: "rcpt", action: { reply: { code: 250 } } }), (err) => {
+      assert.ok(err instanceof MailjarError);
       assert.equal(err.status, 400);
-      assert.match(JSON.parse(err.body).error, /^action\.reply\.code/);
+      assert.match(err.message, /^action\.reply\.code/);
       return true;
     });
     const plain = await server.request("POST", "/api/faults", { body: "{}" });

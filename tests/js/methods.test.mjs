@@ -114,6 +114,28 @@ for (const [name, make] of Object.entries(hosts)) {
       assert.equal(await mail.raw(email.id), undefined);
     });
 
+    test("faults: greylisting one inbox, then the retry is stored; a bad rule is a MailjarError", async () => {
+      const inbox = mail.createInbox();
+      const rule = await mail.faults.add({
+        match: { to: inbox.address },
+        stage: "message",
+        times: 1,
+        action: { reply: { code: 451, text: "4.7.1 Greylisted" } },
+      });
+      assert.deepEqual((await mail.faults.list()).map((r) => r.id), [rule.id]);
+      const refused = await transport.sendMail({ from: "app@example.test", to: inbox.address, subject: "first try" }).catch((e) => e);
+      assert.equal(refused.responseCode, 451, String(refused));
+      assert.deepEqual(await inbox.list(), []);
+      await transport.sendMail({ from: "app@example.test", to: inbox.address, subject: "second try" });
+      assert.deepEqual((await inbox.list()).map((e) => e.subject), ["second try"]);
+      assert.deepEqual(await mail.faults.list(), [], "times: 1 is used up");
+      const bad = await mail.faults.add({ stage: "rcpt", action: { reply: { code: 250 } } }).catch((e) => e);
+      assert.ok(bad instanceof MailjarError);
+      assert.equal(bad.status, 400);
+      assert.match(bad.message, /action\.reply\.code/);
+      assert.equal(await mail.faults.clear(), 0);
+    });
+
     test("events: stored mail of the inbox arrives on the stream", async () => {
       const inbox = mail.createInbox();
       const other = mail.createInbox();
