@@ -53,11 +53,19 @@ const SHUTDOWN_BODY = JSON.stringify({ error: "the server is shutting down" });
 export class SmtpConnection {
   #server;
   #session;
+  #tls;
 
   /** Use `MailServer.connect()`. */
-  constructor(server, session) {
+  constructor(server, session, options = {}) {
     this.#server = server;
     this.#session = session;
+    if (options === null || typeof options !== "object") throw new TypeError("options must be an object");
+    const { remoteAddr, tls } = options;
+    if (remoteAddr !== undefined) session.setRemoteAddr(String(remoteAddr));
+    /** What STARTTLS "negotiates" in memory (there is no handshake without a socket). */
+    this.#tls = tls ?? { version: "TLSv1.3", cipher: "TLS_AES_128_GCM_SHA256" };
+    // `tls` given: the connection is under TLS from the start, like the implicit-TLS listener.
+    if (tls !== undefined) session.tlsStarted(tls);
     /** The 220 greeting the server sent when the client connected. */
     this.greeting = session.greeting();
     /** The ids of the messages this connection stored, in order. */
@@ -71,8 +79,11 @@ export class SmtpConnection {
     let stored;
     for (const output of this.#session.receive(bytes)) {
       if (output.type === "message") {
-        stored = this.#server.deliverRaw(output.raw, output.envelope);
+        stored = this.#server.deliverRaw(output.raw, output.envelope, output.smtp);
         this.messageIds.push(stored);
+      } else if (output.type === "starttls") {
+        // The upgrade is immediate in memory; what the client pipelined after STARTTLS was dropped.
+        this.#session.tlsStarted(this.#tls);
       } else if (output.type === "reply") {
         if (stored !== undefined) {
           output.messageId = stored;
@@ -166,18 +177,27 @@ export class MailServer {
     return this.#api.pendingWaits;
   }
 
-  /** Opens an SMTP connection. */
-  connect() {
+  /**
+   * Opens an SMTP connection. `options.remoteAddr` is reported as
+   * `smtp.remoteAddr`; `options.tls` (`{version, cipher}`) marks the
+   * connection as TLS from the start, and is what STARTTLS reports when the
+   * SMTP options offer it (`starttls: true`).
+   */
+  connect(options = {}) {
     this.#open();
-    return new SmtpConnection(this, new this.#bindings.Session(this.#smtp));
+    return new SmtpConnection(this, new this.#bindings.Session(this.#smtp), options);
   }
 
-  /** Stores a raw message (a string is stored as UTF-8) as if it came over SMTP; returns its id. */
-  deliverRaw(raw, envelope = {}) {
+  /**
+   * Stores a raw message (a string is stored as UTF-8) as if it came over SMTP; returns its id.
+   * `smtp` is the message's `smtp` object (`{helo, remoteAddr, tls, auth}`, each optional).
+   */
+  deliverRaw(raw, envelope = {}, smtp = undefined) {
     this.#open();
     if (envelope === null || typeof envelope !== "object") throw new TypeError("envelope must be an object");
     const { from = "", to = [] } = envelope;
     const message = { envelope: { from, to: typeof to === "string" ? [to] : to }, raw: toBytes(raw, "raw") };
+    if (smtp !== undefined) message.smtp = smtp;
     const delivered = this.#api.deliver(message, this.#now());
     for (const { waiter, status, body } of delivered.woken) this.#answer(waiter, response(status, body));
     this.#wakeStreams();

@@ -181,6 +181,7 @@ fn check_outputs(outputs: &[Output]) -> Result<(), TestCaseError> {
                 );
             }
             Output::Close => prop_assert_eq!(i + 1, outputs.len()),
+            Output::StartTls => prop_assert!(false, "an upgrade without TLS configured"),
         }
     }
     Ok(())

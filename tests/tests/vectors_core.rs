@@ -30,6 +30,7 @@ fn session_config(v: &SmtpVector) -> Config {
         max_recipients: l.max_recipients.unwrap_or(d.max_recipients),
         max_line_bytes: l.max_line_bytes.unwrap_or(d.max_line_bytes),
         max_errors: l.max_errors.unwrap_or(d.max_errors),
+        security: Default::default(),
     }
 }
 
@@ -66,6 +67,7 @@ fn run_smtp(v: &SmtpVector, chunks: &[Vec<u8>]) -> Result<(), String> {
                 }
                 closed = true;
             }
+            Output::StartTls => return Err("an upgrade without TLS configured".to_owned()),
         }
     }
     check_replies(&replies, &v.replies)?;
@@ -217,6 +219,7 @@ impl CoreRun {
                     },
                     raw: raw.clone(),
                     helo: Some("vectors".to_owned()),
+                    session: Default::default(),
                 };
                 let delivered = self.api.deliver_and_wake(
                     Prepared::new(incoming),

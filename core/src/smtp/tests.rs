@@ -8,6 +8,7 @@ fn small_config() -> Config {
         max_recipients: 3,
         max_line_bytes: 64,
         max_errors: 5,
+        security: Security::default(),
     }
 }
 
@@ -32,6 +33,7 @@ fn render(outputs: &[Output]) -> String {
                 String::from_utf8_lossy(&m.raw)
             )),
             Output::Close => s.push_str("CLOSE\n"),
+            Output::StartTls => s.push_str("STARTTLS\n"),
         }
     }
     s
