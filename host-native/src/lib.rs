@@ -8,6 +8,7 @@ pub mod http1;
 pub mod http_server;
 pub mod smtp_server;
 pub mod state;
+pub mod tls;
 pub mod ui;
 
 use std::net::SocketAddr;
@@ -26,6 +27,10 @@ pub struct Server {
     settings: Settings,
     smtp: TcpListener,
     http: TcpListener,
+    /// The implicit-TLS listener (`--smtps-port`).
+    smtps: Option<TcpListener>,
+    /// TLS, when configured.
+    tls: Option<tls::Tls>,
     shared: Arc<Shared>,
     smtp_load: Arc<smtp_server::SmtpLoad>,
     http_connections: http1::HttpConnections,
@@ -106,6 +111,7 @@ fn host_limits(settings: &Settings) -> Vec<(&'static str, u64)> {
         ("httpHeadTimeoutMs", ms(settings.http_head_timeout)),
         ("httpBodyTimeoutMs", ms(settings.http_body_timeout)),
         ("maxHttpConnections", settings.max_http_connections as u64),
+        ("tlsHandshakeTimeoutMs", ms(settings.tls_handshake_timeout)),
         (
             "maxCompiledPatternBytes",
             mailjar_core::jsregex::MAX_COMPILED_BYTES as u64,
@@ -123,6 +129,12 @@ impl Server {
         raise_fd_limit(&settings);
         let smtp = listen(SocketAddr::new(settings.smtp_host, settings.smtp_port))?;
         let http = listen(SocketAddr::new(settings.http_host, settings.http_port))?;
+        let smtps = match settings.smtps_port {
+            Some(port) => Some(listen(SocketAddr::new(settings.smtp_host, port))?),
+            None => None,
+        };
+        // Writes --tls-cert-out before any listener accepts.
+        let tls = tls::load(&settings).map_err(std::io::Error::other)?;
         let address = |a: SocketAddr| Address {
             host: a.ip().to_string(),
             port: a.port(),
@@ -163,12 +175,19 @@ impl Server {
             settings,
             smtp,
             http,
+            smtps,
+            tls,
         })
     }
 
     /// The bound SMTP address.
     pub fn smtp_addr(&self) -> std::io::Result<SocketAddr> {
         self.smtp.local_addr()
+    }
+
+    /// The bound implicit-TLS SMTP address, when `--smtps-port` is given.
+    pub fn smtps_addr(&self) -> Option<std::io::Result<SocketAddr>> {
+        self.smtps.as_ref().map(TcpListener::local_addr)
     }
 
     /// The bound HTTP address.
@@ -200,6 +219,7 @@ impl Server {
                 max_recipients: self.settings.max_recipients,
                 max_line_bytes: self.settings.max_line_bytes,
                 max_errors: self.settings.max_errors,
+                security: tls::security(&self.settings),
             },
             idle_timeout: self.settings.idle_timeout,
             command_timeout: self.settings.smtp_command_timeout,
@@ -207,7 +227,17 @@ impl Server {
             load: self.smtp_load.clone(),
             shared: self.shared.clone(),
             shutdown: shutdown_rx.clone(),
+            tls: self.tls.clone(),
+            implicit_tls: false,
         };
+        let smtps_task = self.smtps.map(|listener| {
+            let context = smtp_server::SmtpContext {
+                implicit_tls: true,
+                ..smtp_context.clone()
+            };
+            // The same slots: implicit-TLS connections count against --max-connections.
+            tokio::spawn(smtp_server::serve(listener, slots.clone(), context))
+        });
         let http_context = http_server::HttpContext {
             shared: self.shared.clone(),
             loopback_only: self.settings.http_host.is_loopback(),
@@ -239,6 +269,9 @@ impl Server {
         tracing::info!("shutting down");
         let _ = shutdown_tx.send(true);
         let _ = smtp_task.await;
+        if let Some(task) = smtps_task {
+            let _ = task.await;
+        }
         let _ = http_task.await;
         // Every open SMTP connection holds a permit: when all are back, no message is in flight.
         let all = u32::try_from(self.settings.max_connections).unwrap_or(u32::MAX);
