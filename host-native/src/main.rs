@@ -43,6 +43,9 @@ fn main() -> std::process::ExitCode {
                 return std::process::ExitCode::FAILURE;
             }
         };
+        if let Some(Ok(smtps)) = server.smtps_addr() {
+            tracing::info!("SMTPS (implicit TLS) on {smtps}");
+        }
         if let (Ok(smtp), Ok(http)) = (server.smtp_addr(), server.http_addr()) {
             tracing::info!("SMTP on {smtp}, HTTP API on http://{http}");
             if ready_json {
