@@ -127,14 +127,15 @@ impl Server {
     /// Binds both listeners; fails when an address is taken or not local.
     pub async fn bind(settings: Settings) -> std::io::Result<Server> {
         raise_fd_limit(&settings);
+        // Writes --tls-cert-out before any listener is bound: once a port
+        // answers, the certificate to trust is there.
+        let tls = tls::load(&settings).map_err(std::io::Error::other)?;
         let smtp = listen(SocketAddr::new(settings.smtp_host, settings.smtp_port))?;
         let http = listen(SocketAddr::new(settings.http_host, settings.http_port))?;
         let smtps = match settings.smtps_port {
             Some(port) => Some(listen(SocketAddr::new(settings.smtp_host, port))?),
             None => None,
         };
-        // Writes --tls-cert-out before any listener accepts.
-        let tls = tls::load(&settings).map_err(std::io::Error::other)?;
         let address = |a: SocketAddr| Address {
             host: a.ip().to_string(),
             port: a.port(),
