@@ -30,7 +30,11 @@ fn session_config(v: &SmtpVector) -> Config {
         max_recipients: l.max_recipients.unwrap_or(d.max_recipients),
         max_line_bytes: l.max_line_bytes.unwrap_or(d.max_line_bytes),
         max_errors: l.max_errors.unwrap_or(d.max_errors),
-        security: Default::default(),
+        security: mailjar_core::smtp::Security {
+            credentials: mailjar_core::smtp::Credentials::parse(&l.auth).expect("valid auth"),
+            require_auth: l.require_auth,
+            ..Default::default()
+        },
     }
 }
 

@@ -80,7 +80,7 @@ export function smtpVectors() {
     for (const v of vectors) {
       const what = `${file}: ${v.name}`;
       onlyKeys(v, ["name", "description", "config", "input", "idleTimeout", "replies", "messages", "closed"], what);
-      onlyKeys(v.config ?? {}, ["maxMessageBytes", "maxRecipients", "maxLineBytes", "maxErrors"], what);
+      onlyKeys(v.config ?? {}, ["maxMessageBytes", "maxRecipients", "maxLineBytes", "maxErrors", "auth", "requireAuth"], what);
       for (const r of v.replies) onlyKeys(r, ["code", "text", "lines"], what);
       out.push({
         file,
