@@ -125,7 +125,7 @@ pub struct Settings {
     /// Answer MAIL without a successful AUTH with 530 5.7.0.
     #[arg(long, env = "MAILJAR_REQUIRE_AUTH")]
     pub require_auth: bool,
-    /// Print one JSON line on stdout once both listeners are bound: {"smtp": "127.0.0.1:PORT", "http": "http://127.0.0.1:PORT"}.
+    /// Print one JSON line on stdout once both listeners are bound: {"smtp": "127.0.0.1:PORT", "http": "http://127.0.0.1:PORT"}, plus "smtps" with --smtps-port.
     #[arg(long)]
     pub ready_json: bool,
     /// Log filter (error, warn, info, debug, trace, or a tracing directive).
