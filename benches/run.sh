@@ -3,10 +3,18 @@
 # smtp-source and smtp-sink (without starting postfix), then runs the system
 # benchmark and the core micro-benchmarks. Not part of the test command.
 #   ROUNDS=3 MESSAGES=5000 WAIT_SAMPLES=1000 MANY_WAITS=10000 benches/run.sh
+#   ONLY=tls-ingest benches/run.sh   (TLS: STARTTLS ingest / plain, handshakes/s, RSS per idle TLS connection)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+if [ "${ONLY:-}" = tls-ingest ]; then
+  # Its own client (rustls) on both sides of the ratio: postfix is not needed.
+  ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+  echo "# mailjar TLS benchmark, $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, $(uname -m)"
+  echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  exec cargo bench -p mailjar --bench tls
+fi
 if ! command -v smtp-source >/dev/null || ! command -v smtp-sink >/dev/null; then
   # Keep the postfix daemon from starting: we only want its test tools.
   created_policy=

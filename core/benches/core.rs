@@ -33,6 +33,7 @@ fn incoming(i: usize) -> Incoming {
         },
         raw: message(i),
         helo: None,
+        session: Default::default(),
     }
 }
 
@@ -199,6 +200,7 @@ fn paging(c: &mut Criterion) {
                 envelope: Envelope::default(),
                 raw: big.clone(),
                 helo: None,
+                session: Default::default(),
             }),
             2_000_000,
             [2; 10],

@@ -330,6 +330,7 @@ mod tests {
             envelope: Envelope::default(),
             raw: raw.to_vec(),
             helo: None,
+            session: Default::default(),
         });
         Arc::new(Email::new(IdGenerator::new().next(1, [0; 10]), 1, prepared))
     }

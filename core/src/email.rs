@@ -4,7 +4,7 @@ use std::borrow::Cow;
 
 use crate::id::MessageId;
 use crate::message::{self, AttachmentInfo, HeaderFields, ParsedMessage};
-use crate::smtp::{Envelope, Incoming};
+use crate::smtp::{Envelope, Incoming, SmtpFacts};
 #[cfg(doc)]
 use crate::store::StoreLimits;
 
@@ -17,6 +17,8 @@ pub struct Prepared {
     pub parsed: ParsedMessage,
     /// The message exactly as received.
     pub raw: Vec<u8>,
+    /// What the SMTP session saw: HELO, remote address, TLS, AUTH.
+    pub smtp: SmtpFacts,
 }
 
 impl Prepared {
@@ -27,6 +29,7 @@ impl Prepared {
             envelope: incoming.envelope,
             parsed,
             raw: incoming.raw,
+            smtp: SmtpFacts::new(incoming.helo, incoming.session),
         }
     }
 }
@@ -64,6 +67,8 @@ struct Kept {
     links: Box<[Box<str>]>,
     codes: Box<[Box<str>]>,
     attachments: Box<[AttachmentInfo]>,
+    /// What the SMTP session saw.
+    smtp: SmtpFacts,
     /// The summary's JSON, built the first time a subscriber or list needs it.
     summary: std::sync::OnceLock<bytes::Bytes>,
 }
@@ -139,6 +144,7 @@ impl Email {
             envelope,
             parsed,
             raw,
+            smtp,
         } = prepared;
         let raw = raw.into_boxed_slice();
         let text = Body::new(parsed.text, parsed.text_span, &raw);
@@ -154,6 +160,7 @@ impl Email {
                 links: boxed(parsed.links),
                 codes: boxed(parsed.codes),
                 attachments: parsed.attachments.into_boxed_slice(),
+                smtp,
                 summary: std::sync::OnceLock::new(),
             }),
             text,
@@ -195,6 +202,11 @@ impl Email {
     /// The attachments' metadata.
     pub fn attachments(&self) -> &[AttachmentInfo] {
         &self.kept.attachments
+    }
+
+    /// What the SMTP session saw: HELO, remote address, TLS, AUTH.
+    pub fn smtp(&self) -> &SmtpFacts {
+        &self.kept.smtp
     }
 
     /// The plain-text body with LF line endings (the HTML body as plain text
@@ -246,6 +258,7 @@ impl Email {
                 .iter()
                 .map(|a| a.filename.len() + a.content_type.len() + 96)
                 .sum::<usize>()
+            + k.smtp.footprint()
             + std::mem::size_of::<Email>()
             + std::mem::size_of::<Kept>()
             + self.summary_reserve()
@@ -296,6 +309,7 @@ mod tests {
             envelope: Envelope::default(),
             raw: raw.as_bytes().to_vec(),
             helo: None,
+            session: Default::default(),
         });
         Email::new(IdGenerator::new().next(1, [0; 10]), 1, prepared)
     }

@@ -40,10 +40,12 @@
 //! assert!(matches!(outputs.last(), Some(Output::Close)));
 //! ```
 
+mod auth;
 mod budget;
 mod faults;
 mod path;
 mod reply;
+mod security;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
@@ -61,6 +63,8 @@ pub struct Config {
     pub max_line_bytes: usize,
     /// How many bad commands in a row close the connection with 421.
     pub max_errors: usize,
+    /// STARTTLS offered, TLS or AUTH required, the credentials AUTH checks.
+    pub security: Security,
 }
 
 impl Default for Config {
@@ -71,6 +75,7 @@ impl Default for Config {
             max_recipients: 1000,
             max_line_bytes: 4096,
             max_errors: 20,
+            security: Security::default(),
         }
     }
 }
@@ -80,6 +85,7 @@ pub use path::MAX_PATH_OCTETS;
 use path::{parse_path, refuse_mailbox, strip_prefix_ignore_case};
 pub use reply::Reply;
 use reply::{MAX_ECHOED_DOMAIN, printable, shown};
+pub use security::{AuthInfo, Credentials, Security, SessionFacts, SmtpFacts, TlsInfo};
 
 /// A timer of the host that can end a session (see [`Session::expire`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -110,6 +116,8 @@ pub struct Incoming {
     pub raw: Vec<u8>,
     /// What the client said in HELO or EHLO, if it did.
     pub helo: Option<String>,
+    /// What the session knew of its connection: remote address, TLS, AUTH.
+    pub session: SessionFacts,
 }
 
 /// What the host must do after feeding bytes to a [`Session`].
@@ -123,6 +131,9 @@ pub enum Output {
     Close,
     /// A fault rule fired (log it); for a delay, wait that long before going on.
     Fault(crate::faults::Fired),
+    /// Write the replies before this, run the TLS handshake, then call
+    /// [`Session::tls_started`]; input until then is dropped.
+    StartTls,
 }
 
 /// How the session reads the bytes it is fed.
@@ -143,6 +154,8 @@ enum Mode {
     },
     /// Waiting for the client's answer to an AUTH challenge.
     Auth(AuthStep),
+    /// STARTTLS answered: nothing is read until the host's handshake is done.
+    StartingTls,
     /// The session is over; nothing more is read.
     Closed,
 }
@@ -171,6 +184,8 @@ enum AuthStep {
     LoginUser,
     /// AUTH LOGIN: the password.
     LoginPassword,
+    /// AUTH CRAM-MD5: the user name and digest.
+    CramMd5,
 }
 
 /// The mail transaction under way.
@@ -215,6 +230,8 @@ pub struct Session {
     messages_begun: u64,
     /// The fault rules this session asks at each stage, if any.
     faults: Option<crate::faults::FaultRules>,
+    /// TLS, AUTH and the connection's facts.
+    security: security::SecurityState,
 }
 
 impl Session {
@@ -233,6 +250,7 @@ impl Session {
             lines_ended: 0,
             messages_begun: 0,
             faults: None,
+            security: security::SecurityState::default(),
         }
     }
 
@@ -324,7 +342,7 @@ impl Session {
         let mut out = Vec::new();
         while !input.is_empty() {
             let used = match self.mode {
-                Mode::Closed => break,
+                Mode::Closed | Mode::StartingTls => break,
                 Mode::Command | Mode::Auth(_) => self.receive_line_bytes(input, &mut out, budget),
                 Mode::Overlong => match memchr::memchr(b'\n', input) {
                     Some(lf) => {
@@ -546,6 +564,7 @@ impl Session {
             },
             raw: t.body,
             helo: self.helo.clone(),
+            session: self.security.facts.clone(),
         }));
         out.push(Output::Reply(Reply::new(
             250,
@@ -648,7 +667,7 @@ impl Session {
                 out,
             ),
             "AUTH" => self.auth(args, out),
-            "STARTTLS" => self.ok(Reply::new(454, "4.7.0 TLS not available"), out),
+            "STARTTLS" => self.starttls(args, out),
             "" => self.error(Reply::new(500, "5.5.2 Syntax error: empty command"), out),
             _ => {
                 let shown = shown(verb);
@@ -702,7 +721,7 @@ impl Session {
             printable(client, MAX_ECHOED_DOMAIN)
         );
         let reply = if extended {
-            Reply {
+            let mut reply = Reply {
                 code: 250,
                 lines: vec![
                     greeting,
@@ -712,9 +731,13 @@ impl Session {
                     "SMTPUTF8".to_owned(),
                     "ENHANCEDSTATUSCODES".to_owned(),
                     "CHUNKING".to_owned(),
-                    "AUTH PLAIN LOGIN".to_owned(),
+                    self.auth_advert(),
                 ],
+            };
+            if self.offers_starttls() {
+                reply.lines.push("STARTTLS".to_owned());
             }
+            reply
         } else {
             Reply::new(250, greeting)
         };
@@ -722,6 +745,10 @@ impl Session {
     }
 
     fn mail(&mut self, args: &str, out: &mut Vec<Output>, budget: &mut dyn Budget) {
+        if let Some(reply) = self.mail_refused() {
+            self.error(reply, out);
+            return;
+        }
         if self.transaction.from.is_some() {
             self.error(
                 Reply::new(503, "5.5.1 Nested MAIL command: send RSET first"),
@@ -978,6 +1005,7 @@ impl Session {
             ("LOGIN", Some(answer)) => {
                 self.auth_answer(AuthStep::LoginUser, answer.as_bytes(), out)
             }
+            ("CRAM-MD5", None) if self.offers_cram_md5() => self.start_cram_md5(out),
             _ => self.error(
                 Reply::new(
                     504,
@@ -996,20 +1024,17 @@ impl Session {
             return;
         }
         // "=" is an empty initial response (RFC 4954).
-        if answer != b"=" && BASE64.decode(answer).is_err() {
-            self.error(Reply::new(501, "5.5.2 Invalid base64 in AUTH answer"), out);
-            return;
-        }
-        match step {
-            AuthStep::LoginUser => {
-                self.mode = Mode::Auth(AuthStep::LoginPassword);
-                self.ok(Reply::new(334, "UGFzc3dvcmQ6"), out);
-            }
-            AuthStep::Plain | AuthStep::LoginPassword => {
-                self.authenticated = true;
-                self.ok(Reply::new(235, "2.7.0 Authentication successful"), out);
-            }
-        }
+        let decoded = match answer {
+            b"=" => Vec::new(),
+            _ => match BASE64.decode(answer) {
+                Ok(decoded) => decoded,
+                Err(_) => {
+                    self.error(Reply::new(501, "5.5.2 Invalid base64 in AUTH answer"), out);
+                    return;
+                }
+            },
+        };
+        self.auth_decoded(step, decoded, out);
     }
 }
 

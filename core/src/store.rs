@@ -220,6 +220,7 @@ mod tests {
             },
             raw: raw.as_bytes().to_vec(),
             helo: None,
+            session: Default::default(),
         });
         Email::new(ids.next(1000, [1; 10]), 1000, prepared)
     }

@@ -151,6 +151,7 @@ mod tests {
             },
             raw: raw.to_vec(),
             helo: None,
+            session: Default::default(),
         });
         Arc::new(Email::new(ids.next(1, [0; 10]), 1, prepared))
     }

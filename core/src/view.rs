@@ -43,6 +43,7 @@ struct Middle<'a> {
     codes: &'a [Box<str>],
     attachments: Vec<AttachmentJson<'a>>,
     size: usize,
+    smtp: &'a crate::smtp::SmtpFacts,
 }
 
 /// One attachment's metadata and the URL of its bytes.
@@ -115,6 +116,7 @@ impl EmailJson {
                 })
                 .collect(),
             size: email.raw().len(),
+            smtp: email.smtp(),
         };
         let mut before_raw = br#"","#.to_vec();
         before_raw.extend_from_slice(&fields_of(&middle));
@@ -262,6 +264,7 @@ mod tests {
             },
             raw: raw.to_vec(),
             helo: None,
+            session: Default::default(),
         });
         Arc::new(Email::new(IdGenerator::new().next(1, [0; 10]), 1, prepared))
     }
@@ -324,6 +327,46 @@ mod tests {
         assert!(!text.contains('\r'));
         assert_eq!(text, email.text());
         assert_eq!(value["raw"].as_str().unwrap(), raw);
+    }
+
+    #[test]
+    fn the_smtp_facts_of_the_session_are_shown() {
+        use crate::smtp::{AuthInfo, SessionFacts, TlsInfo};
+        let facts = SessionFacts {
+            remote_addr: Some("127.0.0.1:50123".into()),
+            tls: Some(TlsInfo {
+                version: "TLSv1.3".into(),
+                cipher: "TLS_AES_128_GCM_SHA256".into(),
+            }),
+            auth: Some(AuthInfo {
+                mechanism: "PLAIN".into(),
+                username: "u".into(),
+            }),
+        };
+        let prepared = Prepared::new(Incoming {
+            envelope: Envelope::default(),
+            raw: b"Subject: s\r\n\r\n".to_vec(),
+            helo: Some("client.test".into()),
+            session: facts,
+        });
+        let email = Arc::new(Email::new(IdGenerator::new().next(1, [0; 10]), 1, prepared));
+        let (json, _) = chunks(EmailJson::new(email, b"", b""));
+        let value: Value = serde_json::from_slice(&json).expect("valid JSON");
+        assert_eq!(
+            value["smtp"],
+            serde_json::json!({
+                "helo": "client.test",
+                "remoteAddr": "127.0.0.1:50123",
+                "tls": {"version": "TLSv1.3", "cipher": "TLS_AES_128_GCM_SHA256"},
+                "auth": {"mechanism": "PLAIN", "username": "u"}
+            })
+        );
+        let (json, _) = chunks(EmailJson::new(stored(b"x"), b"", b""));
+        let value: Value = serde_json::from_slice(&json).expect("valid JSON");
+        assert_eq!(
+            value["smtp"],
+            serde_json::json!({"helo": null, "remoteAddr": null, "tls": null, "auth": null})
+        );
     }
 
     #[test]

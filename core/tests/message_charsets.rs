@@ -31,6 +31,7 @@ fn parsed(raw: &[u8]) -> ParsedMessage {
             envelope: Envelope::default(),
             raw: raw.to_vec(),
             helo: None,
+            session: Default::default(),
         }),
     );
     assert_eq!(email.subject(), p.subject);

@@ -246,6 +246,7 @@ fn stored_form_gives_back_what_parse_gave() {
             envelope: Envelope::default(),
             raw: raw.clone(),
             helo: None,
+            session: Default::default(),
         });
         let email = Email::new(ids.next(1, [0; 10]), 1, prepared);
         assert_eq!(email.text(), parsed.text, "{}", path.display());

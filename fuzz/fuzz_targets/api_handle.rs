@@ -27,6 +27,7 @@ fuzz_target!(|data: &[u8]| {
                 envelope: Envelope { from: "a@b".into(), to: vec![format!("u{i}@local.test")] },
                 raw: raw.into_bytes(),
                 helo: None,
+                session: Default::default(),
             }),
             1_000 + i as u64,
             [i as u8; 10],

@@ -15,6 +15,7 @@ fuzz_target!(|data: &[u8]| {
             envelope: Envelope { from: "a@b".into(), to: vec!["c@d".into()] },
             raw: data.to_vec(),
             helo: None,
+            session: Default::default(),
         }),
         1_000,
         [7; 10],

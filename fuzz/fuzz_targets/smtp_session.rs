@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use mailjar_core::smtp::{Config, Output, Session};
+use mailjar_core::smtp::{Config, Credentials, Output, Security, Session};
 
 fn config() -> Config {
     Config {
@@ -13,6 +13,12 @@ fn config() -> Config {
         max_recipients: 5,
         max_line_bytes: 512,
         max_errors: 50,
+        // STARTTLS and checked AUTH are explored too.
+        security: Security {
+            starttls: true,
+            credentials: Credentials::new(vec![("u".into(), "p".into())]),
+            ..Security::default()
+        },
     }
 }
 
@@ -51,6 +57,8 @@ fuzz_target!(|data: &[u8]| {
             }
             Output::Close => assert_eq!(i + 1, whole.len(), "outputs after Close"),
             Output::Fault(fired) => panic!("a fault fired with no rules: {fired:?}"),
+            // The host would run the handshake: nothing is read before it.
+            Output::StartTls => assert_eq!(i + 1, whole.len(), "outputs after StartTls"),
         }
     }
 });

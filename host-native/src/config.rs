@@ -101,7 +101,34 @@ pub struct Settings {
     /// Do not serve the web UI at `/` (its paths are then 404 like any unknown path).
     #[arg(long, env = "MAILJAR_NO_UI")]
     pub no_ui: bool,
-    /// Print one JSON line on stdout once both listeners are bound: {"smtp": "127.0.0.1:PORT", "http": "http://127.0.0.1:PORT"}.
+    /// PEM certificate chain for STARTTLS and --smtps-port (with --tls-key).
+    #[arg(long, env = "MAILJAR_TLS_CERT", value_name = "FILE")]
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, env = "MAILJAR_TLS_KEY", value_name = "FILE")]
+    pub tls_key: Option<std::path::PathBuf>,
+    /// Make a self-signed certificate at start (for localhost, 127.0.0.1, ::1 and --domain) and turn TLS on.
+    #[arg(long, env = "MAILJAR_TLS_SELF_SIGNED")]
+    pub tls_self_signed: bool,
+    /// Write the certificate in use (PEM) to FILE before the listeners accept, for clients to trust.
+    #[arg(long, env = "MAILJAR_TLS_CERT_OUT", value_name = "FILE")]
+    pub tls_cert_out: Option<std::path::PathBuf>,
+    /// Port of an implicit-TLS SMTP listener (SMTPS, on --smtp-host; 0 picks a free one); needs TLS configured.
+    #[arg(long, env = "MAILJAR_SMTPS_PORT")]
+    pub smtps_port: Option<u16>,
+    /// Answer MAIL before STARTTLS with 530 5.7.0; needs TLS configured.
+    #[arg(long, env = "MAILJAR_REQUIRE_TLS")]
+    pub require_tls: bool,
+    /// How long a TLS handshake may take (STARTTLS or SMTPS); then the connection is closed.
+    #[arg(long, env = "MAILJAR_TLS_HANDSHAKE_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub tls_handshake_timeout: Duration,
+    /// USER:PASS that AUTH accepts (535 5.7.8 otherwise); repeatable, split at the first colon. None: any credentials.
+    #[arg(long = "auth", env = "MAILJAR_AUTH", value_name = "USER:PASS")]
+    pub auth: Vec<String>,
+    /// Answer MAIL without a successful AUTH with 530 5.7.0.
+    #[arg(long, env = "MAILJAR_REQUIRE_AUTH")]
+    pub require_auth: bool,
+    /// Print one JSON line on stdout once both listeners are bound: {"smtp": "127.0.0.1:PORT", "http": "http://127.0.0.1:PORT"}, plus "smtps" with --smtps-port.
     #[arg(long)]
     pub ready_json: bool,
     /// Log filter (error, warn, info, debug, trace, or a tracing directive).
@@ -175,6 +202,7 @@ impl Settings {
         if self.http_body_timeout.is_zero() {
             return Err("--http-body-timeout must be greater than 0".to_owned());
         }
+        crate::tls::validate(self)?;
         Ok(())
     }
 }

@@ -56,7 +56,7 @@ pub async fn carry_out<S: AsyncWrite + Unpin>(
             Output::Fault(f) => fired(stream, out, &f, write_timeout).await?,
             Output::Close => close = true,
             // Nothing is received before the greeting.
-            Output::Message(_) => {}
+            Output::Message(_) | Output::StartTls => {}
         }
     }
     tokio::time::timeout(write_timeout, stream.write_all(out))

@@ -10,6 +10,7 @@ pub mod http_server;
 pub mod smtp_server;
 pub mod state;
 pub mod testing;
+pub mod tls;
 pub mod ui;
 
 use std::net::SocketAddr;
@@ -28,6 +29,10 @@ pub struct Server {
     settings: Settings,
     smtp: TcpListener,
     http: TcpListener,
+    /// The implicit-TLS listener (`--smtps-port`).
+    smtps: Option<TcpListener>,
+    /// TLS, when configured.
+    tls: Option<tls::Tls>,
     shared: Arc<Shared>,
     smtp_load: Arc<smtp_server::SmtpLoad>,
     http_connections: http1::HttpConnections,
@@ -121,6 +126,7 @@ fn host_limits(settings: &Settings) -> Vec<(&'static str, u64)> {
         ("httpHeadTimeoutMs", ms(settings.http_head_timeout)),
         ("httpBodyTimeoutMs", ms(settings.http_body_timeout)),
         ("maxHttpConnections", settings.max_http_connections as u64),
+        ("tlsHandshakeTimeoutMs", ms(settings.tls_handshake_timeout)),
         (
             "maxCompiledPatternBytes",
             mailjar_core::jsregex::MAX_COMPILED_BYTES as u64,
@@ -136,6 +142,9 @@ impl Server {
     /// Binds both listeners; fails when an address is taken or not local.
     pub async fn bind(settings: Settings) -> std::io::Result<Server> {
         raise_fd_limit(&settings);
+        // Writes --tls-cert-out before any listener is bound: once a port
+        // answers, the certificate to trust is there.
+        let tls = tls::load(&settings).map_err(std::io::Error::other)?;
         let smtp = listen(
             "SMTP",
             SocketAddr::new(settings.smtp_host, settings.smtp_port),
@@ -144,6 +153,10 @@ impl Server {
             "HTTP",
             SocketAddr::new(settings.http_host, settings.http_port),
         )?;
+        let smtps = match settings.smtps_port {
+            Some(port) => Some(listen("SMTPS", SocketAddr::new(settings.smtp_host, port))?),
+            None => None,
+        };
         let address = |a: SocketAddr| Address {
             host: a.ip().to_string(),
             port: a.port(),
@@ -186,12 +199,19 @@ impl Server {
             settings,
             smtp,
             http,
+            smtps,
+            tls,
         })
     }
 
     /// The bound SMTP address.
     pub fn smtp_addr(&self) -> std::io::Result<SocketAddr> {
         self.smtp.local_addr()
+    }
+
+    /// The bound implicit-TLS SMTP address, when `--smtps-port` is given.
+    pub fn smtps_addr(&self) -> Option<std::io::Result<SocketAddr>> {
+        self.smtps.as_ref().map(TcpListener::local_addr)
     }
 
     /// The bound HTTP address.
@@ -223,6 +243,7 @@ impl Server {
                 max_recipients: self.settings.max_recipients,
                 max_line_bytes: self.settings.max_line_bytes,
                 max_errors: self.settings.max_errors,
+                security: tls::security(&self.settings),
             },
             idle_timeout: self.settings.idle_timeout,
             command_timeout: self.settings.smtp_command_timeout,
@@ -231,7 +252,17 @@ impl Server {
             faults: self.shared.faults(),
             shared: self.shared.clone(),
             shutdown: shutdown_rx.clone(),
+            tls: self.tls.clone(),
+            implicit_tls: false,
         };
+        let smtps_task = self.smtps.map(|listener| {
+            let context = smtp_server::SmtpContext {
+                implicit_tls: true,
+                ..smtp_context.clone()
+            };
+            // The same slots: implicit-TLS connections count against --max-connections.
+            tokio::spawn(smtp_server::serve(listener, slots.clone(), context))
+        });
         let http_context = http_server::HttpContext {
             shared: self.shared.clone(),
             loopback_only: self.settings.http_host.is_loopback(),
@@ -263,6 +294,9 @@ impl Server {
         tracing::info!("shutting down");
         let _ = shutdown_tx.send(true);
         let _ = smtp_task.await;
+        if let Some(task) = smtps_task {
+            let _ = task.await;
+        }
         let _ = http_task.await;
         // Every open SMTP connection holds a permit: when all are back, no message is in flight.
         let all = u32::try_from(self.settings.max_connections).unwrap_or(u32::MAX);

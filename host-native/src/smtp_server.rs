@@ -46,6 +46,10 @@ pub struct SmtpContext {
     pub shared: Arc<Shared>,
     /// Becomes true when the server shuts down.
     pub shutdown: watch::Receiver<bool>,
+    /// TLS, when configured: STARTTLS, and the handshake of an implicit-TLS listener.
+    pub tls: Option<crate::tls::Tls>,
+    /// This listener is implicit TLS (`--smtps-port`): the handshake comes before the greeting.
+    pub implicit_tls: bool,
 }
 
 /// Accepts connections until shutdown; each holds a permit of `slots` while open.
@@ -216,14 +220,19 @@ fn follow(running: Running, current: Option<u64>, now: Instant, limit: Duration)
 }
 
 /// Reads what is there into `buffer` (emptied first); 0 at end of stream.
-async fn read_some(stream: &mut TcpStream, buffer: &mut Vec<u8>) -> std::io::Result<usize> {
+async fn read_some(
+    stream: &mut (impl AsyncReadExt + Unpin),
+    buffer: &mut Vec<u8>,
+) -> std::io::Result<usize> {
     buffer.clear();
     stream.read_buf(buffer).await
 }
 
 /// Drives one session until the client quits, goes idle, or the server shuts down.
-async fn connection(mut stream: TcpStream, mut context: SmtpContext) -> std::io::Result<()> {
+async fn connection(tcp: TcpStream, mut context: SmtpContext) -> std::io::Result<()> {
     let mut session = Session::new(context.config.clone());
+    // Implicit TLS shakes hands first: a `connect` fault acts on the TLS stream.
+    let mut stream = crate::tls::open(tcp, &context, &mut session).await?;
     session.set_faults(context.faults.clone());
     let mut out = Vec::new();
     let opened = session.open();
@@ -277,6 +286,7 @@ async fn connection(mut stream: TcpStream, mut context: SmtpContext) -> std::io:
         };
         out.clear();
         let mut close = false;
+        let mut start_tls = false;
         let now = Instant::now();
         for output in session.receive_within(&buffer[..n], &mut budget) {
             match output {
@@ -296,6 +306,7 @@ async fn connection(mut stream: TcpStream, mut context: SmtpContext) -> std::io:
                     crate::faults::fired(&mut stream, &mut out, &fired, context.idle_timeout)
                         .await?
                 }
+                Output::StartTls => start_tls = true,
             }
         }
         // The messages are stored: their room goes back to the budget.
@@ -313,11 +324,17 @@ async fn connection(mut stream: TcpStream, mut context: SmtpContext) -> std::io:
             context.data_timeout,
         );
         // A client that does not read its replies is idle too.
-        tokio::time::timeout(context.idle_timeout, stream.write_all(&out))
-            .await
-            .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "replies not read"))??;
+        tokio::time::timeout(context.idle_timeout, async {
+            stream.write_all(&out).await?;
+            stream.flush().await
+        })
+        .await
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "replies not read"))??;
         if close {
             break;
+        }
+        if start_tls {
+            stream = crate::tls::starttls(stream, &context, &mut session).await?;
         }
     }
     let _ = stream.shutdown().await;

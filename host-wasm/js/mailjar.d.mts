@@ -24,6 +24,39 @@ export interface SmtpOptions {
   maxRecipients?: number;
   maxLineBytes?: number;
   maxErrors?: number;
+  /** EHLO advertises STARTTLS and STARTTLS succeeds (in memory, no handshake); default false: 454. */
+  starttls?: boolean;
+  /** MAIL before TLS is 530 5.7.0. */
+  requireTls?: boolean;
+  /** MAIL before a successful AUTH is 530 5.7.0. */
+  requireAuth?: boolean;
+  /** "USER:PASS" pairs AUTH checks (535 5.7.8 on a mismatch; split at the first colon); none accepts any. */
+  auth?: string[];
+}
+
+/** The TLS of a connection, as a message's `smtp.tls` reports it. */
+export interface TlsFacts {
+  /** "TLSv1.3" or "TLSv1.2". */
+  version: string;
+  /** The IANA cipher suite name, e.g. "TLS_AES_128_GCM_SHA256". */
+  cipher: string;
+}
+
+/** A message's `smtp` object: what the SMTP session saw. */
+export interface SmtpFacts {
+  helo?: string | null;
+  remoteAddr?: string | null;
+  tls?: TlsFacts | null;
+  auth?: { mechanism: string; username: string } | null;
+}
+
+/** Options of `MailServer.connect()`. */
+export interface ConnectOptions {
+  /** Reported as `smtp.remoteAddr` ("127.0.0.1:50123"). */
+  remoteAddr?: string;
+  /** Marks the connection as TLS from the start (like the implicit-TLS listener);
+   * also what STARTTLS reports (default TLSv1.3, TLS_AES_128_GCM_SHA256). */
+  tls?: TlsFacts;
 }
 
 /** What /health reports and how much the store keeps. */
@@ -103,9 +136,9 @@ export class MailServer extends MailjarMethods {
   readonly api: any;
   readonly messageCount: number;
   readonly pendingWaits: number;
-  connect(): SmtpConnection;
-  /** Stores a raw message; returns its id. */
-  deliverRaw(raw: string | Uint8Array, envelope?: { from?: string; to?: string | string[] }): string;
+  connect(options?: ConnectOptions): SmtpConnection;
+  /** Stores a raw message, with the `smtp` facts it reports; returns its id. */
+  deliverRaw(raw: string | Uint8Array, envelope?: { from?: string; to?: string | string[] }, smtp?: SmtpFacts): string;
   /** Like the HTTP API: waits resolve on delivery or at their deadline (408). */
   request(method: string, url: string, options?: { signal?: AbortSignal; body?: string; contentType?: string }): Promise<MailResponse>;
   /**

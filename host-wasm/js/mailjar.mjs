@@ -56,18 +56,26 @@ const SHUTDOWN_BODY = JSON.stringify({ error: "the server is shutting down" });
 export class SmtpConnection {
   #server;
   #session;
+  #tls;
 
   /** Use `MailServer.connect()`. */
-  constructor(server, session) {
+  constructor(server, session, options = {}) {
     this.#server = server;
     this.#session = session;
+    if (options === null || typeof options !== "object") throw new TypeError("options must be an object");
+    const { remoteAddr, tls } = options;
+    if (remoteAddr !== undefined) session.setRemoteAddr(String(remoteAddr));
+    /** What STARTTLS "negotiates" in memory (there is no handshake without a socket). */
+    this.#tls = tls ?? { version: "TLSv1.3", cipher: "TLS_AES_128_GCM_SHA256" };
+    // `tls` given: the connection is under TLS from the start, like the implicit-TLS listener.
+    if (tls !== undefined) session.tlsStarted(tls);
     /** The fault rules that fired on this connection, in order (`{id, stage, action}`). */
     this.faults = [];
+    /** The ids of the messages this connection stored, in order. */
+    this.messageIds = [];
     const opened = this.#carry(session.open());
     /** The 220 greeting the server sent when the client connected (or what a `connect` rule sent instead; undefined after a silent disconnect). */
     this.greeting = opened.replies[0];
-    /** The ids of the messages this connection stored, in order. */
-    this.messageIds = [];
   }
 
   /** Feeds client bytes (a string is sent as UTF-8); returns the replies, in order. */
@@ -89,8 +97,11 @@ export class SmtpConnection {
         this.faults.push({ id: output.id, stage: output.stage, action: output.action });
         if (output.action.delayMs !== undefined) delayMs = (delayMs ?? 0) + output.action.delayMs;
       } else if (output.type === "message") {
-        stored = this.#server.deliverRaw(output.raw, output.envelope);
+        stored = this.#server.deliverRaw(output.raw, output.envelope, output.smtp);
         this.messageIds.push(stored);
+      } else if (output.type === "starttls") {
+        // The upgrade is immediate in memory; what the client pipelined after STARTTLS was dropped.
+        this.#session.tlsStarted(this.#tls);
       } else if (output.type === "reply") {
         if (stored !== undefined) {
           output.messageId = stored;
@@ -177,20 +188,29 @@ export class MailServer extends MailjarMethods {
     return this.#api.pendingWaits;
   }
 
-  /** Opens an SMTP connection; it obeys the fault rules of `faults`. */
-  connect() {
+  /**
+   * Opens an SMTP connection; it obeys the fault rules of `faults`.
+   * `options.remoteAddr` is reported as `smtp.remoteAddr`; `options.tls`
+   * (`{version, cipher}`) marks the connection as TLS from the start, and is
+   * what STARTTLS reports when the SMTP options offer it (`starttls: true`).
+   */
+  connect(options = {}) {
     this.#open();
     const session = new this.#bindings.Session(this.#smtp);
     session.useFaultsOf(this.#api);
-    return new SmtpConnection(this, session);
+    return new SmtpConnection(this, session, options);
   }
 
-  /** Stores a raw message (a string is stored as UTF-8) as if it came over SMTP; returns its id. */
-  deliverRaw(raw, envelope = {}) {
+  /**
+   * Stores a raw message (a string is stored as UTF-8) as if it came over SMTP; returns its id.
+   * `smtp` is the message's `smtp` object (`{helo, remoteAddr, tls, auth}`, each optional).
+   */
+  deliverRaw(raw, envelope = {}, smtp = undefined) {
     this.#open();
     if (envelope === null || typeof envelope !== "object") throw new TypeError("envelope must be an object");
     const { from = "", to = [] } = envelope;
     const message = { envelope: { from, to: typeof to === "string" ? [to] : to }, raw: toBytes(raw, "raw") };
+    if (smtp !== undefined) message.smtp = smtp;
     const delivered = this.#api.deliver(message, this.#now());
     for (const { waiter, status, body } of delivered.woken) this.#answer(waiter, response(status, body));
     this.#wakeStreams();

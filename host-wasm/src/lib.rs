@@ -39,6 +39,38 @@ export interface SessionConfig {
   maxLineBytes?: number;
   /** Bad commands in a row before 421 and close (default 20). */
   maxErrors?: number;
+  /** The host can upgrade: EHLO advertises STARTTLS and STARTTLS answers 220 (default false: 454). */
+  starttls?: boolean;
+  /** MAIL before TLS is 530 5.7.0 (default false). */
+  requireTls?: boolean;
+  /** MAIL before a successful AUTH is 530 5.7.0 (default false). */
+  requireAuth?: boolean;
+  /** "USER:PASS" pairs AUTH checks (535 5.7.8 on a mismatch); none accepts any credentials. */
+  auth?: string[];
+}
+
+/** The TLS a connection negotiated. */
+export interface TlsFacts {
+  /** "TLSv1.3" or "TLSv1.2". */
+  version: string;
+  /** The IANA cipher suite name, e.g. "TLS_AES_128_GCM_SHA256". */
+  cipher: string;
+}
+
+/** The AUTH that succeeded. */
+export interface AuthFacts {
+  /** "PLAIN", "LOGIN" or "CRAM-MD5". */
+  mechanism: string;
+  username: string;
+}
+
+/** What an SMTP session saw: a message's `smtp` object. */
+export interface SmtpFacts {
+  helo: string | null;
+  /** "127.0.0.1:50123" or "[::1]:50123"; null when the host gave none. */
+  remoteAddr: string | null;
+  tls: TlsFacts | null;
+  auth: AuthFacts | null;
 }
 
 /** An SMTP reply to write to the client. */
@@ -70,6 +102,14 @@ export interface MessageOutput {
   raw: Uint8Array;
   /** What the client said in HELO or EHLO, or null. */
   helo: string | null;
+  /** What the session saw (also `helo`), to pass to `Api.deliver` as `smtp`. */
+  smtp: SmtpFacts;
+}
+
+/** STARTTLS was answered 220: write the replies before this, run the handshake,
+ * then call `tlsStarted()`; bytes received until then are dropped. */
+export interface StartTlsOutput {
+  type: "starttls";
 }
 
 /** Close the connection after writing the replies before this. */
@@ -78,7 +118,7 @@ export interface CloseOutput {
 }
 
 /** What a session asks its host to do. */
-export type SessionOutput = ReplyOutput | MessageOutput | CloseOutput | FaultOutput;
+export type SessionOutput = ReplyOutput | MessageOutput | CloseOutput | FaultOutput | StartTlsOutput;
 
 /** A fault rule fired: log it; for `delayMs`, wait that long before writing what follows. */
 export interface FaultOutput {
@@ -382,6 +422,64 @@ fn envelope_object(envelope: &Envelope) -> JsValue {
     object.into()
 }
 
+/// A serialisable value as a JavaScript value (through JSON).
+fn json_value(value: &impl serde::Serialize) -> JsValue {
+    serde_json::to_string(value)
+        .ok()
+        .and_then(|text| js_sys::JSON::parse(&text).ok())
+        .unwrap_or(JsValue::NULL)
+}
+
+/// `{version, cipher}` from JavaScript.
+fn tls_of(value: &JsValue, what: &str) -> Result<smtp::TlsInfo, JsValue> {
+    if !value.is_object() {
+        return Err(type_error(format!(
+            "{what} must be an object {{version, cipher}}"
+        )));
+    }
+    Ok(smtp::TlsInfo {
+        version: required_string(value, "version", what)?,
+        cipher: required_string(value, "cipher", what)?,
+    })
+}
+
+/// An optional boolean field.
+fn bool_field(object: &JsValue, key: &str, what: &str) -> Result<Option<bool>, JsValue> {
+    match field(object, key, what)? {
+        None => Ok(None),
+        Some(value) => value
+            .as_bool()
+            .map(Some)
+            .ok_or_else(|| type_error(format!("{what}.{key} must be a boolean"))),
+    }
+}
+
+/// STARTTLS, requireTls, requireAuth and auth of a session config.
+fn security_of(config: &JsValue) -> Result<smtp::Security, JsValue> {
+    let what = "config";
+    let mut security = smtp::Security {
+        starttls: bool_field(config, "starttls", what)?.unwrap_or(false),
+        require_tls: bool_field(config, "requireTls", what)?.unwrap_or(false),
+        require_auth: bool_field(config, "requireAuth", what)?.unwrap_or(false),
+        ..smtp::Security::default()
+    };
+    if let Some(auth) = field(config, "auth", what)? {
+        let array = auth
+            .dyn_ref::<Array>()
+            .ok_or_else(|| type_error("config.auth must be an array of \"USER:PASS\" strings"))?;
+        let pairs = array
+            .iter()
+            .map(|p| {
+                p.as_string().ok_or_else(|| {
+                    type_error("config.auth must be an array of \"USER:PASS\" strings")
+                })
+            })
+            .collect::<Result<Vec<String>, JsValue>>()?;
+        security.credentials = smtp::Credentials::parse(&pairs).map_err(range_error)?;
+    }
+    Ok(security)
+}
+
 fn output_object(output: &Output) -> JsValue {
     match output {
         Output::Reply(reply) => reply_object(reply),
@@ -398,6 +496,13 @@ fn output_object(output: &Output) -> JsValue {
                     .as_deref()
                     .map_or(JsValue::NULL, JsValue::from_str),
             );
+            let facts = smtp::SmtpFacts::new(message.helo.clone(), message.session.clone());
+            set(&object, "smtp", json_value(&facts));
+            object.into()
+        }
+        Output::StartTls => {
+            let object = Object::new();
+            set(&object, "type", "starttls");
             object.into()
         }
         Output::Close => {
@@ -449,10 +554,14 @@ impl Session {
                     *slot = n;
                 }
             }
+            c.security = security_of(&config)?;
         }
-        Ok(Session {
-            inner: smtp::Session::new(c),
-        })
+        let mut inner = smtp::Session::new(c);
+        let seed = entropy();
+        let mut word = [0u8; 8];
+        word.copy_from_slice(&seed[..8]);
+        inner.set_entropy(u64::from_le_bytes(word));
+        Ok(Session { inner })
     }
 
     /// The 220 greeting to write as soon as the client connects.
@@ -486,6 +595,31 @@ impl Session {
     #[wasm_bindgen(unchecked_return_type = "ReplyOutput")]
     pub fn shutdown(&mut self) -> JsValue {
         reply_object(&self.inner.shutdown())
+    }
+
+    /// Tells the session the client's address, reported as `smtp.remoteAddr`.
+    #[wasm_bindgen(js_name = setRemoteAddr)]
+    pub fn set_remote_addr(&mut self, addr: String) {
+        self.inner.set_remote_addr(addr);
+    }
+
+    /// The connection is under TLS now (after a `starttls` output, or before
+    /// the greeting to mark a session as TLS): EHLO, AUTH and any transaction
+    /// are forgotten, and messages report `smtp.tls`.
+    #[wasm_bindgen(js_name = tlsStarted)]
+    pub fn tls_started(
+        &mut self,
+        #[wasm_bindgen(unchecked_param_type = "TlsFacts")] info: &JsValue,
+    ) -> Result<(), JsValue> {
+        let info = tls_of(info, "tlsStarted(info)")?;
+        self.inner.tls_started(info);
+        Ok(())
+    }
+
+    /// Whether the session waits for the host's TLS handshake (after a `starttls` output).
+    #[wasm_bindgen(getter, js_name = startingTls)]
+    pub fn starting_tls(&self) -> bool {
+        self.inner.is_starting_tls()
     }
 
     /// Whether the session has ended; a closed session ignores further input.
@@ -724,12 +858,31 @@ impl Api {
             Some(text) => text.into_bytes(),
             None => bytes_of(&raw_value, "message.raw")?,
         };
-        let helo = string_field(message, "helo", what)?;
+        let mut helo = string_field(message, "helo", what)?;
+        let mut session = smtp::SessionFacts::default();
+        if let Some(facts) = field(message, "smtp", what)?.filter(|v| !v.is_null()) {
+            let what = "message.smtp";
+            if let Some(h) = string_field(&facts, "helo", what)? {
+                helo = Some(h);
+            }
+            session.remote_addr = string_field(&facts, "remoteAddr", what)?;
+            if let Some(tls) = field(&facts, "tls", what)?.filter(|v| !v.is_null()) {
+                session.tls = Some(tls_of(&tls, "message.smtp.tls")?);
+            }
+            if let Some(auth) = field(&facts, "auth", what)?.filter(|v| !v.is_null()) {
+                let what = "message.smtp.auth";
+                session.auth = Some(smtp::AuthInfo {
+                    mechanism: required_string(&auth, "mechanism", what)?,
+                    username: required_string(&auth, "username", what)?,
+                });
+            }
+        }
         let now = time_ms(now_ms, "nowMs")?;
         let prepared = Prepared::new(Incoming {
             envelope: Envelope { from, to },
             raw,
             helo,
+            session,
         });
         let delivered = self
             .inner

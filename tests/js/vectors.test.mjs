@@ -99,7 +99,8 @@ async function runApi(v) {
     try {
       switch (step.kind) {
         case "deliver": {
-          const id = server.deliverRaw(step.raw, { from: step.from, to: step.to });
+          // The other runners say HELO "vectors" (native: over SMTP; core: in the Incoming).
+          const id = server.deliverRaw(step.raw, { from: step.from, to: step.to }, { helo: "vectors" });
           if (step.bind) vars[step.bind] = id;
           break;
         }

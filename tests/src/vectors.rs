@@ -27,6 +27,10 @@ pub struct SmtpLimits {
     pub max_line_bytes: Option<usize>,
     /// `maxErrors`
     pub max_errors: Option<usize>,
+    /// `auth`: the `USER:PASS` pairs AUTH accepts (`--auth`); empty accepts any.
+    pub auth: Vec<String>,
+    /// `requireAuth`: MAIL before AUTH is 530 (`--require-auth`).
+    pub require_auth: bool,
 }
 
 /// One expected SMTP reply.
@@ -344,6 +348,8 @@ fn smtp_vector(file: &str, value: &Value) -> Result<SmtpVector, String> {
                     "maxRecipients",
                     "maxLineBytes",
                     "maxErrors",
+                    "auth",
+                    "requireAuth",
                 ],
                 &what,
             )?;
@@ -352,6 +358,16 @@ fn smtp_vector(file: &str, value: &Value) -> Result<SmtpVector, String> {
                 max_recipients: usize_field(c, "maxRecipients", &what)?,
                 max_line_bytes: usize_field(c, "maxLineBytes", &what)?,
                 max_errors: usize_field(c, "maxErrors", &what)?,
+                auth: match c.get("auth") {
+                    None => Vec::new(),
+                    Some(a) => strings(a, &what)?,
+                },
+                require_auth: match c.get("requireAuth") {
+                    None => false,
+                    Some(b) => b
+                        .as_bool()
+                        .ok_or_else(|| format!("{what}: requireAuth must be a boolean"))?,
+                },
             }
         }
     };

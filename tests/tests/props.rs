@@ -182,6 +182,7 @@ fn check_outputs(outputs: &[Output]) -> Result<(), TestCaseError> {
             }
             Output::Close => prop_assert_eq!(i + 1, outputs.len()),
             Output::Fault(f) => prop_assert!(false, "a fault fired with no rules: {:?}", f),
+            Output::StartTls => prop_assert!(false, "an upgrade without TLS configured"),
         }
     }
     Ok(())

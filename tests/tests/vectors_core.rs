@@ -30,6 +30,11 @@ fn session_config(v: &SmtpVector) -> Config {
         max_recipients: l.max_recipients.unwrap_or(d.max_recipients),
         max_line_bytes: l.max_line_bytes.unwrap_or(d.max_line_bytes),
         max_errors: l.max_errors.unwrap_or(d.max_errors),
+        security: mailjar_core::smtp::Security {
+            credentials: mailjar_core::smtp::Credentials::parse(&l.auth).expect("valid auth"),
+            require_auth: l.require_auth,
+            ..Default::default()
+        },
     }
 }
 
@@ -77,6 +82,7 @@ fn run_smtp(v: &SmtpVector, chunks: &[Vec<u8>]) -> Result<(), String> {
             }
             // Logged and waited on by the native host; nothing to check here.
             Output::Fault(_) => {}
+            Output::StartTls => return Err("an upgrade without TLS configured".to_owned()),
         }
     }
     check_replies(&replies, &v.replies)?;
@@ -228,6 +234,7 @@ impl CoreRun {
                     },
                     raw: raw.clone(),
                     helo: Some("vectors".to_owned()),
+                    session: Default::default(),
                 };
                 let delivered = self.api.deliver_and_wake(
                     Prepared::new(incoming),

@@ -114,6 +114,13 @@ fn limit_flags(l: &vectors::SmtpLimits) -> Vec<String> {
             flags.push(v.to_string());
         }
     }
+    for pair in &l.auth {
+        flags.push("--auth".to_owned());
+        flags.push(pair.clone());
+    }
+    if l.require_auth {
+        flags.push("--require-auth".to_owned());
+    }
     flags
 }
 

@@ -18,6 +18,7 @@ fn message(to: &str, subject: &str) -> Prepared {
         )
         .into_bytes(),
         helo: None,
+        session: Default::default(),
     })
 }
 

@@ -29,6 +29,7 @@ fn message(to: &[&str], subject: &str) -> Prepared {
         raw: format!("From: App <sender@app.test>\r\nSubject: {subject}\r\n\r\nHello\r\n")
             .into_bytes(),
         helo: None,
+        session: Default::default(),
     })
 }
 
@@ -657,6 +658,7 @@ fn with_attachments(api: &mut TestApi) -> MessageId {
         },
         raw: raw.as_bytes().to_vec(),
         helo: None,
+        session: Default::default(),
     });
     api.deliver_and_wake(message, NOW, [9; 10], &StoppedClock)
         .id

@@ -8,6 +8,7 @@ fn small_config() -> Config {
         max_recipients: 3,
         max_line_bytes: 64,
         max_errors: 5,
+        security: Security::default(),
     }
 }
 
@@ -33,6 +34,7 @@ fn render(outputs: &[Output]) -> String {
             )),
             Output::Close => s.push_str("CLOSE\n"),
             Output::Fault(f) => s.push_str(&format!("FAULT {}\n", f.id)),
+            Output::StartTls => s.push_str("STARTTLS\n"),
         }
     }
     s

@@ -23,6 +23,8 @@ pub struct Server {
     pub smtp: SocketAddr,
     /// The bound HTTP address, as logged at startup.
     pub http: SocketAddr,
+    /// The implicit-TLS SMTP address (`--smtps-port`), as logged at startup.
+    pub smtps: Option<SocketAddr>,
 }
 
 impl Server {
@@ -61,12 +63,16 @@ impl Server {
         drop(lines_tx);
         let deadline = Instant::now() + Duration::from_secs(15);
         let mut seen = Vec::new();
+        let mut smtps = None;
         let (smtp, http) = loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match lines_rx.recv_timeout(left) {
                 Ok(line) => {
                     if let Some(ports) = parse_startup_line(&line) {
                         break ports;
+                    }
+                    if let Some((_, addr)) = line.split_once("SMTPS (implicit TLS) on ") {
+                        smtps = addr.trim().parse().ok();
                     }
                     seen.push(line);
                 }
@@ -80,7 +86,12 @@ impl Server {
                 }
             }
         };
-        Server { child, smtp, http }
+        Server {
+            child,
+            smtp,
+            http,
+            smtps,
+        }
     }
 
     /// The process id.
@@ -503,6 +514,16 @@ impl Smtp {
         self.writer
             .set_read_timeout(Some(timeout))
             .expect("set the read timeout");
+    }
+
+    /// The socket itself, e.g. for a TLS handshake after STARTTLS's 220 (nothing may be buffered).
+    pub fn into_stream(self) -> TcpStream {
+        assert!(
+            self.reader.buffer().is_empty(),
+            "bytes after the last reply: {:?}",
+            String::from_utf8_lossy(self.reader.buffer())
+        );
+        self.writer
     }
 
     /// Half-closes the writing side.

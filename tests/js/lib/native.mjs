@@ -17,7 +17,7 @@ export function binary() {
   return bin;
 }
 
-/** Starts the server on free ports; resolves with `{child, smtpPort, http}` once `--ready-json` has printed them. */
+/** Starts the server on free ports; resolves with `{child, smtpPort, http, smtpsPort}` once `--ready-json` has printed them (`smtpsPort` with `--smtps-port`). */
 export function startServer(flags = []) {
   const child = spawn(binary(), ["--smtp-port", "0", "--http-port", "0", "--ready-json", ...flags], {
     stdio: ["ignore", "pipe", "pipe"],
@@ -34,7 +34,8 @@ export function startServer(flags = []) {
       if (out.includes("\n")) {
         clearTimeout(timer);
         const ready = JSON.parse(out.split("\n")[0]);
-        resolve({ child, smtpPort: Number(ready.smtp.split(":").at(-1)), http: ready.http });
+        const smtpsPort = ready.smtps === undefined ? undefined : Number(ready.smtps.split(":").at(-1));
+        resolve({ child, smtpPort: Number(ready.smtp.split(":").at(-1)), http: ready.http, smtpsPort });
       }
     });
     child.on("exit", (code) => reject(new Error(`mailjar exited with ${code}:\n${err}`)));

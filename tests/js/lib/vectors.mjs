@@ -83,7 +83,7 @@ export function smtpVectors() {
       if (v.faults !== undefined && !(Array.isArray(v.faults) && v.faults.every((f) => f && typeof f === "object"))) {
         throw new Error(`${what}: faults must be an array of rule objects`);
       }
-      onlyKeys(v.config ?? {}, ["maxMessageBytes", "maxRecipients", "maxLineBytes", "maxErrors"], what);
+      onlyKeys(v.config ?? {}, ["maxMessageBytes", "maxRecipients", "maxLineBytes", "maxErrors", "auth", "requireAuth"], what);
       for (const r of v.replies) onlyKeys(r, ["code", "text", "lines"], what);
       out.push({
         file,
