@@ -126,6 +126,16 @@ describe("the web UI", () => {
     // Headers tab: the envelope and the headers.
     await page.locator("#tab-headers").click();
     await page.locator("#panel dd", { hasText: "alice@local.test" }).first().waitFor();
+    // The SMTP facts: who connected, and that it was neither TLS nor AUTH.
+    const facts = await page.evaluate(() => {
+      const out = {};
+      for (const dt of document.querySelectorAll("#panel dl.headers dt")) if (dt.textContent.startsWith("smtp ")) out[dt.textContent] = dt.nextElementSibling.textContent;
+      return out;
+    });
+    assert.match(facts["smtp remote address"], /^127\.0\.0\.1:\d+$/, JSON.stringify(facts));
+    assert.ok(facts["smtp helo"], JSON.stringify(facts));
+    assert.equal(facts["smtp tls"], "none");
+    assert.equal(facts["smtp auth"], "none");
     // Links tab.
     await page.locator("#tab-links").click();
     assert.equal(await page.locator("#panel a.link").getAttribute("href"), `https://example.test/verify?t=${marker}`);
