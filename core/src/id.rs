@@ -21,6 +21,11 @@ impl MessageId {
     pub fn as_u128(self) -> u128 {
         self.0
     }
+
+    /// The id with this 128-bit value (as [`MessageId::as_u128`] gave it).
+    pub fn from_u128(value: u128) -> MessageId {
+        MessageId(value)
+    }
 }
 
 impl fmt::Display for MessageId {
@@ -141,7 +146,10 @@ mod tests {
         let later = after.next(6_000_000, [0; 10]);
         after.resume_after(stored);
         assert!(after.next(6_000_000, [0; 10]) > later);
-        assert_eq!(unpack_v7(pack_v7(0x3ff_ffff_ffff_ffff_ffff)), 0x3ff_ffff_ffff_ffff_ffff);
+        assert_eq!(
+            unpack_v7(pack_v7(0x3ff_ffff_ffff_ffff_ffff)),
+            0x3ff_ffff_ffff_ffff_ffff
+        );
     }
 
     #[test]

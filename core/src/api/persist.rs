@@ -206,7 +206,10 @@ mod tests {
     fn restore_applies_todays_limits_and_ids_resume_after_the_stored_ones() {
         let mut old = api(10);
         let stored: Vec<_> = (0..5)
-            .map(|i| old.deliver(prepared(&i.to_string()), 5_000_000 + i, [9; 10]).id)
+            .map(|i| {
+                old.deliver(prepared(&i.to_string()), 5_000_000 + i, [9; 10])
+                    .id
+            })
             .collect();
         let mut api = api(3);
         for (i, id) in stored.iter().enumerate() {
@@ -285,7 +288,9 @@ mod tests {
         let mut api = api(10);
         api.deliver(prepared("m"), 1, [0; 10]);
         assert_eq!(api.expire_old(u64::MAX), 0);
-        api.set_storage_report(Box::new(|| serde_json::json!({"kind": "sqlite", "ok": true})));
+        api.set_storage_report(Box::new(
+            || serde_json::json!({"kind": "sqlite", "ok": true}),
+        ));
         let health = body(api.handle(&Request::new("GET", "/health"), 2));
         assert_eq!(health["storage"]["kind"], "sqlite");
         assert!(health["limits"].get("maxAgeMs").is_none());
