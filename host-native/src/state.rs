@@ -176,7 +176,7 @@ impl Shared {
                 reply,
             };
             writer
-                .send(writer::Job::Store(pending))
+                .send(writer::Job::Store(Box::new(pending)))
                 .map_err(|_| stopped())?;
         }
         receiver.await.unwrap_or_else(|_| Err(stopped()))

@@ -36,7 +36,7 @@ pub struct Pending {
 /// What the writer is asked to do.
 pub enum Job {
     /// Write this message.
-    Store(Pending),
+    Store(Box<Pending>),
     /// Delete these messages from disk; `done` hears when that was tried.
     Remove(Vec<Removal>, Option<oneshot::Sender<()>>),
 }
@@ -82,6 +82,9 @@ impl Status {
         *slot = error;
     }
 }
+
+/// Hands committed messages, in id order, to the core; returns what that evicted.
+pub type Committed = dyn FnMut(Vec<(Assigned, Prepared)>) -> Vec<Removal> + Send;
 
 /// How long the writer waits before it tries failed removals again.
 const RETRY: Duration = Duration::from_millis(200);
@@ -130,7 +133,7 @@ pub fn run(
         let mut take = |job: Job, batch: &mut Vec<Pending>, bytes: &mut usize| match job {
             Job::Store(pending) => {
                 *bytes += pending.message.raw.len();
-                batch.push(pending);
+                batch.push(*pending);
             }
             Job::Remove(more, done) => {
                 removals.extend(more);
@@ -208,7 +211,7 @@ pub fn spawn(
     mut storage: Box<dyn Storage>,
     limits: Limits,
     status: Arc<Status>,
-    mut committed: Box<dyn FnMut(Vec<(Assigned, Prepared)>) -> Vec<Removal> + Send>,
+    mut committed: Box<Committed>,
 ) -> std::io::Result<std::sync::mpsc::Sender<Job>> {
     let (sender, jobs) = std::sync::mpsc::channel();
     std::thread::Builder::new()
@@ -259,6 +262,8 @@ mod tests {
         }
     }
 
+    type Evict<'a> = dyn FnMut(&[(Assigned, Prepared)]) -> Vec<Removal> + 'a;
+
     type Reply = oneshot::Receiver<Result<MessageId, StorageError>>;
 
     fn message(api: &mut Api<()>, size: usize) -> (Job, Assigned, Reply) {
@@ -272,12 +277,12 @@ mod tests {
             raw: vec![b'x'; size],
             helo: None,
         });
-        let job = Job::Store(Pending {
+        let job = Job::Store(Box::new(Pending {
             assigned,
             message,
             helo: Some("client".into()),
             reply,
-        });
+        }));
         (job, assigned, receiver)
     }
 
@@ -286,7 +291,7 @@ mod tests {
         jobs: Vec<Job>,
         limits: Limits,
         log: &Arc<Mutex<Log>>,
-        evict: &mut dyn FnMut(&[(Assigned, Prepared)]) -> Vec<Removal>,
+        evict: &mut Evict<'_>,
     ) -> (Vec<Vec<MessageId>>, Status) {
         let (sender, receiver) = std::sync::mpsc::channel();
         for job in jobs {
