@@ -709,8 +709,15 @@ impl<W> Api<W> {
     /// in two steps so a host can write the message with its id before it is stored here.
     pub fn insert(&mut self, assigned: Assigned, message: Prepared) -> Stored {
         let Assigned { id, received_at_ms } = assigned;
-        self.expire_old(received_at_ms);
-        let (_, evicted) = self.store.push(Email::new(id, received_at_ms, message));
+        self.insert_email(Email::new(id, received_at_ms, message))
+    }
+
+    /// [`Api::insert`] of a message the host built with [`Email::new`] from
+    /// its [`Assigned`] id and time, outside its lock.
+    pub fn insert_email(&mut self, email: Email) -> Stored {
+        let id = email.id;
+        self.expire_old(email.received_at_ms);
+        let (_, evicted) = self.store.push(email);
         // Subscribers hear what left before what came: a bounded view stays bounded.
         self.forget(evicted, Reason::Evicted);
         self.subscribers.stored(id);

@@ -193,11 +193,16 @@ impl Shared {
         &self,
         batch: Vec<(mailjar_core::api::Assigned, Prepared)>,
     ) -> Vec<mailjar_core::api::Removal> {
+        // Built outside the lock (the body checks and codes take a while).
+        let emails: Vec<_> = batch
+            .into_iter()
+            .map(|(a, message)| mailjar_core::store::Email::new(a.id, a.received_at_ms, message))
+            .collect();
         let (trash, head, parked) = {
             let mut api = self.lock();
             let mut parked = false;
-            for (assigned, message) in batch {
-                parked |= api.insert(assigned, message).waits_parked;
+            for email in emails {
+                parked |= api.insert_email(email).waits_parked;
             }
             (api.take_trash(), api.event_head(), parked)
         };

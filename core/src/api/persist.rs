@@ -18,7 +18,6 @@ use std::sync::Arc;
 use super::{Api, Reason, Trash};
 use crate::email::Email;
 use crate::id::{Entropy, MessageId};
-use crate::store::Prepared;
 
 /// An id and a receive time handed out for a message before it is stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,18 +91,17 @@ impl<W> Api<W> {
     /// receive time; call it in id order. Today's limits apply: what they
     /// evict is in the trash ([`Trash::removals`]). Every id assigned
     /// afterwards sorts after this one, even when the clock is behind it.
-    pub fn restore(
-        &mut self,
-        id: MessageId,
-        received_at_ms: u64,
-        message: Prepared,
-    ) -> Result<(), OutOfOrder> {
+    ///
+    /// The host builds the message with [`Email::new`] (parsing it), which
+    /// it may do on several threads.
+    pub fn restore(&mut self, email: Email) -> Result<(), OutOfOrder> {
+        let id = email.id;
         if self.store.newest().is_some_and(|newest| newest >= id) {
             return Err(OutOfOrder { id });
         }
         self.ids.resume_after(id);
-        self.last_received_ms = self.last_received_ms.max(received_at_ms);
-        self.insert(Assigned { id, received_at_ms }, message);
+        self.last_received_ms = self.last_received_ms.max(email.received_at_ms);
+        self.insert_email(email);
         Ok(())
     }
 
@@ -156,7 +154,7 @@ mod tests {
     use super::*;
     use crate::api::{ApiConfig, Request, Step};
     use crate::smtp::{Envelope, Incoming};
-    use crate::store::StoreLimits;
+    use crate::store::{Prepared, StoreLimits};
 
     type TestApi = Api<()>;
 
@@ -213,8 +211,12 @@ mod tests {
             .collect();
         let mut api = api(3);
         for (i, id) in stored.iter().enumerate() {
-            api.restore(*id, 5_000_000 + i as u64, prepared(&i.to_string()))
-                .unwrap();
+            api.restore(Email::new(
+                *id,
+                5_000_000 + i as u64,
+                prepared(&i.to_string()),
+            ))
+            .unwrap();
         }
         let removals = api.take_trash().removals();
         assert_eq!(
@@ -225,7 +227,7 @@ mod tests {
         assert_eq!(api.store().len(), 3);
         assert_eq!(api.store().evicted(), 2);
         assert_eq!(
-            api.restore(stored[3], 1, prepared("again")),
+            api.restore(Email::new(stored[3], 1, prepared("again"))),
             Err(OutOfOrder { id: stored[3] })
         );
         // The clock is behind the stored messages: new ids still sort after them.

@@ -12,12 +12,12 @@ pub mod sqlite;
 pub mod writer;
 
 use std::path::PathBuf;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use mailjar_core::api::{Api, Removal};
 use mailjar_core::id::MessageId;
 use mailjar_core::smtp::{Envelope, Incoming};
-use mailjar_core::store::Prepared;
+use mailjar_core::store::{Email, Prepared};
 
 /// A storage failure, with a message for the log, `/health` and the command line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -85,9 +85,9 @@ pub struct Options {
 }
 
 /// Loads every stored message into the core in id order, parsing them on
-/// `threads` threads; applies today's limits and `--max-age` at `now_ms`.
-/// Returns how many were loaded and what the limits removed (to delete from
-/// disk too).
+/// `threads` threads while the next rows are read; applies today's limits
+/// and `--max-age` at `now_ms`. Returns how many were loaded and what the
+/// limits removed (to delete from disk too).
 pub fn load_into<W>(
     storage: &mut dyn Storage,
     api: &mut Api<W>,
@@ -96,33 +96,45 @@ pub fn load_into<W>(
 ) -> Result<(usize, Vec<Removal>), StorageError> {
     let mut loaded = 0usize;
     let mut removals = Vec::new();
-    let mut failure = None;
-    storage.load(&mut |rows: Vec<Loaded>| {
-        if failure.is_some() {
-            return;
-        }
-        let prepared = parse_all(rows, threads);
-        for (id, received_at_ms, message) in prepared {
-            if let Err(e) = api.restore(id, received_at_ms, message) {
-                failure = Some(StorageError(e.to_string()));
-                return;
+    let (mut parsing, mut restoring) = (Duration::ZERO, Duration::ZERO);
+    let started = Instant::now();
+    // Rows are read on this thread's helper while the previous batch is parsed and stored.
+    let (batches, rows) = std::sync::mpsc::sync_channel::<Vec<Loaded>>(2);
+    let read = std::thread::scope(|scope| {
+        let reader = scope.spawn(move || storage.load(&mut |batch| drop(batches.send(batch))));
+        for batch in rows {
+            let t = Instant::now();
+            let emails = parse_all(batch, threads);
+            parsing += t.elapsed();
+            let t = Instant::now();
+            for email in emails {
+                api.restore(email)
+                    .map_err(|e| StorageError(e.to_string()))?;
+                loaded += 1;
             }
-            loaded += 1;
+            // Evicted by today's limits: free them as they go, keep their ids.
+            removals.extend(api.take_trash().removals());
+            restoring += t.elapsed();
         }
-        // Evicted by today's limits: free them as they go, keep their ids.
-        removals.extend(api.take_trash().removals());
-    })?;
-    if let Some(e) = failure {
-        return Err(e);
-    }
+        reader
+            .join()
+            .unwrap_or_else(|p| std::panic::resume_unwind(p))
+    });
+    read?;
+    tracing::debug!(
+        "load: {} ms in all, {} ms parsing, {} ms storing",
+        started.elapsed().as_millis(),
+        parsing.as_millis(),
+        restoring.as_millis()
+    );
     api.expire_old(now_ms);
     removals.extend(api.take_trash().removals());
     Ok((loaded, removals))
 }
 
-/// Parses loaded messages on up to `threads` threads, keeping their order.
-fn parse_all(rows: Vec<Loaded>, threads: usize) -> Vec<(MessageId, u64, Prepared)> {
-    let parse = |row: Loaded| (row.id, row.received_at_ms, Prepared::new(row.incoming));
+/// Parses loaded messages into stored ones on up to `threads` threads, keeping their order.
+fn parse_all(rows: Vec<Loaded>, threads: usize) -> Vec<Email> {
+    let parse = |row: Loaded| Email::new(row.id, row.received_at_ms, Prepared::new(row.incoming));
     let threads = threads.clamp(1, 16);
     if threads == 1 || rows.len() < 64 {
         return rows.into_iter().map(parse).collect();
@@ -153,6 +165,11 @@ pub fn open_and_load<W>(
 ) -> Result<sqlite::Sqlite, StorageError> {
     let started = Instant::now();
     let mut storage = sqlite::Sqlite::open(options)?;
+    tracing::debug!(
+        "opened and checked {} in {} ms",
+        storage.path().display(),
+        started.elapsed().as_millis()
+    );
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let (loaded, removals) = load_into(&mut storage, api, now_ms, threads)?;
     if !removals.is_empty() {
