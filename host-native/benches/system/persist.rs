@@ -6,6 +6,7 @@
 //! - Start time with `PERSIST_STORED` (default 100,000) stored 2 KiB
 //!   messages, from the process start to the first `/health` answer, and what mailjar
 //!   logs as its load time; the database's bytes per message against the raw bytes.
+//! - (`PERSIST_SECTIONS=ingest,start,kill` picks sections; `PERSIST_STORED`, `PERSIST_SENDERS`.)
 //! - `kill -9` under load from Python smtplib senders: acknowledged, stored after the restart, lost.
 
 use super::*;
@@ -179,6 +180,21 @@ fn kill_under_load(senders: usize, seconds: f64) -> (usize, usize, usize) {
 
 /// Runs the `ONLY=persist` section.
 pub fn run(rounds: usize, messages: usize) {
+    // PERSIST_SECTIONS=ingest,start,kill (the default: all three).
+    let sections = std::env::var("PERSIST_SECTIONS").unwrap_or_else(|_| "ingest,start,kill".into());
+    let section = |name: &str| sections.split(',').any(|s| s.trim() == name);
+    if section("ingest") {
+        ingest(rounds, messages);
+    }
+    if section("start") {
+        start(rounds);
+    }
+    if section("kill") {
+        kill(rounds);
+    }
+}
+
+fn ingest(rounds: usize, messages: usize) {
     println!(
         "## --data-dir ingest, 2 KiB messages, {messages} per round, {rounds} rounds (ratio = --data-dir / memory-only, same round)"
     );
@@ -207,7 +223,9 @@ pub fn run(rounds: usize, messages: usize) {
         );
     }
     println!("zero loss: every round stored every message, in memory and after a restart on disk");
+}
 
+fn start(rounds: usize) {
     let stored = env_usize("PERSIST_STORED", 100_000);
     println!("\n## start with {stored} stored 2 KiB messages");
     let dir = temp_dir("start");
@@ -248,7 +266,9 @@ pub fn run(rounds: usize, messages: usize) {
         bytes as f64 / stored as f64 / raw.max(1) as f64
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
 
+fn kill(rounds: usize) {
     let senders = env_usize("PERSIST_SENDERS", 8);
     println!(
         "\n## kill -9 under load: {senders} Python smtplib senders, killed after 3 s, then restarted"

@@ -153,6 +153,11 @@ impl Sqlite {
                 ))
                 .map_err(|e| error(&path, e))?;
         }
+        // Before WAL is first used: no shared-memory index and no file locks
+        // per transaction (the lock file already keeps other processes out).
+        connection
+            .execute_batch("PRAGMA locking_mode = EXCLUSIVE;")
+            .map_err(|e| error(&path, e))?;
         let mode: String = connection
             .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
             .map_err(|e| error(&path, e))?;
