@@ -18,7 +18,7 @@ use mailjar_core::api::{
 use mailjar_core::budget::Clock;
 use mailjar_core::id::{Entropy, MessageId};
 use mailjar_core::smtp::Incoming;
-use mailjar_core::store::Prepared;
+use mailjar_core::store::{Email, Prepared};
 use tokio::sync::{Notify, Semaphore, oneshot, watch};
 
 use crate::storage::{StorageError, writer};
@@ -157,10 +157,12 @@ impl Shared {
         let helo = incoming.helo.clone();
         let multi_thread = tokio::runtime::Handle::try_current()
             .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
-        let message = if incoming.raw.len() >= PARSE_INLINE_BYTES && multi_thread {
-            tokio::task::block_in_place(|| Prepared::new(incoming))
+        // Parsed and built outside the lock; its id and time are set under it.
+        let build = |incoming| Email::new(MessageId::from_u128(0), 0, Prepared::new(incoming));
+        let mut email = if incoming.raw.len() >= PARSE_INLINE_BYTES && multi_thread {
+            tokio::task::block_in_place(|| build(incoming))
         } else {
-            Prepared::new(incoming)
+            build(incoming)
         };
         let entropy = entropy();
         let (reply, receiver) = oneshot::channel();
@@ -169,12 +171,9 @@ impl Shared {
             let mut api = self.lock();
             // Assigned and queued under one lock: the writer sees messages in id order.
             let assigned = api.assign(now_ms(), entropy);
-            let pending = writer::Pending {
-                assigned,
-                message,
-                helo,
-                reply,
-            };
+            email.id = assigned.id;
+            email.received_at_ms = assigned.received_at_ms;
+            let pending = writer::Pending { email, helo, reply };
             writer
                 .send(writer::Job::Store(Box::new(pending)))
                 .map_err(|_| stopped())?;
@@ -189,15 +188,7 @@ impl Shared {
 
     /// Stores messages the writer committed, in id order; returns what that
     /// evicted, for the writer to delete from disk.
-    pub fn insert_committed(
-        &self,
-        batch: Vec<(mailjar_core::api::Assigned, Prepared)>,
-    ) -> Vec<mailjar_core::api::Removal> {
-        // Built outside the lock (the body checks and codes take a while).
-        let emails: Vec<_> = batch
-            .into_iter()
-            .map(|(a, message)| mailjar_core::store::Email::new(a.id, a.received_at_ms, message))
-            .collect();
+    pub fn insert_committed(&self, emails: Vec<Email>) -> Vec<mailjar_core::api::Removal> {
         let (trash, head, parked) = {
             let mut api = self.lock();
             let mut parked = false;

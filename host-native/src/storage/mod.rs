@@ -71,8 +71,11 @@ pub trait Storage: Send {
     fn load(&mut self, each: &mut dyn FnMut(Vec<Loaded>)) -> Result<(), StorageError>;
     /// Bytes on disk.
     fn size(&self) -> u64;
-    /// Small upkeep between batches (reclaiming free pages a few at a time).
-    fn tidy(&mut self) {}
+    /// One small step of upkeep between batches (handing free pages back to
+    /// the file system); true while there is more to do.
+    fn tidy(&mut self) -> bool {
+        false
+    }
 }
 
 /// What `--data-dir` and `--fsync` ask for.

@@ -14,19 +14,18 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use mailjar_core::api::{Assigned, Removal};
+use mailjar_core::api::Removal;
 use mailjar_core::id::MessageId;
-use mailjar_core::store::Prepared;
+use mailjar_core::store::Email;
 use tokio::sync::oneshot;
 
 use super::{Record, Storage, StorageError};
 
 /// A message for the writer, with its id, and where its outcome goes.
 pub struct Pending {
-    /// The id and receive time the core assigned.
-    pub assigned: Assigned,
-    /// The parsed message (its raw bytes are written).
-    pub message: Prepared,
+    /// The message as it will be stored, built outside every lock, under
+    /// the id and receive time the core assigned.
+    pub email: Email,
     /// What the client said in HELO or EHLO.
     pub helo: Option<String>,
     /// Gets the id once the message is committed and in the core, or the error.
@@ -84,7 +83,10 @@ impl Status {
 }
 
 /// Hands committed messages, in id order, to the core; returns what that evicted.
-pub type Committed = dyn FnMut(Vec<(Assigned, Prepared)>) -> Vec<Removal> + Send;
+pub type Committed = dyn FnMut(Vec<Email>) -> Vec<Removal> + Send;
+
+/// How long the writer idles between two reclaiming steps when no batch comes.
+const RECLAIM_PAUSE: Duration = Duration::from_millis(20);
 
 /// How long the writer waits before it tries failed removals again.
 const RETRY: Duration = Duration::from_millis(200);
@@ -97,12 +99,23 @@ pub fn run(
     jobs: Receiver<Job>,
     limits: Limits,
     status: &Status,
-    committed: &mut dyn FnMut(Vec<(Assigned, Prepared)>) -> Vec<Removal>,
+    committed: &mut dyn FnMut(Vec<Email>) -> Vec<Removal>,
 ) {
     let mut removals: Vec<Removal> = Vec::new();
     let mut open = true;
+    // Free pages are being handed back to the file system, a step between batches.
+    let mut reclaiming = false;
     while open || !removals.is_empty() {
-        let first = if removals.is_empty() {
+        let first = if removals.is_empty() && reclaiming {
+            match jobs.recv_timeout(RECLAIM_PAUSE) {
+                Ok(job) => Some(job),
+                Err(RecvTimeoutError::Timeout) => None,
+                Err(RecvTimeoutError::Disconnected) => {
+                    open = false;
+                    None
+                }
+            }
+        } else if removals.is_empty() {
             match jobs.recv() {
                 Ok(job) => Some(job),
                 Err(_) => break,
@@ -132,7 +145,7 @@ pub fn run(
         let mut bytes = 0usize;
         let mut take = |job: Job, batch: &mut Vec<Pending>, bytes: &mut usize| match job {
             Job::Store(pending) => {
-                *bytes += pending.message.raw.len();
+                *bytes += pending.email.raw().len();
                 batch.push(*pending);
             }
             Job::Remove(more, done) => {
@@ -158,18 +171,22 @@ pub fn run(
             for ack in acks {
                 let _ = ack.send(());
             }
+            if reclaiming {
+                reclaiming = storage.tidy();
+            }
             continue;
         }
         let records: Vec<Record<'_>> = batch
             .iter()
             .map(|p| Record {
-                id: p.assigned.id,
-                received_at_ms: p.assigned.received_at_ms,
-                envelope: &p.message.envelope,
+                id: p.email.id,
+                received_at_ms: p.email.received_at_ms,
+                envelope: &p.email.envelope,
                 helo: p.helo.as_deref(),
-                raw: &p.message.raw,
+                raw: p.email.raw(),
             })
             .collect();
+        let removed = !removals.is_empty();
         let written = storage.write(&records, &removals);
         drop(records);
         match written {
@@ -179,8 +196,8 @@ pub fn run(
                 let mut replies = Vec::with_capacity(batch.len());
                 let mut messages = Vec::with_capacity(batch.len());
                 for p in batch {
-                    replies.push((p.assigned.id, p.reply));
-                    messages.push((p.assigned, p.message));
+                    replies.push((p.email.id, p.reply));
+                    messages.push(p.email);
                 }
                 // Into the core, then the 250s.
                 if !messages.is_empty() {
@@ -200,8 +217,10 @@ pub fn run(
         for ack in acks {
             let _ = ack.send(());
         }
-        if status.error().is_none() && removals.is_empty() {
-            storage.tidy();
+        // Space is freed only by removals: reclaim it in steps from the batch that had them on.
+        reclaiming |= removed;
+        if reclaiming && status.error().is_none() && removals.is_empty() {
+            reclaiming = storage.tidy();
         }
     }
 }
@@ -224,7 +243,7 @@ pub fn spawn(
 mod tests {
     use super::*;
     use crate::storage::Loaded;
-    use mailjar_core::api::{Api, ApiConfig};
+    use mailjar_core::api::{Api, ApiConfig, Assigned};
     use mailjar_core::smtp::{Envelope, Incoming};
 
     /// Records every transaction; fails while `fail` is set.
@@ -257,19 +276,20 @@ mod tests {
         fn size(&self) -> u64 {
             0
         }
-        fn tidy(&mut self) {
+        fn tidy(&mut self) -> bool {
             self.0.lock().unwrap().tidied += 1;
+            false
         }
     }
 
-    type Evict<'a> = dyn FnMut(&[(Assigned, Prepared)]) -> Vec<Removal> + 'a;
+    type Evict<'a> = dyn FnMut(&[Email]) -> Vec<Removal> + 'a;
 
     type Reply = oneshot::Receiver<Result<MessageId, StorageError>>;
 
     fn message(api: &mut Api<()>, size: usize) -> (Job, Assigned, Reply) {
         let assigned = api.assign(1000, [0; 10]);
         let (reply, receiver) = oneshot::channel();
-        let message = Prepared::new(Incoming {
+        let message = mailjar_core::store::Prepared::new(Incoming {
             envelope: Envelope {
                 from: "s@x.test".into(),
                 to: vec!["a@x.test".into()],
@@ -278,8 +298,7 @@ mod tests {
             helo: None,
         });
         let job = Job::Store(Box::new(Pending {
-            assigned,
-            message,
+            email: Email::new(assigned.id, assigned.received_at_ms, message),
             helo: Some("client".into()),
             reply,
         }));
@@ -303,7 +322,7 @@ mod tests {
         let mut storage = Shared(log.clone());
         run(&mut storage, receiver, limits, &status, &mut |batch| {
             let removals = evict(&batch);
-            inserted.push(batch.iter().map(|(a, _)| a.id).collect());
+            inserted.push(batch.iter().map(|e| e.id).collect());
             removals
         });
         (inserted, status)
@@ -334,7 +353,7 @@ mod tests {
             assert_eq!(reply.try_recv().unwrap(), Ok(*id));
         }
         assert_eq!(status.error(), None);
-        assert!(log.tidied >= 1);
+        assert_eq!(log.tidied, 0, "nothing was removed: nothing to reclaim");
     }
 
     #[test]
@@ -406,5 +425,6 @@ mod tests {
             ]
         );
         assert_eq!(acked.try_recv(), Ok(()));
+        assert!(log.tidied >= 1, "space is reclaimed after removals");
     }
 }
