@@ -302,7 +302,8 @@ fn kill_9_while_smtplib_senders_run_loses_no_acknowledged_message() {
 #[test]
 fn ids_after_a_restart_sort_after_the_old_ones_and_a_wait_resumes() {
     let dir = data_dir("resume");
-    let server = start(&dir, &[]);
+    // --fsync (synchronous = FULL) behaves the same, only slower.
+    let server = start(&dir, &["--fsync"]);
     assert_eq!(smtplib_send(&server, &[message("before", b"1")]), [250]);
     let old = ids(&server);
     kill_9(server);
