@@ -235,6 +235,10 @@ pub struct Api<W = ()> {
     live: Option<LiveCounts>,
     trash: Trash,
     faults: crate::faults::FaultRules,
+    /// `--max-age` in milliseconds: older messages are evicted (see [`Api::set_max_age`]).
+    max_age_ms: Option<u64>,
+    /// What `/health` reports as `storage` (see [`Api::set_storage_report`]).
+    storage: Option<persist::StorageReport>,
 }
 
 impl<W> std::fmt::Debug for Api<W> {
@@ -287,6 +291,8 @@ impl<W> Api<W> {
             last_received_ms: 0,
             live: None,
             trash: Trash::default(),
+            max_age_ms: None,
+            storage: None,
         }
     }
 
@@ -317,6 +323,7 @@ impl<W> Api<W> {
 
     /// Answers a request now, hands out its work, or parks it as a wait.
     pub fn handle(&mut self, request: &Request, now_ms: u64) -> Step {
+        self.expire_old(now_ms);
         match self.route(request, now_ms) {
             Ok(step) => step,
             Err(e) => Step::Ready(e.response()),
@@ -505,6 +512,9 @@ impl<W> Api<W> {
         limit("maxSubscribers", c.max_subscribers as u64);
         limit("eventBuffer", c.event_buffer as u64);
         limit("maxFaults", c.max_faults as u64);
+        if let Some(max_age_ms) = self.max_age_ms {
+            limit("maxAgeMs", max_age_ms);
+        }
         for (name, value) in &c.host_limits {
             limit(name, *value);
         }
@@ -521,6 +531,7 @@ impl<W> Api<W> {
             "subscribers": self.subscribers.len(),
             "patterns": self.patterns.live(),
             "faults": self.faults.len(),
+            "storage": self.storage_json(),
         });
         if let (Some(live), Some(object)) = (&self.live, body.as_object_mut()) {
             for (name, value) in live() {
@@ -715,10 +726,23 @@ impl<W> Api<W> {
     /// clock does. No pattern runs here: the parked waits are tried by a
     /// [`MatchBatch`] afterwards, outside the lock.
     pub fn deliver(&mut self, message: Prepared, now_ms: u64, entropy: Entropy) -> Stored {
-        let now_ms = now_ms.max(self.last_received_ms);
-        self.last_received_ms = now_ms;
-        let id = self.ids.next(now_ms, entropy);
-        let (_, evicted) = self.store.push(Email::new(id, now_ms, message));
+        let assigned = self.assign(now_ms, entropy);
+        self.insert(assigned, message)
+    }
+
+    /// Stores a message under an id from [`Api::assign`]: deliveries split
+    /// in two steps so a host can write the message with its id before it is stored here.
+    pub fn insert(&mut self, assigned: Assigned, message: Prepared) -> Stored {
+        let Assigned { id, received_at_ms } = assigned;
+        self.insert_email(Email::new(id, received_at_ms, message))
+    }
+
+    /// [`Api::insert`] of a message the host built with [`Email::new`] from
+    /// its [`Assigned`] id and time, outside its lock.
+    pub fn insert_email(&mut self, email: Email) -> Stored {
+        let id = email.id;
+        self.expire_old(email.received_at_ms);
+        let (_, evicted) = self.store.push(email);
         // Subscribers hear what left before what came: a bounded view stays bounded.
         self.forget(evicted, Reason::Evicted);
         self.subscribers.stored(id);
@@ -874,6 +898,9 @@ fn not_stored(id: &str) -> ApiError {
 }
 
 pub use crate::view::format_rfc3339_ms;
+
+mod persist;
+pub use persist::{Assigned, Removal, StorageReport};
 
 #[cfg(test)]
 mod tests;

@@ -21,6 +21,11 @@ impl MessageId {
     pub fn as_u128(self) -> u128 {
         self.0
     }
+
+    /// The id with this 128-bit value (as [`MessageId::as_u128`] gave it).
+    pub fn from_u128(value: u128) -> MessageId {
+        MessageId(value)
+    }
 }
 
 impl fmt::Display for MessageId {
@@ -74,6 +79,20 @@ impl IdGenerator {
         self.last = sequence;
         MessageId(pack_v7(sequence))
     }
+
+    /// Makes every later id sort after `id`, whatever the clock says: a host
+    /// that loads stored messages at start calls it with the greatest one.
+    pub fn resume_after(&mut self, id: MessageId) {
+        self.last = self.last.max(unpack_v7(id.0));
+    }
+}
+
+/// The 48 bits of time and 74 random bits of an id, the inverse of [`pack_v7`].
+fn unpack_v7(id: u128) -> u128 {
+    let ms = id >> 80;
+    let rand_a = (id >> 64) & 0xfff;
+    let rand_b = id & ((1 << 62) - 1);
+    (ms << RAND_BITS) | (rand_a << 62) | rand_b
 }
 
 /// Places 48 bits of time and 74 random bits around the UUID version and variant bits.
@@ -112,6 +131,25 @@ mod tests {
             assert_eq!(uuid::Uuid::from_u128(id.as_u128()).get_version_num(), 7);
             last = id;
         }
+    }
+
+    #[test]
+    fn resumed_ids_sort_after_the_stored_ones_even_when_the_clock_is_behind() {
+        let mut before = IdGenerator::new();
+        let stored = before.next(5_000_000, [0xff; 10]);
+        let mut after = IdGenerator::new();
+        after.resume_after(stored);
+        let next = after.next(1_000, [0; 10]);
+        assert!(next > stored, "{next} should follow {stored}");
+        assert_eq!(uuid::Uuid::from_u128(next.as_u128()).get_version_num(), 7);
+        // Resuming after an older id changes nothing.
+        let later = after.next(6_000_000, [0; 10]);
+        after.resume_after(stored);
+        assert!(after.next(6_000_000, [0; 10]) > later);
+        assert_eq!(
+            unpack_v7(pack_v7(0x3ff_ffff_ffff_ffff_ffff)),
+            0x3ff_ffff_ffff_ffff_ffff
+        );
     }
 
     #[test]

@@ -197,6 +197,29 @@ impl Store {
         removed
     }
 
+    /// Evicts the oldest messages received before `cutoff_ms` (`--max-age`)
+    /// and returns them; they count as evicted. O(k log n) for k messages.
+    pub fn expire_before(&mut self, cutoff_ms: u64) -> Vec<Arc<Email>> {
+        let mut expired = Vec::new();
+        while self
+            .emails
+            .front()
+            .is_some_and(|e| e.received_at_ms < cutoff_ms)
+        {
+            if let Some(old) = self.emails.pop_front() {
+                self.bytes -= old.footprint();
+                self.evicted += 1;
+                expired.push(old);
+            }
+        }
+        expired
+    }
+
+    /// The oldest message's receive time, in milliseconds since the Unix epoch.
+    pub fn oldest_received_ms(&self) -> Option<u64> {
+        self.emails.front().map(|e| e.received_at_ms)
+    }
+
     /// Removes every message, in O(1); returns them as a snapshot to free outside the lock.
     pub fn clear(&mut self) -> Snapshot {
         self.bytes = 0;

@@ -559,6 +559,10 @@ fn event_latency(samples: usize) -> (Vec<f64>, Vec<f64>) {
     (events, baseline)
 }
 
+/// `ONLY=persist`: `--data-dir` against memory-only.
+#[path = "system/persist.rs"]
+mod persist;
+
 fn mib(bytes: u64) -> f64 {
     bytes as f64 / 1024.0 / 1024.0
 }
@@ -581,6 +585,10 @@ fn main() {
                 .join(" "),
             median(&mut ratios)
         );
+        return;
+    }
+    if std::env::var("ONLY").as_deref() == Ok("persist") {
+        persist::run(rounds, messages);
         return;
     }
     if std::env::var("ONLY").as_deref() == Ok("event-latency") {

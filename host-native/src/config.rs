@@ -128,6 +128,15 @@ pub struct Settings {
     /// Answer MAIL without a successful AUTH with 530 5.7.0.
     #[arg(long, env = "MAILJAR_REQUIRE_AUTH")]
     pub require_auth: bool,
+    /// Keep every message in DIR/mailjar.db (SQLite) so it survives a restart or a crash; memory only without it.
+    #[arg(long, env = "MAILJAR_DATA_DIR")]
+    pub data_dir: Option<std::path::PathBuf>,
+    /// With --data-dir: sync every commit to the disk (SQLite synchronous=FULL), so acknowledged mail survives a power cut too.
+    #[arg(long, env = "MAILJAR_FSYNC")]
+    pub fsync: bool,
+    /// Evict messages this old (24h, 90m, 2s), from memory and disk; off by default.
+    #[arg(long, env = "MAILJAR_MAX_AGE", value_parser = humantime::parse_duration)]
+    pub max_age: Option<Duration>,
     /// Print one JSON line on stdout once both listeners are bound: {"smtp": "127.0.0.1:PORT", "http": "http://127.0.0.1:PORT"}, plus "smtps" with --smtps-port.
     #[arg(long)]
     pub ready_json: bool,
@@ -203,6 +212,12 @@ impl Settings {
             return Err("--http-body-timeout must be greater than 0".to_owned());
         }
         crate::tls::validate(self)?;
+        if self.max_age.is_some_and(|d| d.as_millis() == 0) {
+            return Err("--max-age must be at least 1ms".to_owned());
+        }
+        if self.fsync && self.data_dir.is_none() {
+            return Err("--fsync needs --data-dir".to_owned());
+        }
         Ok(())
     }
 }
@@ -258,6 +273,12 @@ mod tests {
         assert!(s.validate().unwrap_err().contains("--event-buffer"));
         let s = Settings::parse_from(["mailjar", "--max-subscribers", "0"]);
         assert!(s.validate().unwrap_err().contains("--max-subscribers"));
+        let s = Settings::parse_from(["mailjar", "--max-age", "0s"]);
+        assert!(s.validate().unwrap_err().contains("--max-age"));
+        let s = Settings::parse_from(["mailjar", "--max-age", "24h"]);
+        assert_eq!(s.max_age, Some(Duration::from_secs(86_400)));
+        let s = Settings::parse_from(["mailjar", "--fsync"]);
+        assert!(s.validate().unwrap_err().contains("--data-dir"));
         let s = Settings::parse_from(["mailjar", "--http-body-timeout", "2s"]);
         assert_eq!(s.http_body_timeout, Duration::from_secs(2));
     }

@@ -9,6 +9,7 @@ pub mod http1;
 pub mod http_server;
 pub mod smtp_server;
 pub mod state;
+pub mod storage;
 pub mod testing;
 pub mod tls;
 pub mod ui;
@@ -192,8 +193,18 @@ impl Server {
             ]
         }));
         let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+        api.set_max_age(
+            settings
+                .max_age
+                .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+        );
+        let storage = storage::start(&settings, &mut api)?;
+        let shared = Arc::new(Shared::new(api, workers));
+        if let Some(start) = storage {
+            start.spawn(&shared)?;
+        }
         Ok(Server {
-            shared: Arc::new(Shared::new(api, workers)),
+            shared,
             smtp_load,
             http_connections,
             settings,
@@ -283,6 +294,17 @@ impl Server {
             ui: !self.settings.no_ui,
         };
         let matcher = tokio::spawn(self.shared.clone().match_deliveries());
+        let expiry = self.settings.max_age.map(|_| {
+            let shared = self.shared.clone();
+            tokio::spawn(async move {
+                // --max-age: expired messages leave memory and disk within a second.
+                let mut tick = tokio::time::interval(std::time::Duration::from_millis(250));
+                loop {
+                    tick.tick().await;
+                    shared.expire_old();
+                }
+            })
+        });
         let pump = tokio::spawn(self.shared.clone().pump_events());
         let smtp_task = tokio::spawn(smtp_server::serve(self.smtp, slots.clone(), smtp_context));
         let http_options = http1::HttpOptions {
@@ -312,6 +334,9 @@ impl Server {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         matcher.abort();
         pump.abort();
+        if let Some(expiry) = expiry {
+            expiry.abort();
+        }
     }
 }
 

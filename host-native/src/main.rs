@@ -38,6 +38,11 @@ fn main() -> std::process::ExitCode {
     runtime.block_on(async {
         let server = match Server::bind(settings).await {
             Ok(server) => server,
+            Err(e) if e.get_ref().is_some_and(|inner| inner.is::<mailjar::storage::StorageError>()) => {
+                // The message names the data directory or the database file.
+                eprintln!("mailjar: {e}");
+                return std::process::ExitCode::FAILURE;
+            }
             Err(e) => {
                 eprintln!("mailjar: {e}");
                 return std::process::ExitCode::FAILURE;

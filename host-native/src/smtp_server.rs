@@ -288,8 +288,13 @@ async fn connection(tcp: TcpStream, mut context: SmtpContext) -> std::io::Result
         let mut close = false;
         let mut start_tls = false;
         let now = Instant::now();
+        // A message that could not be written: its 250 becomes 452 4.3.1.
+        let mut not_stored = false;
         for output in session.receive_within(&buffer[..n], &mut budget) {
             match output {
+                Output::Reply(reply) if std::mem::take(&mut not_stored) && reply.code == 250 => {
+                    Reply::new(452, "4.3.1 Insufficient system storage: the message could not be written to disk").write_to(&mut out)
+                }
                 Output::Reply(reply) => reply.write_to(&mut out),
                 Output::Message(message) => {
                     let (from, to, size) = (
@@ -297,9 +302,16 @@ async fn connection(tcp: TcpStream, mut context: SmtpContext) -> std::io::Result
                         message.envelope.to.len(),
                         message.raw.len(),
                     );
-                    // Stored before the 250 that follows is written.
-                    let id = context.shared.deliver(message);
-                    tracing::info!(%id, %from, recipients = to, size, "message stored");
+                    // Stored (and committed, with --data-dir) before the 250 that follows is written.
+                    match context.shared.deliver_durable(message).await {
+                        Ok(id) => {
+                            tracing::info!(%id, %from, recipients = to, size, "message stored")
+                        }
+                        Err(e) => {
+                            tracing::warn!(%from, size, "message not stored: {e}");
+                            not_stored = true;
+                        }
+                    }
                 }
                 Output::Close => close = true,
                 Output::Fault(fired) => {

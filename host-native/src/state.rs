@@ -18,8 +18,10 @@ use mailjar_core::api::{
 use mailjar_core::budget::Clock;
 use mailjar_core::id::{Entropy, MessageId};
 use mailjar_core::smtp::Incoming;
-use mailjar_core::store::Prepared;
+use mailjar_core::store::{Email, Prepared};
 use tokio::sync::{Notify, Semaphore, oneshot, watch};
+
+use crate::storage::{StorageError, writer};
 
 /// Messages at least this large are parsed on the blocking pool, not on an async worker.
 const PARSE_INLINE_BYTES: usize = 64 * 1024;
@@ -40,6 +42,8 @@ pub struct Shared {
     logged_head: AtomicU64,
     /// Wakes the event pump when the log moved.
     logged: Notify,
+    /// With `--data-dir`: the storage writer's queue (see [`crate::storage::writer`]).
+    writer: std::sync::OnceLock<std::sync::mpsc::Sender<writer::Job>>,
 }
 
 /// What a request turned into: a response now, or one to wait for.
@@ -118,6 +122,7 @@ impl Shared {
             event_head: watch::Sender::new(0),
             logged_head: AtomicU64::new(0),
             logged: Notify::new(),
+            writer: std::sync::OnceLock::new(),
         }
     }
 
@@ -153,6 +158,97 @@ impl Shared {
             Prepared::new(incoming)
         };
         self.store(prepared)
+    }
+
+    /// With `--data-dir`: assigns the message its id, has the writer commit
+    /// it, then it is stored in the core; returns its id once all that is
+    /// done, or the write's error (nothing is stored then). Without
+    /// `--data-dir` it is [`Shared::deliver`].
+    pub async fn deliver_durable(&self, incoming: Incoming) -> Result<MessageId, StorageError> {
+        let Some(writer) = self.writer.get() else {
+            return Ok(self.deliver(incoming));
+        };
+        let multi_thread = tokio::runtime::Handle::try_current()
+            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+        // Parsed and built outside the lock; its id and time are set under it.
+        let build = |incoming| Email::new(MessageId::from_u128(0), 0, Prepared::new(incoming));
+        let mut email = if incoming.raw.len() >= PARSE_INLINE_BYTES && multi_thread {
+            tokio::task::block_in_place(|| build(incoming))
+        } else {
+            build(incoming)
+        };
+        let entropy = entropy();
+        let (reply, receiver) = oneshot::channel();
+        let stopped = || StorageError("the storage writer has stopped".to_owned());
+        {
+            let mut api = self.lock();
+            // Assigned and queued under one lock: the writer sees messages in id order.
+            let assigned = api.assign(now_ms(), entropy);
+            email.id = assigned.id;
+            email.received_at_ms = assigned.received_at_ms;
+            let pending = writer::Pending { email, reply };
+            writer
+                .send(writer::Job::Store(Box::new(pending)))
+                .map_err(|_| stopped())?;
+        }
+        receiver.await.unwrap_or_else(|_| Err(stopped()))
+    }
+
+    /// Hands the storage writer its queue (once, at start).
+    pub fn set_writer(&self, sender: std::sync::mpsc::Sender<writer::Job>) {
+        let _ = self.writer.set(sender);
+    }
+
+    /// Stores messages the writer committed, in id order; returns what that
+    /// evicted, for the writer to delete from disk.
+    pub fn insert_committed(&self, emails: Vec<Email>) -> Vec<mailjar_core::api::Removal> {
+        let (trash, head, parked) = {
+            let mut api = self.lock();
+            let mut parked = false;
+            for email in emails {
+                parked |= api.insert_email(email).waits_parked;
+            }
+            (api.take_trash(), api.event_head(), parked)
+        };
+        let removals = trash.removals();
+        drop(trash);
+        self.publish(head);
+        if parked {
+            self.stored.notify_one();
+        }
+        removals
+    }
+
+    /// Evicts what `--max-age` expired (a timer calls it) and has it deleted from disk.
+    pub fn expire_old(&self) {
+        let (trash, head) = {
+            let mut api = self.lock();
+            if api.expire_old(now_ms()) == 0 {
+                return;
+            }
+            (api.take_trash(), api.event_head())
+        };
+        drop(self.persist_removals(&trash));
+        drop(trash);
+        self.publish(head);
+    }
+
+    /// Queues what left the store for the writer to delete from disk; the
+    /// receiver hears when that was tried. None without `--data-dir` or removals.
+    fn persist_removals(&self, trash: &mailjar_core::api::Trash) -> Option<oneshot::Receiver<()>> {
+        let writer = self.writer.get()?;
+        if trash.is_empty() {
+            return None;
+        }
+        let removals = trash.removals();
+        if removals.is_empty() {
+            return None;
+        }
+        let (done, receiver) = oneshot::channel();
+        writer
+            .send(writer::Job::Remove(removals, Some(done)))
+            .ok()?;
+        Some(receiver)
     }
 
     /// Stores a parsed message; returns its id.
@@ -227,11 +323,17 @@ impl Shared {
         let mut next = self.step(|api| api.handle(request, now));
         loop {
             let job = match next {
-                Ok(handled) => return handled,
+                Ok((handled, persisted)) => {
+                    // A delete is answered once it is on disk (or the write was tried).
+                    if let Some(persisted) = persisted {
+                        let _ = persisted.await;
+                    }
+                    return handled;
+                }
                 Err(job) => job,
             };
             next = match self.run(job).await {
-                Done::Response(response) => Ok(Handled::Ready(response)),
+                Done::Response(response) => Ok((Handled::Ready(response), None)),
                 Done::Commit(commit) => self.step(|api| api.complete(commit, now)),
             };
         }
@@ -240,7 +342,10 @@ impl Shared {
     /// Calls the core under the lock: a response, a parked wait (registered in
     /// the same critical section), or a job to run. What the core let go of is
     /// freed after the lock is released.
-    fn step(&self, f: impl FnOnce(&mut WaitingApi) -> Step) -> Result<Handled, Job> {
+    fn step(
+        &self,
+        f: impl FnOnce(&mut WaitingApi) -> Step,
+    ) -> Result<(Handled, Option<oneshot::Receiver<()>>), Job> {
         let (next, trash, head) = {
             let mut api = self.lock();
             let next = match f(&mut api) {
@@ -259,9 +364,10 @@ impl Shared {
             };
             (next, api.take_trash(), api.event_head())
         };
+        let persisted = self.persist_removals(&trash);
         drop(trash);
         self.publish(head);
-        next
+        next.map(|handled| (handled, persisted))
     }
 
     /// Tells the event pump that the event log moved (outside the lock).

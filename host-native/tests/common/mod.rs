@@ -35,9 +35,15 @@ impl Server {
 
     /// Starts the binary on free ports with extra flags, and waits until it has logged its ports.
     pub fn start_with(flags: &[&str]) -> Server {
+        Server::start_with_env(flags, &[])
+    }
+
+    /// [`Server::start_with`] with extra environment variables.
+    pub fn start_with_env(flags: &[&str], env: &[(&str, &std::ffi::OsStr)]) -> Server {
         let mut child = Command::new(binary())
             .args(["--smtp-port", "0", "--http-port", "0"])
             .args(flags)
+            .envs(env.iter().copied())
             .env_remove("RUST_LOG")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

@@ -1,0 +1,301 @@
+//! What a host that keeps messages on disk needs from the API: ids before
+//! insertion, loading stored messages back, what left the store, and
+//! `--max-age`.
+//!
+//! The core stays sans-IO: it decides (id, store, delete, evict, expire) and
+//! says so; the host writes it down. A delivery is two steps,
+//! [`Api::assign`] (the id and the receive time) then [`Api::insert`] (after
+//! the host has written and committed the message). What left the store,
+//! whatever the reason (deleted, evicted by the limits, expired by
+//! `--max-age`), is in the [`Trash`] the host takes after each call; its
+//! [`Trash::removals`] names it for the host to delete from disk. At start
+//! the host feeds stored messages back in id order with [`Api::restore`],
+//! which applies today's limits (what they evict is in the trash too) and
+//! makes every later id sort after the stored ones.
+
+use std::sync::Arc;
+
+use super::{Api, Reason, Trash};
+use crate::email::Email;
+use crate::id::{Entropy, MessageId};
+
+/// An id and a receive time handed out for a message before it is stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Assigned {
+    /// The id it will be stored under.
+    pub id: MessageId,
+    /// When it was received, in milliseconds since the Unix epoch (never before an earlier message's).
+    pub received_at_ms: u64,
+}
+
+/// Messages that left the store, as a host deletes them from disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Removal {
+    /// This message.
+    One(MessageId),
+    /// Every message with an id from `first` to `last`, both included (all
+    /// of them were deleted at once, and no other message has an id between).
+    Range {
+        /// The smallest id.
+        first: MessageId,
+        /// The greatest id.
+        last: MessageId,
+    },
+}
+
+/// What `/health` reports as `storage`, read when it is asked.
+pub type StorageReport = Box<dyn Fn() -> serde_json::Value + Send + Sync>;
+
+/// A stored message fed back to [`Api::restore`] out of id order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("stored message {id} does not sort after the one loaded before it")]
+pub struct OutOfOrder {
+    /// The id that came too late.
+    pub id: MessageId,
+}
+
+impl Trash {
+    /// What left the store, oldest first within each kind: single messages
+    /// and whole ranges (a `DELETE /api/emails` of everything). O(k) for k
+    /// messages: call it outside the lock.
+    pub fn removals(&self) -> Vec<Removal> {
+        let mut out: Vec<Removal> = self.emails.iter().map(|e| Removal::One(e.id)).collect();
+        for snapshot in &self.snapshots {
+            let mut iter = snapshot.iter();
+            if let (Some(first), last) = (iter.next(), iter.next_back()) {
+                out.push(Removal::Range {
+                    first: first.id,
+                    last: last.map_or(first.id, |e| e.id),
+                });
+            }
+        }
+        out
+    }
+}
+
+impl<W> Api<W> {
+    /// The id and receive time of the next message, received at `now_ms`:
+    /// the first half of [`Api::deliver`]. Pass them to [`Api::insert`]
+    /// once the message is written, in the order they were assigned; a
+    /// message never inserted leaves only a gap in the ids.
+    pub fn assign(&mut self, now_ms: u64, entropy: Entropy) -> Assigned {
+        let now_ms = now_ms.max(self.last_received_ms);
+        self.last_received_ms = now_ms;
+        Assigned {
+            id: self.ids.next(now_ms, entropy),
+            received_at_ms: now_ms,
+        }
+    }
+
+    /// Stores a message loaded from disk at start, under its stored id and
+    /// receive time; call it in id order. Today's limits apply: what they
+    /// evict is in the trash ([`Trash::removals`]). Every id assigned
+    /// afterwards sorts after this one, even when the clock is behind it.
+    ///
+    /// The host builds the message with [`Email::new`] (parsing it), which
+    /// it may do on several threads.
+    pub fn restore(&mut self, email: Email) -> Result<(), OutOfOrder> {
+        let id = email.id;
+        if self.store.newest().is_some_and(|newest| newest >= id) {
+            return Err(OutOfOrder { id });
+        }
+        self.ids.resume_after(id);
+        self.last_received_ms = self.last_received_ms.max(email.received_at_ms);
+        self.insert_email(email);
+        Ok(())
+    }
+
+    /// Sets `--max-age` in milliseconds (None: messages never expire).
+    pub fn set_max_age(&mut self, max_age_ms: Option<u64>) {
+        self.max_age_ms = max_age_ms.filter(|ms| *ms > 0);
+    }
+
+    /// Evicts the messages `--max-age` or older at `now_ms`; returns how many.
+    /// Every request calls it first, so an expired message is never
+    /// returned; a host also calls it on a timer so they leave memory (and
+    /// disk) within a second. They count in `evicted`.
+    pub fn expire_old(&mut self, now_ms: u64) -> usize {
+        let Some(max_age) = self.max_age_ms else {
+            return 0;
+        };
+        let Some(cutoff) = now_ms.checked_sub(max_age) else {
+            return 0;
+        };
+        // Expired: received at or before now - max_age.
+        if self
+            .store
+            .oldest_received_ms()
+            .is_none_or(|oldest| oldest > cutoff)
+        {
+            return 0;
+        }
+        let expired: Vec<Arc<Email>> = self.store.expire_before(cutoff.saturating_add(1));
+        let count = expired.len();
+        self.forget(expired, Reason::Evicted);
+        count
+    }
+
+    /// Lets `/health` report the host's storage as `storage`.
+    pub fn set_storage_report(&mut self, report: StorageReport) {
+        self.storage = Some(report);
+    }
+
+    /// `storage` in `/health`: the host's report, else `{"kind": "memory"}`.
+    pub(super) fn storage_json(&self) -> serde_json::Value {
+        match &self.storage {
+            Some(report) => report(),
+            None => serde_json::json!({ "kind": "memory" }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{ApiConfig, Request, Step};
+    use crate::smtp::{Envelope, Incoming};
+    use crate::store::{Prepared, StoreLimits};
+
+    type TestApi = Api<()>;
+
+    fn prepared(subject: &str) -> Prepared {
+        Prepared::new(Incoming {
+            envelope: Envelope {
+                from: "s@x.test".into(),
+                to: vec!["a@x.test".into()],
+            },
+            raw: format!("Subject: {subject}\r\n\r\nbody\r\n").into_bytes(),
+            helo: None,
+            session: Default::default(),
+        })
+    }
+
+    fn api(max_messages: usize) -> TestApi {
+        Api::new(ApiConfig {
+            store: StoreLimits {
+                max_messages,
+                max_bytes: usize::MAX,
+            },
+            ..ApiConfig::default()
+        })
+    }
+
+    fn body(step: Step) -> serde_json::Value {
+        match step {
+            Step::Ready(response) => serde_json::from_str(&response.into_text()).unwrap(),
+            _ => panic!("expected a response"),
+        }
+    }
+
+    #[test]
+    fn assign_then_insert_is_deliver_and_ids_follow_assignment() {
+        let mut api = api(10);
+        let a = api.assign(1000, [1; 10]);
+        let b = api.assign(900, [0; 10]);
+        assert!(b.id > a.id);
+        assert_eq!(b.received_at_ms, 1000, "receive time never goes back");
+        api.insert(a, prepared("a"));
+        api.insert(b, prepared("b"));
+        let ids: Vec<_> = api.store().snapshot().iter().map(|e| e.id).collect();
+        assert_eq!(ids, [a.id, b.id]);
+        assert!(api.take_trash().removals().is_empty());
+    }
+
+    #[test]
+    fn restore_applies_todays_limits_and_ids_resume_after_the_stored_ones() {
+        let mut old = api(10);
+        let stored: Vec<_> = (0..5)
+            .map(|i| {
+                old.deliver(prepared(&i.to_string()), 5_000_000 + i, [9; 10])
+                    .id
+            })
+            .collect();
+        let mut api = api(3);
+        for (i, id) in stored.iter().enumerate() {
+            api.restore(Email::new(
+                *id,
+                5_000_000 + i as u64,
+                prepared(&i.to_string()),
+            ))
+            .unwrap();
+        }
+        let removals = api.take_trash().removals();
+        assert_eq!(
+            removals,
+            [Removal::One(stored[0]), Removal::One(stored[1])],
+            "the oldest beyond --max-messages are evicted at load, to delete from disk"
+        );
+        assert_eq!(api.store().len(), 3);
+        assert_eq!(api.store().evicted(), 2);
+        assert_eq!(
+            api.restore(Email::new(stored[3], 1, prepared("again"))),
+            Err(OutOfOrder { id: stored[3] })
+        );
+        // The clock is behind the stored messages: new ids still sort after them.
+        let next = api.deliver(prepared("new"), 1_000, [0; 10]).id;
+        assert!(next > stored[4]);
+        assert!(api.store().get(next).unwrap().received_at_ms >= 5_000_004);
+    }
+
+    #[test]
+    fn deletes_are_removals_one_by_one_or_as_a_range() {
+        let mut api = api(10);
+        let ids: Vec<_> = (0..4)
+            .map(|i| api.deliver(prepared("m"), 1000 + i, [0; 10]).id)
+            .collect();
+        let one = format!("/api/emails/{}", ids[1]);
+        body(api.handle(&Request::new("DELETE", &one), 2000));
+        assert_eq!(api.take_trash().removals(), [Removal::One(ids[1])]);
+        let all = body(api.handle(&Request::new("DELETE", "/api/emails"), 2000));
+        assert_eq!(all["deleted"], 3);
+        assert_eq!(
+            api.take_trash().removals(),
+            [Removal::Range {
+                first: ids[0],
+                last: ids[3]
+            }]
+        );
+        body(api.handle(&Request::new("DELETE", "/api/emails"), 2000));
+        assert!(api.take_trash().removals().is_empty());
+    }
+
+    #[test]
+    fn max_age_hides_and_evicts_old_messages_on_every_request() {
+        let mut api = api(10);
+        api.set_max_age(Some(2_000));
+        let old = api.deliver(prepared("old"), 10_000, [0; 10]).id;
+        let new = api.deliver(prepared("new"), 11_000, [0; 10]).id;
+        let get = |api: &mut TestApi, id: MessageId, now| match api
+            .handle(&Request::new("GET", &format!("/api/emails/{id}/raw")), now)
+        {
+            Step::Ready(response) => response.status,
+            _ => panic!("expected a response"),
+        };
+        assert_eq!(get(&mut api, old, 11_999), 200);
+        // At exactly max-age the message is gone, before any timer runs.
+        assert_eq!(get(&mut api, old, 12_000), 404);
+        assert_eq!(get(&mut api, new, 12_000), 200);
+        assert_eq!(api.take_trash().removals(), [Removal::One(old)]);
+        let health = body(api.handle(&Request::new("GET", "/health"), 12_000));
+        assert_eq!(health["evicted"], 1);
+        assert_eq!(health["messages"], 1);
+        assert_eq!(health["limits"]["maxAgeMs"], 2_000);
+        assert_eq!(health["storage"]["kind"], "memory");
+        assert_eq!(api.expire_old(13_000), 1);
+        assert_eq!(api.store().len(), 0);
+        assert_eq!(api.expire_old(20_000), 0);
+    }
+
+    #[test]
+    fn without_max_age_nothing_expires_and_storage_is_the_hosts_report() {
+        let mut api = api(10);
+        api.deliver(prepared("m"), 1, [0; 10]);
+        assert_eq!(api.expire_old(u64::MAX), 0);
+        api.set_storage_report(Box::new(
+            || serde_json::json!({"kind": "sqlite", "ok": true}),
+        ));
+        let health = body(api.handle(&Request::new("GET", "/health"), 2));
+        assert_eq!(health["storage"]["kind"], "sqlite");
+        assert!(health["limits"].get("maxAgeMs").is_none());
+    }
+}

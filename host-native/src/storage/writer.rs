@@ -1,0 +1,428 @@
+//! The one thread that owns the storage engine: group commit.
+//!
+//! SMTP sessions queue their messages (already holding their ids) and wait;
+//! the writer takes everything queued while its previous commit ran, up to
+//! [`Limits`], and writes it in one transaction together with the removals
+//! (deletes, evictions, expiry) queued meanwhile. Only after the commit are
+//! the messages handed to the core (visible to the API, waits and events)
+//! and their senders answered, so a 250 always follows a commit. A failed
+//! commit answers every message of its batch with the error (the session
+//! replies 452 4.3.1) and inserts none; removals stay queued and are tried
+//! again, so mailjar recovers by itself when writes work again.
+
+use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use mailjar_core::api::Removal;
+use mailjar_core::id::MessageId;
+use mailjar_core::store::Email;
+use tokio::sync::oneshot;
+
+use super::{Record, Storage, StorageError};
+
+/// A message for the writer, with its id, and where its outcome goes.
+pub struct Pending {
+    /// The message as it will be stored, built outside every lock, under
+    /// the id and receive time the core assigned.
+    pub email: Email,
+    /// Gets the id once the message is committed and in the core, or the error.
+    pub reply: oneshot::Sender<Result<MessageId, StorageError>>,
+}
+
+/// What the writer is asked to do.
+pub enum Job {
+    /// Write this message.
+    Store(Box<Pending>),
+    /// Delete these messages from disk; `done` hears when that was tried.
+    Remove(Vec<Removal>, Option<oneshot::Sender<()>>),
+}
+
+/// How much one transaction takes at most.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Messages per transaction.
+    pub messages: usize,
+    /// Raw bytes per transaction (a single larger message still goes alone).
+    pub bytes: usize,
+}
+
+impl Default for Limits {
+    /// 1000 messages or 64 MiB.
+    fn default() -> Self {
+        Limits {
+            messages: 1000,
+            bytes: 64 * 1024 * 1024,
+        }
+    }
+}
+
+/// The storage's health as `/health` shows it: ok, or the last write's error.
+#[derive(Debug, Default)]
+pub struct Status {
+    error: Mutex<Option<String>>,
+}
+
+impl Status {
+    /// The error of the last write, None when it succeeded.
+    pub fn error(&self) -> Option<String> {
+        self.error.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn set(&self, error: Option<String>) {
+        let mut slot = self.error.lock().unwrap_or_else(|p| p.into_inner());
+        match (&*slot, &error) {
+            (None, Some(e)) => tracing::error!("storage write failed: {e}"),
+            (Some(_), None) => tracing::info!("storage writes work again"),
+            _ => {}
+        }
+        *slot = error;
+    }
+}
+
+/// Hands committed messages, in id order, to the core; returns what that evicted.
+pub type Committed = dyn FnMut(Vec<Email>) -> Vec<Removal> + Send;
+
+/// How long the writer idles between two reclaiming steps when no batch comes.
+const RECLAIM_PAUSE: Duration = Duration::from_millis(20);
+
+/// How long the writer waits before it tries failed removals again.
+const RETRY: Duration = Duration::from_millis(200);
+
+/// Runs the writer until every sender of `jobs` is gone and nothing is left
+/// to write. `committed` hands committed messages, in id order, to the
+/// core and returns what that evicted (written in the next transaction).
+pub fn run(
+    storage: &mut dyn Storage,
+    jobs: Receiver<Job>,
+    limits: Limits,
+    status: &Status,
+    committed: &mut dyn FnMut(Vec<Email>) -> Vec<Removal>,
+) {
+    let mut removals: Vec<Removal> = Vec::new();
+    let mut open = true;
+    // Free pages are being handed back to the file system, a step between batches.
+    let mut reclaiming = false;
+    while open || !removals.is_empty() {
+        let first = if removals.is_empty() && reclaiming {
+            match jobs.recv_timeout(RECLAIM_PAUSE) {
+                Ok(job) => Some(job),
+                Err(RecvTimeoutError::Timeout) => None,
+                Err(RecvTimeoutError::Disconnected) => {
+                    open = false;
+                    None
+                }
+            }
+        } else if removals.is_empty() {
+            match jobs.recv() {
+                Ok(job) => Some(job),
+                Err(_) => break,
+            }
+        } else if status.error().is_some() {
+            // Removals failed last time: try again a little later, or with the next message.
+            match jobs.recv_timeout(RETRY) {
+                Ok(job) => Some(job),
+                Err(RecvTimeoutError::Timeout) => None,
+                Err(RecvTimeoutError::Disconnected) => {
+                    open = false;
+                    None
+                }
+            }
+        } else {
+            match jobs.try_recv() {
+                Ok(job) => Some(job),
+                Err(TryRecvError::Empty) => None,
+                Err(TryRecvError::Disconnected) => {
+                    open = false;
+                    None
+                }
+            }
+        };
+        let mut batch: Vec<Pending> = Vec::new();
+        let mut acks = Vec::new();
+        let mut bytes = 0usize;
+        let mut take = |job: Job, batch: &mut Vec<Pending>, bytes: &mut usize| match job {
+            Job::Store(pending) => {
+                *bytes += pending.email.raw().len();
+                batch.push(*pending);
+            }
+            Job::Remove(more, done) => {
+                removals.extend(more);
+                acks.extend(done);
+            }
+        };
+        if let Some(job) = first {
+            take(job, &mut batch, &mut bytes);
+        }
+        // Group commit: everything queued while the last commit ran, within the limits.
+        while batch.len() < limits.messages && bytes < limits.bytes {
+            match jobs.try_recv() {
+                Ok(job) => take(job, &mut batch, &mut bytes),
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => {
+                    open = false;
+                    break;
+                }
+            }
+        }
+        if batch.is_empty() && removals.is_empty() {
+            for ack in acks {
+                let _ = ack.send(());
+            }
+            if reclaiming {
+                reclaiming = storage.tidy();
+            }
+            continue;
+        }
+        let records: Vec<Record<'_>> = batch
+            .iter()
+            .map(|p| Record {
+                id: p.email.id,
+                received_at_ms: p.email.received_at_ms,
+                envelope: &p.email.envelope,
+                smtp: p.email.smtp(),
+                raw: p.email.raw(),
+            })
+            .collect();
+        let removed = !removals.is_empty();
+        let written = storage.write(&records, &removals);
+        drop(records);
+        match written {
+            Ok(()) => {
+                status.set(None);
+                removals.clear();
+                let mut replies = Vec::with_capacity(batch.len());
+                let mut messages = Vec::with_capacity(batch.len());
+                for p in batch {
+                    replies.push((p.email.id, p.reply));
+                    messages.push(p.email);
+                }
+                // Into the core, then the 250s.
+                if !messages.is_empty() {
+                    removals.extend(committed(messages));
+                }
+                for (id, reply) in replies {
+                    let _ = reply.send(Ok(id));
+                }
+            }
+            Err(e) => {
+                status.set(Some(e.to_string()));
+                for p in batch {
+                    let _ = p.reply.send(Err(e.clone()));
+                }
+            }
+        }
+        for ack in acks {
+            let _ = ack.send(());
+        }
+        // Space is freed only by removals: reclaim it in steps from the batch that had them on.
+        reclaiming |= removed;
+        if reclaiming && status.error().is_none() && removals.is_empty() {
+            reclaiming = storage.tidy();
+        }
+    }
+}
+
+/// Starts the writer thread; the sender queues jobs for it.
+pub fn spawn(
+    mut storage: Box<dyn Storage>,
+    limits: Limits,
+    status: Arc<Status>,
+    mut committed: Box<Committed>,
+) -> std::io::Result<std::sync::mpsc::Sender<Job>> {
+    let (sender, jobs) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name("mailjar-writer".into())
+        .spawn(move || run(storage.as_mut(), jobs, limits, &status, committed.as_mut()))?;
+    Ok(sender)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::Loaded;
+    use mailjar_core::api::{Api, ApiConfig, Assigned};
+    use mailjar_core::smtp::{Envelope, Incoming};
+
+    /// Records every transaction; fails while `fail` is set.
+    #[derive(Default)]
+    struct Log {
+        transactions: Vec<(Vec<MessageId>, Vec<Removal>)>,
+        fail: bool,
+        tidied: usize,
+    }
+
+    struct Shared(Arc<Mutex<Log>>);
+
+    impl Storage for Shared {
+        fn write(
+            &mut self,
+            records: &[Record<'_>],
+            removals: &[Removal],
+        ) -> Result<(), StorageError> {
+            let mut log = self.0.lock().unwrap();
+            if log.fail {
+                return Err(StorageError("disk I/O error".into()));
+            }
+            log.transactions
+                .push((records.iter().map(|r| r.id).collect(), removals.to_vec()));
+            Ok(())
+        }
+        fn load(&mut self, _: &mut dyn FnMut(Vec<Loaded>)) -> Result<(), StorageError> {
+            Ok(())
+        }
+        fn size(&self) -> u64 {
+            0
+        }
+        fn tidy(&mut self) -> bool {
+            self.0.lock().unwrap().tidied += 1;
+            false
+        }
+    }
+
+    type Evict<'a> = dyn FnMut(&[Email]) -> Vec<Removal> + 'a;
+
+    type Reply = oneshot::Receiver<Result<MessageId, StorageError>>;
+
+    fn message(api: &mut Api<()>, size: usize) -> (Job, Assigned, Reply) {
+        let assigned = api.assign(1000, [0; 10]);
+        let (reply, receiver) = oneshot::channel();
+        let message = mailjar_core::store::Prepared::new(Incoming {
+            envelope: Envelope {
+                from: "s@x.test".into(),
+                to: vec!["a@x.test".into()],
+            },
+            raw: vec![b'x'; size],
+            helo: Some("client".into()),
+            session: Default::default(),
+        });
+        let job = Job::Store(Box::new(Pending {
+            email: Email::new(assigned.id, assigned.received_at_ms, message),
+            reply,
+        }));
+        (job, assigned, receiver)
+    }
+
+    /// Queues `jobs`, closes the queue, runs the writer to the end.
+    fn write_all(
+        jobs: Vec<Job>,
+        limits: Limits,
+        log: &Arc<Mutex<Log>>,
+        evict: &mut Evict<'_>,
+    ) -> (Vec<Vec<MessageId>>, Status) {
+        let (sender, receiver) = std::sync::mpsc::channel();
+        for job in jobs {
+            sender.send(job).unwrap();
+        }
+        drop(sender);
+        let status = Status::default();
+        let mut inserted = Vec::new();
+        let mut storage = Shared(log.clone());
+        run(&mut storage, receiver, limits, &status, &mut |batch| {
+            let removals = evict(&batch);
+            inserted.push(batch.iter().map(|e| e.id).collect());
+            removals
+        });
+        (inserted, status)
+    }
+
+    #[test]
+    fn everything_queued_is_one_transaction_then_inserted_then_answered() {
+        let mut api = Api::<()>::new(ApiConfig::default());
+        let (jobs, ids, mut replies): (Vec<_>, Vec<_>, Vec<_>) = {
+            let mut jobs = Vec::new();
+            let mut ids = Vec::new();
+            let mut replies = Vec::new();
+            for _ in 0..5 {
+                let (job, assigned, reply) = message(&mut api, 100);
+                jobs.push(job);
+                ids.push(assigned.id);
+                replies.push(reply);
+            }
+            (jobs, ids, replies)
+        };
+        let log = Arc::new(Mutex::new(Log::default()));
+        let (inserted, status) = write_all(jobs, Limits::default(), &log, &mut |_| Vec::new());
+        let log = log.lock().unwrap();
+        assert_eq!(log.transactions.len(), 1, "one commit for five senders");
+        assert_eq!(log.transactions[0].0, ids);
+        assert_eq!(inserted, vec![ids.clone()]);
+        for (reply, id) in replies.iter_mut().zip(&ids) {
+            assert_eq!(reply.try_recv().unwrap(), Ok(*id));
+        }
+        assert_eq!(status.error(), None);
+        assert_eq!(log.tidied, 0, "nothing was removed: nothing to reclaim");
+    }
+
+    #[test]
+    fn a_transaction_is_bounded_by_count_and_by_bytes() {
+        let mut api = Api::<()>::new(ApiConfig::default());
+        let jobs: Vec<_> = (0..7).map(|_| message(&mut api, 10).0).collect();
+        let log = Arc::new(Mutex::new(Log::default()));
+        let limits = Limits {
+            messages: 3,
+            bytes: usize::MAX,
+        };
+        let (inserted, _) = write_all(jobs, limits, &log, &mut |_| Vec::new());
+        let sizes: Vec<_> = inserted.iter().map(Vec::len).collect();
+        assert_eq!(sizes, [3, 3, 1]);
+        let jobs: Vec<_> = (0..4).map(|_| message(&mut api, 600).0).collect();
+        let limits = Limits {
+            messages: 100,
+            bytes: 1000,
+        };
+        let (inserted, _) = write_all(jobs, limits, &log, &mut |_| Vec::new());
+        let sizes: Vec<_> = inserted.iter().map(Vec::len).collect();
+        assert_eq!(
+            sizes,
+            [2, 2],
+            "a batch stops once it reaches the byte bound"
+        );
+    }
+
+    #[test]
+    fn a_failed_commit_answers_its_batch_with_the_error_and_inserts_nothing() {
+        let mut api = Api::<()>::new(ApiConfig::default());
+        let (job, _, mut reply) = message(&mut api, 10);
+        let log = Arc::new(Mutex::new(Log {
+            fail: true,
+            ..Log::default()
+        }));
+        let (inserted, status) = write_all(vec![job], Limits::default(), &log, &mut |_| Vec::new());
+        assert!(inserted.is_empty());
+        let answer = reply.try_recv().unwrap();
+        assert_eq!(answer, Err(StorageError("disk I/O error".into())));
+        assert_eq!(status.error().as_deref(), Some("disk I/O error"));
+        // Writes work again: the next batch commits and clears the error.
+        log.lock().unwrap().fail = false;
+        let (job, assigned, mut reply) = message(&mut api, 10);
+        let (inserted, status) = write_all(vec![job], Limits::default(), &log, &mut |_| Vec::new());
+        assert_eq!(inserted, vec![vec![assigned.id]]);
+        assert_eq!(reply.try_recv().unwrap(), Ok(assigned.id));
+        assert_eq!(status.error(), None);
+    }
+
+    #[test]
+    fn evictions_and_deletes_are_written_in_a_following_transaction() {
+        let mut api = Api::<()>::new(ApiConfig::default());
+        let (job, first, _reply) = message(&mut api, 10);
+        let (done, mut acked) = oneshot::channel();
+        let deleted = api.assign(1, [0; 10]).id;
+        let jobs = vec![job, Job::Remove(vec![Removal::One(deleted)], Some(done))];
+        let log = Arc::new(Mutex::new(Log::default()));
+        let evicted = api.assign(1, [0; 10]).id;
+        let (_, _) = write_all(jobs, Limits::default(), &log, &mut |_| {
+            vec![Removal::One(evicted)]
+        });
+        let log = log.lock().unwrap();
+        assert_eq!(
+            log.transactions,
+            [
+                (vec![first.id], vec![Removal::One(deleted)]),
+                (vec![], vec![Removal::One(evicted)])
+            ]
+        );
+        assert_eq!(acked.try_recv(), Ok(()));
+        assert!(log.tidied >= 1, "space is reclaimed after removals");
+    }
+}

@@ -1,0 +1,591 @@
+//! `--data-dir` end to end: the real binary, real sockets, Python's smtplib
+//! as the sender and curl for the raw downloads; restarts by SIGTERM and by
+//! `kill -9`.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{Server, binary};
+use serde_json::Value;
+
+/// A fresh data directory under the target directory, removed first.
+fn data_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("mailjar-persist-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+fn start(dir: &Path, extra: &[&str]) -> Server {
+    let mut flags = vec!["--data-dir", dir.to_str().expect("utf-8 temp dir")];
+    flags.extend_from_slice(extra);
+    Server::start_with(&flags)
+}
+
+fn kill_9(mut server: Server) {
+    let status = Command::new("kill")
+        .args(["-KILL", &server.pid().to_string()])
+        .status()
+        .expect("run kill");
+    assert!(status.success());
+    assert!(server.wait_exit(Duration::from_secs(10)).is_some());
+}
+
+fn stop(mut server: Server) {
+    server.sigterm();
+    let status = server.wait_exit(Duration::from_secs(10)).expect("exits");
+    assert!(status.success(), "{status}");
+}
+
+/// Sends each message with Python's smtplib; the reply codes in order.
+fn smtplib_send(server: &Server, messages: &[Vec<u8>]) -> Vec<u16> {
+    let script = r#"
+import smtplib, sys, json
+host, port, paths = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+codes = []
+with smtplib.SMTP(host, port, timeout=60) as s:
+    for path in paths:
+        data = open(path, 'rb').read()
+        try:
+            s.sendmail('sender@app.test', ['rcpt@local.test'], data)
+            codes.append(250)
+        except smtplib.SMTPDataError as e:
+            codes.append(e.smtp_code)
+            print(e.smtp_error.decode(), file=sys.stderr)
+print(json.dumps(codes))
+"#;
+    let dir = std::env::temp_dir().join(format!("mailjar-persist-msgs-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let paths: Vec<PathBuf> = messages
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let p = dir.join(format!("{i}-{}.eml", rand_suffix()));
+            std::fs::write(&p, m).unwrap();
+            p
+        })
+        .collect();
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .arg(server.smtp.ip().to_string())
+        .arg(server.smtp.port().to_string())
+        .args(&paths)
+        .output()
+        .expect("python3 runs");
+    assert!(
+        out.status.success(),
+        "smtplib: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("codes")
+}
+
+fn rand_suffix() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+/// The exact bytes of `/api/emails/:id/raw`, through curl.
+fn raw(server: &Server, id: &str) -> Vec<u8> {
+    let out = Command::new("curl")
+        .args(["-sS", "--fail", "--max-time", "30"])
+        .arg(format!("http://{}/api/emails/{id}/raw", server.http))
+        .output()
+        .expect("curl runs");
+    assert!(
+        out.status.success(),
+        "curl: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+/// Every stored message as its summary, oldest first.
+fn summaries(server: &Server) -> Vec<Value> {
+    server.emails("view=summary")
+}
+
+fn ids(server: &Server) -> Vec<String> {
+    summaries(server)
+        .iter()
+        .map(|e| e["id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+fn message(subject: &str, body: &[u8]) -> Vec<u8> {
+    let mut m = format!("From: app@app.test\r\nTo: rcpt@local.test\r\nSubject: {subject}\r\n\r\n")
+        .into_bytes();
+    m.extend_from_slice(body);
+    m.extend_from_slice(b"\r\n");
+    m
+}
+
+/// A message with a 1 MiB attachment, base64 in lines of 76.
+fn with_attachment() -> Vec<u8> {
+    let payload: Vec<u8> = (0..1024 * 1024u32).map(|i| (i * 7 % 251) as u8).collect();
+    let b64 = base64_lines(&payload);
+    let mut m = b"From: app@app.test\r\nTo: rcpt@local.test\r\nSubject: big attachment\r\nMIME-Version: 1.0\r\nContent-Type: multipart/mixed; boundary=\"b1\"\r\n\r\n--b1\r\nContent-Type: text/plain\r\n\r\nsee attached\r\n--b1\r\nContent-Type: application/octet-stream\r\nContent-Disposition: attachment; filename=\"blob.bin\"\r\nContent-Transfer-Encoding: base64\r\n\r\n".to_vec();
+    m.extend_from_slice(&b64);
+    m.extend_from_slice(b"--b1--\r\n");
+    m
+}
+
+fn base64_lines(data: &[u8]) -> Vec<u8> {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = Vec::new();
+    let mut line = 0;
+    for chunk in data.chunks(3) {
+        let n = chunk.len();
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let v = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for k in 0..4 {
+            if k <= n {
+                out.push(A[((v >> (18 - 6 * k)) & 63) as usize]);
+            } else {
+                out.push(b'=');
+            }
+        }
+        line += 4;
+        if line == 76 {
+            out.extend_from_slice(b"\r\n");
+            line = 0;
+        }
+    }
+    out.extend_from_slice(b"\r\n");
+    out
+}
+
+#[test]
+fn a_restart_keeps_every_message_byte_exact_with_the_same_ids() {
+    let dir = data_dir("restart");
+    let server = start(&dir, &[]);
+    let sent = vec![
+        message("plain", b"hello"),
+        // Latin-1 bytes: not UTF-8 anywhere.
+        b"From: app@app.test\r\nTo: rcpt@local.test\r\nSubject: latin-1 \xe9t\xe9\r\n\r\ncaf\xe9 cr\xe8me \xff\xfe\r\n".to_vec(),
+        with_attachment(),
+    ];
+    assert_eq!(smtplib_send(&server, &sent), [250, 250, 250]);
+    let before = summaries(&server);
+    assert_eq!(before.len(), 3);
+    let full_before: Vec<Value> = before
+        .iter()
+        .map(|e| server.get_ok(&format!("/api/emails/{}", e["id"].as_str().unwrap())))
+        .collect();
+    let health = server.health();
+    assert_eq!(health["storage"]["kind"], "sqlite");
+    assert_eq!(health["storage"]["ok"], true);
+    assert_eq!(
+        health["storage"]["path"].as_str().unwrap(),
+        dir.join("mailjar.db").to_str().unwrap()
+    );
+    assert!(health["storage"]["bytes"].as_u64().unwrap() > 1024 * 1024);
+    stop(server);
+
+    for round in 0..2 {
+        let server = start(&dir, &[]);
+        let after = summaries(&server);
+        assert_eq!(
+            after, before,
+            "round {round}: same ids, times, envelopes, summaries"
+        );
+        for ((summary, raw_sent), full) in after.iter().zip(&sent).zip(&full_before) {
+            let id = summary["id"].as_str().unwrap();
+            assert_eq!(
+                &raw(&server, id),
+                raw_sent,
+                "round {round}: raw bytes of {id}"
+            );
+            assert_eq!(&server.get_ok(&format!("/api/emails/{id}")), full);
+        }
+        let attachment = &full_before[2]["email"]["attachments"][0];
+        assert_eq!(attachment["size"], 1024 * 1024);
+        if round == 0 {
+            kill_9(server);
+        } else {
+            stop(server);
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+const SENDERS: &str = r#"
+import smtplib, sys, threading
+host, port, senders = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+lock = threading.Lock()
+def run(n):
+    i = 0
+    try:
+        with smtplib.SMTP(host, port, timeout=30) as s:
+            while True:
+                subject = 'sender%d-%d' % (n, i)
+                msg = ('Subject: %s\r\nFrom: a@app.test\r\n\r\n' % subject + 'x' * 2000 + '\r\n').encode()
+                s.sendmail('a@app.test', ['b@local.test'], msg)
+                with lock:
+                    print(subject, flush=True)
+                i += 1
+    except Exception:
+        pass
+threads = [threading.Thread(target=run, args=(n,)) for n in range(senders)]
+for t in threads: t.start()
+for t in threads: t.join()
+"#;
+
+#[test]
+fn kill_9_while_smtplib_senders_run_loses_no_acknowledged_message() {
+    let dir = data_dir("kill9");
+    let server = start(&dir, &[]);
+    let mut python = Command::new("python3")
+        .arg("-c")
+        .arg(SENDERS)
+        .arg(server.smtp.ip().to_string())
+        .arg(server.smtp.port().to_string())
+        .arg("6")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3 runs");
+    let stdout = python.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            let _ = tx.send(line);
+        }
+    });
+    // Let mail flow, then kill mailjar in the middle of it.
+    let mut acknowledged = BTreeSet::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while acknowledged.len() < 500 && Instant::now() < deadline {
+        if let Ok(line) = rx.recv_timeout(Duration::from_secs(1)) {
+            acknowledged.insert(line);
+        }
+    }
+    assert!(acknowledged.len() >= 500, "the senders got going");
+    kill_9(server);
+    let _ = python.wait();
+    let _ = reader.join();
+    acknowledged.extend(rx.try_iter());
+
+    let server = start(&dir, &[]);
+    let stored: BTreeSet<String> = summaries(&server)
+        .iter()
+        .map(|e| e["subject"].as_str().unwrap().to_owned())
+        .collect();
+    let lost: Vec<_> = acknowledged.difference(&stored).collect();
+    assert!(
+        lost.is_empty(),
+        "{} of {} acknowledged messages lost, e.g. {:?}",
+        lost.len(),
+        acknowledged.len(),
+        &lost[..lost.len().min(5)]
+    );
+    println!(
+        "acknowledged {}, stored {}, lost 0",
+        acknowledged.len(),
+        stored.len()
+    );
+    stop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn ids_after_a_restart_sort_after_the_old_ones_and_a_wait_resumes() {
+    let dir = data_dir("resume");
+    // --fsync (synchronous = FULL) behaves the same, only slower.
+    let server = start(&dir, &["--fsync"]);
+    assert_eq!(smtplib_send(&server, &[message("before", b"1")]), [250]);
+    let old = ids(&server);
+    kill_9(server);
+    let server = start(&dir, &[]);
+    // A test that was waiting with the last id it saw asks again.
+    let url = format!(
+        "http://{}/api/emails/wait?afterId={}&timeoutMs=30000",
+        server.http, old[0]
+    );
+    let waiter = std::thread::spawn(move || {
+        Command::new("curl")
+            .args(["-sS", "--max-time", "40", &url])
+            .output()
+            .expect("curl runs")
+    });
+    // The wait is parked before the new mail arrives.
+    server.poll_health("waits", 1, Duration::from_secs(20));
+    assert_eq!(smtplib_send(&server, &[message("after", b"2")]), [250]);
+    let answer = waiter.join().unwrap();
+    let answer: Value = serde_json::from_slice(&answer.stdout).expect("the wait's JSON");
+    assert_eq!(answer["email"]["subject"], "after");
+    let new_id = answer["email"]["id"].as_str().unwrap().to_owned();
+    assert!(new_id > old[0], "{new_id} sorts after {}", old[0]);
+    assert_eq!(ids(&server), [old[0].clone(), new_id]);
+    stop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn deletes_and_evictions_survive_a_restart() {
+    let dir = data_dir("deletes");
+    let server = start(&dir, &["--max-messages", "4"]);
+    let sent: Vec<_> = (0..6).map(|i| message(&format!("m{i}"), b"x")).collect();
+    assert_eq!(smtplib_send(&server, &sent), [250; 6]);
+    let subjects = |server: &Server| -> Vec<String> {
+        summaries(server)
+            .iter()
+            .map(|e| e["subject"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(subjects(&server), ["m2", "m3", "m4", "m5"]);
+    let kept = ids(&server);
+    let deleted = server.request("DELETE", &format!("/api/emails/{}", kept[1]));
+    assert_eq!(deleted.status, 200);
+    let deleted = server.request("DELETE", "/api/emails?to=nobody%40local.test");
+    assert_eq!(deleted.json()["deleted"], 0);
+    kill_9(server);
+    // A larger limit brings back nothing that was evicted or deleted.
+    let server = start(&dir, &["--max-messages", "100"]);
+    assert_eq!(subjects(&server), ["m2", "m4", "m5"]);
+    assert_eq!(server.health()["evicted"], 0);
+    stop(server);
+    // A lower limit evicts the oldest at load, from disk too.
+    let server = start(&dir, &["--max-messages", "1"]);
+    assert_eq!(subjects(&server), ["m5"]);
+    assert_eq!(server.health()["evicted"], 2);
+    kill_9(server);
+    let server = start(&dir, &["--max-messages", "100"]);
+    assert_eq!(subjects(&server), ["m5"]);
+    assert_eq!(server.delete_all(), 1);
+    kill_9(server);
+    let server = start(&dir, &[]);
+    assert!(subjects(&server).is_empty());
+    stop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn max_age_expires_from_memory_and_disk() {
+    let dir = data_dir("maxage");
+    let server = start(&dir, &["--max-age", "1s"]);
+    assert_eq!(server.health()["limits"]["maxAgeMs"], 1000);
+    assert_eq!(
+        smtplib_send(&server, &[message("short-lived", b"x")]),
+        [250]
+    );
+    let id = ids(&server);
+    // Removed within a second by the timer; counted as evicted.
+    server.poll_health("evicted", 1, Duration::from_secs(20));
+    assert_eq!(server.health()["messages"], 0);
+    assert_eq!(server.get(&format!("/api/emails/{}", id[0])).status, 404);
+    stop(server);
+    let server = start(&dir, &[]);
+    assert!(
+        ids(&server).is_empty(),
+        "expired mail is gone from disk too"
+    );
+    stop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Runs the binary expecting it to refuse to start: its exit code and stderr.
+fn refused(dir: &Path) -> (Option<i32>, String) {
+    let mut child = Command::new(binary())
+        .args(["--smtp-port", "0", "--http-port", "0", "--data-dir"])
+        .arg(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn mailjar");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("mailjar did not refuse to start");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_second_instance_on_the_same_directory_is_refused_at_start() {
+    let dir = data_dir("second");
+    let server = start(&dir, &[]);
+    let (code, stderr) = refused(&dir);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains(dir.to_str().unwrap()),
+        "names the directory: {stderr}"
+    );
+    assert!(stderr.contains("another mailjar"), "{stderr}");
+    // The first one is unharmed.
+    assert_eq!(smtplib_send(&server, &[message("still here", b"x")]), [250]);
+    stop(server);
+    // Once it is gone the directory is free.
+    let server = start(&dir, &[]);
+    assert_eq!(ids(&server).len(), 1);
+    stop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The bytes of every file in `dir`, by name.
+fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                std::fs::read(e.path()).unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn assert_refused_untouched(dir: &Path, why: &str) {
+    let before = files(dir);
+    let (code, stderr) = refused(dir);
+    assert_eq!(code, Some(1), "{stderr}");
+    let db = dir.join("mailjar.db");
+    assert!(
+        stderr.contains(db.to_str().unwrap()),
+        "names the file: {stderr}"
+    );
+    assert!(stderr.contains(why), "says why ({why}): {stderr}");
+    let after = files(dir);
+    assert_eq!(
+        before.get("mailjar.db"),
+        after.get("mailjar.db"),
+        "the database is left byte-identical"
+    );
+}
+
+#[test]
+fn a_damaged_or_newer_database_is_refused_and_left_untouched() {
+    // Not a database at all.
+    let dir = data_dir("garbage");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("mailjar.db"),
+        b"this is not sqlite, just some bytes\n".repeat(100),
+    )
+    .unwrap();
+    assert_refused_untouched(&dir, "not an SQLite database");
+    let _ = std::fs::remove_dir_all(&dir);
+
+    // Written by a newer mailjar: a real database, with a higher schema version.
+    let dir = data_dir("newer");
+    let server = start(&dir, &[]);
+    assert_eq!(smtplib_send(&server, &[message("m", b"x")]), [250]);
+    stop(server);
+    let status = Command::new("python3")
+        .arg("-c")
+        .arg("import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute('PRAGMA user_version = 99'); c.execute('PRAGMA wal_checkpoint(TRUNCATE)'); c.close()")
+        .arg(dir.join("mailjar.db"))
+        .status()
+        .expect("python3 runs");
+    assert!(status.success());
+    assert_refused_untouched(&dir, "newer");
+    let _ = std::fs::remove_dir_all(&dir);
+
+    // Damaged: a b-tree page overwritten.
+    let dir = data_dir("damaged");
+    let server = start(&dir, &[]);
+    let sent: Vec<_> = (0..40)
+        .map(|i| message(&format!("m{i}"), &[b'y'; 3000]))
+        .collect();
+    assert_eq!(smtplib_send(&server, &sent), [250; 40]);
+    stop(server);
+    let status = Command::new("python3")
+        .arg("-c")
+        .arg("import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute('PRAGMA wal_checkpoint(TRUNCATE)'); c.close()")
+        .arg(dir.join("mailjar.db"))
+        .status()
+        .expect("python3 runs");
+    assert!(status.success());
+    let db = dir.join("mailjar.db");
+    let mut bytes = std::fs::read(&db).unwrap();
+    assert!(bytes.len() > 3 * 16384, "several pages: {}", bytes.len());
+    // Page 3 (the second b-tree page) becomes noise.
+    for b in &mut bytes[2 * 16384..2 * 16384 + 4000] {
+        *b = 0xa5;
+    }
+    std::fs::write(&db, &bytes).unwrap();
+    assert_refused_untouched(&dir, "integrity");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_failed_write_answers_452_and_mailjar_recovers_by_itself() {
+    if std::env::var_os("MAILJAR_E2E_BIN").is_some() {
+        println!(
+            "NOTICE: the write-fault hook exists only in debug builds; skipped for MAILJAR_E2E_BIN"
+        );
+        return;
+    }
+    let dir = data_dir("fault");
+    let flag = dir.with_extension("fail");
+    let _ = std::fs::remove_file(&flag);
+    let mut flags = vec!["--data-dir", dir.to_str().unwrap()];
+    flags.push("--log");
+    flags.push("info");
+    let server = Server::start_with_env(
+        &flags,
+        &[("MAILJAR_DEBUG_FAIL_WRITES_WHILE", flag.as_os_str())],
+    );
+    assert_eq!(smtplib_send(&server, &[message("first", b"1")]), [250]);
+    std::fs::write(&flag, b"").unwrap();
+    // Every message of a failing transaction: 452 4.3.1, never 250.
+    let mut smtp = server.smtp();
+    smtp.expect("EHLO e2e.test", 250);
+    let reply = smtp.transaction("a@app.test", &["b@local.test"], &message("lost", b"2"));
+    assert_eq!(reply.code, 452, "{}", reply.wire);
+    assert!(reply.wire.contains("4.3.1"), "{}", reply.wire);
+    // The session stays usable, and the API serves what is stored.
+    let reply = smtp.transaction("a@app.test", &["b@local.test"], &message("lost too", b"3"));
+    assert_eq!(reply.code, 452, "{}", reply.wire);
+    let health = server.health();
+    assert_eq!(health["storage"]["ok"], false);
+    assert!(
+        health["storage"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("readonly"),
+        "{health}"
+    );
+    let stored: Vec<_> = summaries(&server)
+        .iter()
+        .map(|e| e["subject"].clone())
+        .collect();
+    assert_eq!(stored, ["first"]);
+    // Writes work again: mailjar recovers without a restart.
+    std::fs::remove_file(&flag).unwrap();
+    let reply = smtp.transaction("a@app.test", &["b@local.test"], &message("second", b"4"));
+    assert_eq!(reply.code, 250, "{}", reply.wire);
+    smtp.expect("QUIT", 221);
+    let health = server.health();
+    assert_eq!(health["storage"]["ok"], true);
+    assert!(health["storage"].get("error").is_none());
+    kill_9(server);
+    let server = start(&dir, &[]);
+    let stored: Vec<_> = summaries(&server)
+        .iter()
+        .map(|e| e["subject"].clone())
+        .collect();
+    assert_eq!(stored, ["first", "second"]);
+    stop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
