@@ -43,10 +43,15 @@ fuzz_target!(|data: &[u8]| {
                 assert!(body["error"].is_string());
             }
         }
-        Outcome::Wait(spec) => {
-            assert!(spec.deadline_ms > 5_000);
-            let expired = api.expire(spec.id).expect("parked wait expires");
+        Outcome::Wait(parking) => {
+            assert!(parking.deadline_ms() > 5_000);
+            let spec = api.park(parking, ());
+            let ((), expired) = api.expire(spec.id).expect("parked wait expires");
             assert_eq!(expired.status, 408);
+        }
+        Outcome::Subscribe(subscription) => {
+            // A stream was accepted: it must be unsubscribable.
+            assert!(api.unsubscribe(subscription.id));
         }
     }
 });
