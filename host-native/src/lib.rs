@@ -332,6 +332,7 @@ impl Server {
         }
         // Parked waits see the shutdown and answer 503; give them a moment to be written.
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        self.shared.stop_writer().await;
         matcher.abort();
         pump.abort();
         if let Some(expiry) = expiry {

@@ -194,6 +194,18 @@ impl Shared {
         receiver.await.unwrap_or_else(|_| Err(stopped()))
     }
 
+    /// With `--data-dir`: has the writer finish what is queued and close the
+    /// database and its lock; returns once it has. Later deliveries get 452.
+    pub async fn stop_writer(&self) {
+        let Some(writer) = self.writer.get() else {
+            return;
+        };
+        let (done, stopped) = oneshot::channel();
+        if writer.send(writer::Job::Stop(done)).is_ok() {
+            let _ = stopped.await;
+        }
+    }
+
     /// Hands the storage writer its queue (once, at start).
     pub fn set_writer(&self, sender: std::sync::mpsc::Sender<writer::Job>) {
         let _ = self.writer.set(sender);

@@ -109,3 +109,20 @@ async fn flags_apply_and_two_servers_run_side_by_side() {
     small.shutdown().await;
     other.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_test_server_with_a_data_dir_lets_the_next_one_in_after_shutdown() {
+    let dir = std::env::temp_dir().join(format!("mailjar-testing-api-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let flags = ["--data-dir", dir.to_str().unwrap()];
+    let first = TestServer::start_with(&flags).await.unwrap();
+    send_welcome(first.smtp_addr(), "kept@example.test", "7777").await;
+    first.shutdown().await;
+    // The same directory, the same process: the first server let go of its lock and its writer.
+    let second = TestServer::start_with(&flags).await.unwrap();
+    let kept = second.list(&Filter::new()).await.unwrap();
+    assert_eq!(kept.len(), 1);
+    assert_eq!(kept[0].codes, ["7777"]);
+    second.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -221,13 +221,14 @@ pub fn start<W>(
     let storage =
         open_and_load(&options, api, crate::state::now_ms()).map_err(std::io::Error::other)?;
     let status = std::sync::Arc::new(writer::Status::default());
+    status.set_bytes(storage.size());
     let path = storage.path().to_owned();
     let report = status.clone();
     api.set_storage_report(Box::new(move || {
         let mut storage = serde_json::json!({
             "kind": "sqlite",
             "path": path.display().to_string(),
-            "bytes": sqlite::bytes_on_disk(&path),
+            "bytes": report.bytes(),
             "ok": true,
         });
         if let Some(error) = report.error() {
@@ -242,12 +243,17 @@ pub fn start<W>(
 impl Started {
     /// Starts the writer thread and hands its queue to `shared`.
     pub fn spawn(self, shared: &std::sync::Arc<crate::state::Shared>) -> std::io::Result<()> {
-        let inserting = shared.clone();
+        // Weak: `shared` holds the writer's queue, so a strong reference here
+        // would keep both alive after the server stops, and the lock with them.
+        let inserting = std::sync::Arc::downgrade(shared);
         let sender = writer::spawn(
             Box::new(self.storage),
             writer::Limits::default(),
             self.status,
-            Box::new(move |batch| inserting.insert_committed(batch)),
+            Box::new(move |batch| match inserting.upgrade() {
+                Some(shared) => shared.insert_committed(batch),
+                None => Vec::new(),
+            }),
         )?;
         shared.set_writer(sender);
         Ok(())

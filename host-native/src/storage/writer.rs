@@ -36,6 +36,8 @@ pub enum Job {
     Store(Box<Pending>),
     /// Delete these messages from disk; `done` hears when that was tried.
     Remove(Vec<Removal>, Option<oneshot::Sender<()>>),
+    /// Write what came before, close the storage (and its lock), then say so on `done`.
+    Stop(oneshot::Sender<()>),
 }
 
 /// How much one transaction takes at most.
@@ -57,13 +59,27 @@ impl Default for Limits {
     }
 }
 
-/// The storage's health as `/health` shows it: ok, or the last write's error.
+/// The storage's health as `/health` shows it: ok, or the last write's error,
+/// and its size on disk. The writer updates both; `/health` reads them under
+/// the API lock without touching the file system.
 #[derive(Debug, Default)]
 pub struct Status {
     error: Mutex<Option<String>>,
+    bytes: std::sync::atomic::AtomicU64,
 }
 
 impl Status {
+    /// The storage's size on disk after the writer's last batch.
+    pub fn bytes(&self) -> u64 {
+        self.bytes.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Records the storage's size on disk.
+    pub fn set_bytes(&self, bytes: u64) {
+        self.bytes
+            .store(bytes, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// The error of the last write, None when it succeeded.
     pub fn error(&self) -> Option<String> {
         self.error.lock().unwrap_or_else(|p| p.into_inner()).clone()
@@ -98,7 +114,8 @@ pub fn run(
     limits: Limits,
     status: &Status,
     committed: &mut dyn FnMut(Vec<Email>) -> Vec<Removal>,
-) {
+) -> Vec<oneshot::Sender<()>> {
+    let mut stops = Vec::new();
     let mut removals: Vec<Removal> = Vec::new();
     let mut open = true;
     // Free pages are being handed back to the file system, a step between batches.
@@ -150,6 +167,7 @@ pub fn run(
                 removals.extend(more);
                 acks.extend(done);
             }
+            Job::Stop(done) => stops.push(done),
         };
         if let Some(job) = first {
             take(job, &mut batch, &mut bytes);
@@ -168,6 +186,9 @@ pub fn run(
         if batch.is_empty() && removals.is_empty() {
             for ack in acks {
                 let _ = ack.send(());
+            }
+            if !stops.is_empty() {
+                break;
             }
             if reclaiming {
                 reclaiming = storage.tidy();
@@ -220,7 +241,12 @@ pub fn run(
         if reclaiming && status.error().is_none() && removals.is_empty() {
             reclaiming = storage.tidy();
         }
+        status.set_bytes(storage.size());
+        if !stops.is_empty() {
+            break;
+        }
     }
+    stops
 }
 
 /// Starts the writer thread; the sender queues jobs for it.
@@ -233,7 +259,14 @@ pub fn spawn(
     let (sender, jobs) = std::sync::mpsc::channel();
     std::thread::Builder::new()
         .name("mailjar-writer".into())
-        .spawn(move || run(storage.as_mut(), jobs, limits, &status, committed.as_mut()))?;
+        .spawn(move || {
+            let stops = run(storage.as_mut(), jobs, limits, &status, committed.as_mut());
+            // The connection and the directory's lock go before anyone hears of the stop.
+            drop(storage);
+            for done in stops {
+                let _ = done.send(());
+            }
+        })?;
     Ok(sender)
 }
 
