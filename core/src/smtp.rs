@@ -685,6 +685,12 @@ impl Session {
         out.push(Output::Reply(reply));
     }
 
+    /// A 334 AUTH challenge: not a success, so it does not forgive earlier
+    /// failures (failed logins in a row still close the session).
+    fn challenge(&mut self, reply: Reply, out: &mut Vec<Output>) {
+        out.push(Output::Reply(reply));
+    }
+
     /// A reply to a bad command; too many in a row close the session.
     fn error(&mut self, reply: Reply, out: &mut Vec<Output>) {
         out.push(Output::Reply(reply));
@@ -995,12 +1001,12 @@ impl Session {
             ("", _) => self.error(Reply::new(501, "5.5.4 Syntax: AUTH <mechanism>"), out),
             ("PLAIN", None) => {
                 self.mode = Mode::Auth(AuthStep::Plain);
-                self.ok(Reply::new(334, ""), out);
+                self.challenge(Reply::new(334, ""), out);
             }
             ("PLAIN", Some(answer)) => self.auth_answer(AuthStep::Plain, answer.as_bytes(), out),
             ("LOGIN", None) => {
                 self.mode = Mode::Auth(AuthStep::LoginUser);
-                self.ok(Reply::new(334, "VXNlcm5hbWU6"), out);
+                self.challenge(Reply::new(334, "VXNlcm5hbWU6"), out);
             }
             ("LOGIN", Some(answer)) => {
                 self.auth_answer(AuthStep::LoginUser, answer.as_bytes(), out)

@@ -61,7 +61,7 @@ impl Session {
         let encoded = BASE64.encode(challenge.as_bytes());
         s.challenge = Some(challenge);
         self.mode = Mode::Auth(AuthStep::CramMd5);
-        self.ok(Reply::new(334, encoded), out);
+        self.challenge(Reply::new(334, encoded), out);
     }
 
     /// A decoded AUTH answer (or initial response) for `step`.
@@ -71,7 +71,7 @@ impl Session {
             AuthStep::LoginUser => {
                 self.security.login_user = Some(decoded);
                 self.mode = Mode::Auth(AuthStep::LoginPassword);
-                self.ok(Reply::new(334, "UGFzc3dvcmQ6"), out);
+                self.challenge(Reply::new(334, "UGFzc3dvcmQ6"), out);
                 return;
             }
             AuthStep::LoginPassword => {
@@ -184,6 +184,25 @@ mod tests {
             (auth.mechanism.as_str(), auth.username.as_str()),
             ("PLAIN", "alice")
         );
+    }
+
+    #[test]
+    fn failed_logins_count_as_errors_and_close_the_session() {
+        let config = config(&["bob:pw"]);
+        let max_errors = config.max_errors;
+        let mut session = Session::new(config);
+        let attempt = format!("AUTH LOGIN\r\n{}\r\n{}\r\n", b64(b"bob"), b64(b"guess"));
+        let mut closed_after = None;
+        for n in 1..=max_errors + 1 {
+            let out = session.receive(attempt.as_bytes());
+            if out.iter().any(|o| matches!(o, Output::Close)) {
+                assert_eq!(last_reply(&out).code, 421);
+                closed_after = Some(n);
+                break;
+            }
+        }
+        // The challenges in between do not forgive the failures: guessing is bounded.
+        assert_eq!(closed_after, Some(max_errors));
     }
 
     #[test]
