@@ -19,11 +19,20 @@ async function* readEvents(body, signal) {
       buffer += decoder.decode(value, { stream: true });
       let end;
       while ((end = buffer.search(/\r\n|\r|\n/)) >= 0) {
+        // A CR at the end may be the first half of a CRLF: wait for the next chunk.
+        if (end === buffer.length - 1 && buffer[end] === "\r") break;
         const line = buffer.slice(0, end);
         buffer = buffer.slice(end + (buffer.startsWith("\r\n", end) ? 2 : 1));
         if (line === "") {
           if (event.data.length) {
-            const item = { event: event.event, data: JSON.parse(event.data.join("\n")) };
+            const text = event.data.join("\n");
+            let data;
+            try {
+              data = JSON.parse(text);
+            } catch {
+              data = text;
+            }
+            const item = { event: event.event, data };
             if (event.id !== undefined) item.id = event.id;
             yield item;
           }

@@ -5,7 +5,7 @@
 // decides (SMTP replies, what is stored, filters, responses) happens in the
 // core; this file only moves bytes, time and promises.
 
-import { MailjarMethods, filterQuery, now } from "./methods.mjs";
+import { MailjarError, MailjarMethods, filterQuery, now } from "./methods.mjs";
 import { nodemailerTransport } from "./transport.mjs";
 
 const encoder = new TextEncoder();
@@ -266,8 +266,15 @@ export class MailServer extends MailjarMethods {
     if (lastEventId !== undefined) request.lastEventId = String(lastEventId);
     const outcome = this.#api.handle(request, this.#now());
     if (outcome.kind !== "subscribe") {
-      const error = new Error(`GET /api/events: ${outcome.status} ${outcome.body}`);
-      Object.assign(error, { status: outcome.status, body: outcome.body });
+      let message = `GET /api/events: ${outcome.status}`;
+      try {
+        message = JSON.parse(outcome.body).error ?? message;
+      } catch {
+        // Not JSON: the status says it.
+      }
+      // A MailjarError, as MailjarClient gives (which can only tell at the first step).
+      const error = new MailjarError(outcome.status, message);
+      error.body = outcome.body;
       throw error;
     }
     return this.#stream(outcome.subscriberId, signal);

@@ -20,7 +20,8 @@ function smtpError(reply, command) {
 /** The message with CRLF line ends and dot-stuffing, ended by the `.` line. */
 function dataBlock(message) {
   const text = Buffer.from(message).toString("latin1").replace(/\r?\n/g, "\r\n");
-  const stuffed = text.replace(/^\./gm, "..");
+  // A line starts after CRLF only (JS's multiline ^ would also match after a bare CR).
+  const stuffed = text.replace(/(^|\r\n)\./g, "$1..");
   const ended = stuffed.endsWith("\r\n") ? stuffed : `${stuffed}\r\n`;
   return Buffer.from(`${ended}.\r\n`, "latin1");
 }

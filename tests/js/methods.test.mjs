@@ -154,6 +154,28 @@ for (const [name, make] of Object.entries(hosts)) {
   });
 }
 
+test("the in-process transport keeps a bare CR before a dot exact (dot-stuffing is per CRLF line)", async () => {
+  const mail = new MailServer();
+  const transport = nodemailer.createTransport(mail.transport());
+  const raw = Buffer.from("Subject: cr\r\n\r\na\r.b\r\n.starts a line\r\n", "latin1");
+  const info = await transport.sendMail({ envelope: { from: "a@example.test", to: ["b@mailjar.test"] }, raw });
+  assert.deepEqual(Buffer.from(mail.raw(info.storedId)), raw);
+  mail.close();
+});
+
+test("MailjarClient reads events whose CRLF is split across chunks, and non-JSON data as text", async () => {
+  const chunks = ["event: stored\r\nid: 1\r\ndata: {\"a\":1}\r", "\n\r\n", "event: note\ndata: plain text\n\n"];
+  const fakeFetch = async () =>
+    new Response(new ReadableStream({ start(c) { for (const chunk of chunks) c.enqueue(new TextEncoder().encode(chunk)); c.close(); } }), {
+      status: 200,
+      headers: { "content-type": "text/event-stream" },
+    });
+  const client = new MailjarClient("http://127.0.0.1:9", { fetch: fakeFetch });
+  const seen = [];
+  for await (const event of client.events()) seen.push(event);
+  assert.deepEqual(seen, [{ event: "stored", id: "1", data: { a: 1 } }, { event: "note", data: "plain text" }]);
+});
+
 test("the in-process transport reports the stored id and refusals", async () => {
   const mail = new MailServer({ smtp: { maxRecipients: 1 } });
   const transport = nodemailer.createTransport(mail.transport());
