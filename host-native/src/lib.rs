@@ -142,6 +142,10 @@ fn host_limits(settings: &Settings) -> Vec<(&'static str, u64)> {
 impl Server {
     /// Binds both listeners; fails when an address is taken or not local.
     pub async fn bind(settings: Settings) -> std::io::Result<Server> {
+        // A library caller may not have validated: a bad --auth must not mean "anyone".
+        settings
+            .validate()
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
         raise_fd_limit(&settings);
         // Writes --tls-cert-out before any listener is bound: once a port
         // answers, the certificate to trust is there.
@@ -359,5 +363,15 @@ mod tests {
         assert_eq!(fd_warning(300 + FD_SLACK, fds_needed(&settings)), None);
         let warning = fd_warning(256, fds_needed(&settings)).expect("a warning");
         assert!(warning.contains("256") && warning.contains("--max-http-connections"));
+    }
+
+    #[tokio::test]
+    async fn bind_refuses_settings_that_do_not_validate() {
+        let flags = ["mailjar", "--smtp-port", "0", "--http-port", "0"];
+        let bad_auth = flags.iter().chain(&["--auth", "nocolon", "--require-auth"]);
+        let error = Server::bind(Settings::parse_from(bad_auth)).await.err();
+        let error = error.expect("a bad --auth is refused, not read as any credentials");
+        assert_eq!(error.kind(), std::io::ErrorKind::InvalidInput);
+        assert!(Server::bind(Settings::parse_from(flags)).await.is_ok());
     }
 }
