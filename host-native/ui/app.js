@@ -51,6 +51,8 @@ const state = {
   pendingLost: false,
   /** A page load is running. */
   loading: false,
+  /** Ids deleted while a page load runs (`all` when everything went): its answer must not bring them back. */
+  goneWhileLoading: null,
   /** The open message (full JSON), if any. */
   open: null,
   tab: "html",
@@ -342,17 +344,23 @@ async function reload() {
 async function loadPage(fetchPage) {
   if (state.loading) return false;
   state.loading = true;
+  state.goneWhileLoading = new Set();
   const generation = state.generation;
   try {
     const answer = await fetchPage();
     if (generation !== state.generation) return false;
+    // Everything was deleted meanwhile: the list is already empty, the page is stale.
+    if (state.goneWhileLoading.has("all")) return false;
     answer();
     return true;
   } catch (error) {
     if (generation === state.generation) showError(`Loading mail: ${error.message}`);
     return false;
   } finally {
-    if (generation === state.generation) state.loading = false;
+    if (generation === state.generation) {
+      state.loading = false;
+      state.goneWhileLoading = null;
+    }
   }
 }
 
@@ -364,7 +372,8 @@ function loadOlder() {
     const { emails } = await api(listQuery({ beforeId: oldest.id }));
     return () => {
       const known = new Set(state.emails.map((e) => e.id));
-      state.emails.push(...emails.reverse().filter((e) => !known.has(e.id)));
+      const gone = state.goneWhileLoading;
+      state.emails.push(...emails.reverse().filter((e) => !known.has(e.id) && !gone?.has(e.id)));
       state.more = emails.length === PAGE;
       if (state.emails.length > WINDOW) dropNewest(state.emails.length - WINDOW);
       renderList();
@@ -383,7 +392,8 @@ function loadNewer() {
     return () => {
       state.above.pop();
       const known = new Set(state.emails.map((e) => e.id));
-      const newer = emails.reverse().filter((e) => !known.has(e.id));
+      const gone = state.goneWhileLoading;
+      const newer = emails.reverse().filter((e) => !known.has(e.id) && !gone?.has(e.id));
       if (atTop()) {
         if (state.pendingLost) {
           reload();
@@ -466,6 +476,7 @@ function follow(afterId, generation) {
       return;
     }
     if (data.all) {
+      state.goneWhileLoading?.add("all");
       state.emails = [];
       state.more = false;
       state.above = [];
@@ -475,6 +486,7 @@ function follow(afterId, generation) {
       if (state.open) closeMessage(`This message was deleted.`);
     } else {
       const gone = new Set(data.ids ?? []);
+      for (const id of gone) state.goneWhileLoading?.add(id);
       const cursorId = state.emails[state.cursor]?.id;
       state.pending = state.pending.filter((e) => !gone.has(e.id));
       keepPosition(() => {

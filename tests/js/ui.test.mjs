@@ -339,6 +339,41 @@ describe("the web UI", () => {
     await page.close();
   });
 
+  test("mail deleted while an older page loads does not come back with it", { timeout: 60_000 }, async () => {
+    await clear();
+    await blast(server.smtpPort, 80, (i) => `race ${String(i).padStart(2, "0")}`);
+    const { page } = await watchedPage(browser.context, server.http);
+    // Hold the older page's answer until the mail is deleted.
+    let release;
+    const held = new Promise((resolve) => (release = resolve));
+    let asked;
+    const pageAsked = new Promise((resolve) => (asked = resolve));
+    await page.route(/\/api\/emails\?.*beforeId=/, async (route) => {
+      const response = await route.fetch();
+      asked();
+      await held;
+      await route.fulfill({ response });
+    });
+    await page.goto(`${server.http}/`);
+    await page.locator("#live.on").waitFor();
+    await page.locator("#list li", { hasText: "race 79" }).waitFor();
+    await page.evaluate(() => {
+      const pane = document.getElementById("list-pane");
+      pane.scrollTop = pane.scrollHeight;
+    });
+    await pageAsked;
+    await clear();
+    await page.locator("#empty", { hasText: "No mail yet." }).waitFor();
+    const finished = page.waitForEvent("requestfinished", (request) => request.url().includes("beforeId="));
+    release();
+    await finished;
+    // The page has read the stale answer (its body is in); the app drops it: the list stays empty.
+    await page.evaluate(() => new Promise((resolve) => setTimeout(() => requestAnimationFrame(() => requestAnimationFrame(resolve)), 0)));
+    assert.equal(await page.locator("#list li").count(), 0);
+    await page.unrouteAll({ behavior: "ignoreErrors" });
+    await page.close();
+  });
+
   test("remote images only when asked, image thumbnails, delete all, offline when the server stops", { timeout: 120_000 }, async () => {
     const own = await startServer();
     // A stand-in for a remote image host: it counts what reaches it.
