@@ -485,10 +485,18 @@ impl<W> Api<W> {
             ("GET", Route::Html(id)) => self.html(id, &query),
             ("DELETE", Route::Emails) => self.delete(&query),
             ("DELETE", Route::ById(id)) => ready(query.only(&[]).and_then(|_| self.delete_one(id))),
-            (method, Route::Faults(id)) => ready(query.only(&[]).and_then(|_| {
-                let content_type = request.content_type.as_deref();
-                self.faults.handle(method, id, content_type, &request.body)
-            })),
+            (method, Route::Faults(id)) => {
+                query.only(&[])?;
+                // Parsing a rule and listing the rules grow with their size: outside
+                // this lock (the rules have their own).
+                Ok(Step::Work(self.job(JobKind::Faults {
+                    rules: self.faults.clone(),
+                    method: method.to_owned(),
+                    id: id.map(str::to_owned),
+                    content_type: request.content_type.clone(),
+                    body: request.body.clone(),
+                })))
+            }
             (method, route) => Err(ApiError::MethodNotAllowed {
                 method: truncate(method, 20).to_owned(),
                 allow: route.allow(),

@@ -66,6 +66,14 @@ pub(crate) enum JobKind {
         email: Arc<Email>,
         remote_images: bool,
     },
+    /// A request to `/api/faults`, answered from the rules' own lock.
+    Faults {
+        rules: crate::faults::FaultRules,
+        method: String,
+        id: Option<String>,
+        content_type: Option<String>,
+        body: bytes::Bytes,
+    },
 }
 
 /// The raw size past which a download's decoding counts as heavy.
@@ -139,6 +147,8 @@ impl Job {
             JobKind::Attachment { email, .. } | JobKind::Html { email, .. } => {
                 return email.raw().len() > LIGHT_DOWNLOAD_BYTES;
             }
+            // At most 64 KiB of JSON, or --max-faults small rules.
+            JobKind::Faults { .. } => return false,
         };
         pattern || messages.len() > LIGHT_MESSAGES
     }
@@ -154,6 +164,15 @@ impl Job {
     fn run_checked(self, clock: &dyn Clock) -> Result<Done, ApiError> {
         let patterns = &*self.patterns;
         match *self.kind {
+            JobKind::Faults {
+                rules,
+                method,
+                id,
+                content_type,
+                body,
+            } => rules
+                .handle(&method, id.as_deref(), content_type.as_deref(), &body)
+                .map(Done::Response),
             JobKind::List {
                 spec,
                 messages,

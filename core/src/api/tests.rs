@@ -723,3 +723,30 @@ fn raw_attachments_and_html_are_downloads() {
     let (status, _) = error_of(ready(&mut api, "DELETE", &format!("/api/emails/{id}/raw")));
     assert_eq!(status, 405);
 }
+
+#[test]
+fn fault_rules_are_parsed_and_listed_outside_the_api_lock() {
+    let mut api = api();
+    let mut request = Request::new("POST", "/api/faults");
+    request.content_type = Some("application/json".to_owned());
+    request.body =
+        bytes::Bytes::from_static(br#"{"stage": "rcpt", "action": {"reply": {"code": 550}}}"#);
+    // handle() is what runs under the host's lock: it only hands the body over.
+    let Step::Work(job) = api.handle(&request, NOW) else {
+        panic!("a fault request is a job");
+    };
+    assert!(!job.is_heavy(), "small: it runs on the async worker");
+    let Done::Response(added) = job.run(&StoppedClock) else {
+        panic!("a fault request ends in a response");
+    };
+    assert_eq!(added.status, 200);
+    assert_eq!(api.faults().len(), 1);
+    let Step::Work(list) = api.handle(&Request::new("GET", "/api/faults"), NOW) else {
+        panic!("listing the rules is a job too");
+    };
+    let Done::Response(listed) = list.run(&StoppedClock) else {
+        panic!("a response");
+    };
+    let listed: Value = serde_json::from_str(&listed.into_text()).expect("JSON");
+    assert_eq!(listed["faults"].as_array().map(Vec::len), Some(1));
+}
