@@ -220,27 +220,8 @@ fn a_restart_keeps_every_message_byte_exact_with_the_same_ids() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-const SENDERS: &str = r#"
-import smtplib, sys, threading
-host, port, senders = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-lock = threading.Lock()
-def run(n):
-    i = 0
-    try:
-        with smtplib.SMTP(host, port, timeout=30) as s:
-            while True:
-                subject = 'sender%d-%d' % (n, i)
-                msg = ('Subject: %s\r\nFrom: a@app.test\r\n\r\n' % subject + 'x' * 2000 + '\r\n').encode()
-                s.sendmail('a@app.test', ['b@local.test'], msg)
-                with lock:
-                    print(subject, flush=True)
-                i += 1
-    except Exception:
-        pass
-threads = [threading.Thread(target=run, args=(n,)) for n in range(senders)]
-for t in threads: t.start()
-for t in threads: t.join()
-"#;
+/// Python smtplib senders that print each acknowledged subject.
+const SENDERS: &str = include_str!("common/smtplib_senders.py");
 
 #[test]
 fn kill_9_while_smtplib_senders_run_loses_no_acknowledged_message() {

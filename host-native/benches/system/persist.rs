@@ -111,27 +111,8 @@ fn timed_start(dir: &std::path::Path) -> (Mailjar, Duration, Option<u64>) {
     )
 }
 
-const SENDERS: &str = r#"
-import smtplib, sys, threading
-host, port, senders = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-lock = threading.Lock()
-def run(n):
-    i = 0
-    try:
-        with smtplib.SMTP(host, port, timeout=30) as s:
-            while True:
-                subject = 'sender%d-%d' % (n, i)
-                msg = ('Subject: %s\r\nFrom: a@app.test\r\n\r\n' % subject + 'x' * 2000 + '\r\n').encode()
-                s.sendmail('a@app.test', ['b@local.test'], msg)
-                with lock:
-                    print(subject, flush=True)
-                i += 1
-    except Exception:
-        pass
-threads = [threading.Thread(target=run, args=(n,)) for n in range(senders)]
-for t in threads: t.start()
-for t in threads: t.join()
-"#;
+/// Python smtplib senders that print each acknowledged subject (shared with tests/persistence.rs).
+const SENDERS: &str = include_str!("../../tests/common/smtplib_senders.py");
 
 fn kill_under_load(senders: usize, seconds: f64) -> (usize, usize, usize) {
     let dir = temp_dir("kill9");
