@@ -299,42 +299,43 @@ fn owned(s: &str) -> String {
 
 /// `text` with each CRLF as LF; a lone CR stays (as InboxTap reads bodies).
 pub fn crlf_to_lf(text: &str) -> Cow<'_, str> {
-    match memchr::memmem::find(text.as_bytes(), b"\r\n") {
-        None => Cow::Borrowed(text),
-        Some(first) => {
-            let mut out = String::with_capacity(text.len() - 1);
-            out.push_str(&text[..first]);
-            let mut rest = &text[first + 1..];
-            // `rest` starts with the LF of a CRLF whose CR is dropped.
-            while let Some(p) = memchr::memmem::find(&rest.as_bytes()[1..], b"\r\n") {
-                out.push_str(&rest[..p + 1]);
-                rest = &rest[p + 2..];
-            }
-            out.push_str(rest);
-            Cow::Owned(out)
-        }
+    let bytes = text.as_bytes();
+    // Only the CRs followed by LF go; memchr finds the CRs.
+    let mut crlfs =
+        memchr::memchr_iter(b'\r', bytes).filter(|&cr| bytes.get(cr + 1) == Some(&b'\n'));
+    let Some(first) = crlfs.next() else {
+        return Cow::Borrowed(text);
+    };
+    let mut out = String::with_capacity(text.len() - 1);
+    out.push_str(&text[..first]);
+    let mut from = first + 1;
+    for cr in crlfs {
+        out.push_str(&text[from..cr]);
+        from = cr + 1;
     }
+    out.push_str(&text[from..]);
+    Cow::Owned(out)
 }
 
 /// Whether `raw` is `text` but for CRLF where `text` has LF: what
 /// [`crlf_to_lf`] of `raw` would give, checked without a copy.
 pub fn is_crlf_form_of(raw: &[u8], text: &str) -> bool {
     let text = text.as_bytes();
+    // Compare the runs between the dropped CRs, a slice at a time.
     let mut t = 0;
-    let mut r = 0;
-    while r < raw.len() {
-        let b = raw[r];
-        if b == b'\r' && raw.get(r + 1) == Some(&b'\n') {
-            r += 1;
+    let mut from = 0;
+    for cr in memchr::memchr_iter(b'\r', raw) {
+        if raw.get(cr + 1) != Some(&b'\n') {
             continue;
         }
-        if text.get(t) != Some(&b) {
+        let run = &raw[from..cr];
+        if text.get(t..t + run.len()) != Some(run) {
             return false;
         }
-        t += 1;
-        r += 1;
+        t += run.len();
+        from = cr + 1;
     }
-    t == text.len()
+    text.get(t..) == Some(&raw[from..])
 }
 
 /// Whether a text part is text/plain; a part without Content-Type is.

@@ -690,6 +690,47 @@ fn line_endings_become_lf() {
     assert!(!is_crlf_form_of(b"a\rb", "a\nb"));
 }
 
+/// The byte-at-a-time definitions the fast line-ending helpers must agree with.
+fn crlf_to_lf_by_byte(text: &str) -> String {
+    text.replace("\r\n", "\n")
+}
+
+fn is_crlf_form_of_by_byte(raw: &[u8], text: &str) -> bool {
+    let text = text.as_bytes();
+    let (mut t, mut r) = (0, 0);
+    while r < raw.len() {
+        if raw[r] == b'\r' && raw.get(r + 1) == Some(&b'\n') {
+            r += 1;
+            continue;
+        }
+        if text.get(t) != Some(&raw[r]) {
+            return false;
+        }
+        t += 1;
+        r += 1;
+    }
+    t == text.len()
+}
+
+proptest::proptest! {
+    #[test]
+    fn line_ending_helpers_agree_with_their_byte_at_a_time_definitions(
+        raw in "[ab\r\n]{0,40}",
+        text in "[ab\r\n]{0,40}",
+    ) {
+        proptest::prop_assert_eq!(crlf_to_lf(&raw).into_owned(), crlf_to_lf_by_byte(&raw));
+        proptest::prop_assert_eq!(
+            is_crlf_form_of(raw.as_bytes(), &text),
+            is_crlf_form_of_by_byte(raw.as_bytes(), &text)
+        );
+        // And for the pairs that do match, which random pairs rarely are.
+        let lf = crlf_to_lf_by_byte(&raw);
+        proptest::prop_assert!(is_crlf_form_of(raw.as_bytes(), &lf));
+        let longer = format!("{lf}a");
+        proptest::prop_assert!(!is_crlf_form_of(raw.as_bytes(), &longer));
+    }
+}
+
 #[test]
 fn decode_entities_cases() {
     assert_eq!(
