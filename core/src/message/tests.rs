@@ -823,3 +823,14 @@ fn encoded_words_mixed_with_text() {
     );
     assert_eq!(p.subject, "Re: café and ü end");
 }
+
+proptest::proptest! {
+    #[test]
+    fn the_digit_skip_finds_the_first_digit(text in "[a-z0-9 /:é]{0,70}", from in 0usize..80) {
+        let bytes = text.as_bytes();
+        let expected = (from.min(bytes.len())..bytes.len())
+            .find(|&i| bytes[i].is_ascii_digit())
+            .unwrap_or(bytes.len());
+        proptest::prop_assert_eq!(super::codes::next_digit(bytes, from), expected);
+    }
+}
