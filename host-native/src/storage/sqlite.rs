@@ -6,7 +6,13 @@
 //! is not a database, one written by a newer schema, and one that fails
 //! SQLite's `quick_check`. Those checks run on a read-only connection
 //! before anything is written.
+//!
+//! Rows are found by their `seq` (the rowid), never by `id`: the engine keeps
+//! each stored id's `seq` in memory, so the table has no index on `id`, and a
+//! commit of a few messages writes about half the pages it would with one
+//! (measured: a third less CPU and half the wall time a message).
 
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
@@ -34,13 +40,16 @@ const LOAD_BATCH: usize = 4096;
 /// with the batch being parsed and two queued, loading holds at most about 4 of these beyond the store.
 const LOAD_BATCH_BYTES: usize = 8 * 1024 * 1024;
 
-/// The most bytes a write-ahead log keeps on disk after a checkpoint.
+/// The most bytes a write-ahead log keeps on disk after a checkpoint; it is
+/// also the log's size that starts one. Each checkpoint waits for the disk
+/// twice, with every sender waiting behind it: at SQLite's default (1000
+/// pages, 16 MiB here) they cost more wall time than the commits themselves.
 const WAL_LIMIT_BYTES: i64 = 64 * 1024 * 1024;
 
 /// The migrations, from schema `i` to `i + 1`.
 const MIGRATIONS: &[&str] = &["CREATE TABLE messages (
         seq INTEGER PRIMARY KEY,
-        id BLOB NOT NULL UNIQUE,
+        id BLOB NOT NULL,
         received_ms INTEGER NOT NULL,
         sender TEXT NOT NULL,
         recipients TEXT NOT NULL,
@@ -61,6 +70,10 @@ pub struct Sqlite {
     _lock: File,
     /// Debug builds only: while this file exists, writes fail (tests of the failure path).
     fail_while: Option<PathBuf>,
+    /// The row (`seq`) of each stored message, by id; filled at load.
+    rows: BTreeMap<MessageId, i64>,
+    /// The `seq` the next message gets.
+    next_seq: i64,
 }
 
 impl std::fmt::Debug for Sqlite {
@@ -179,7 +192,8 @@ impl Sqlite {
         let synchronous = if options.fsync { "FULL" } else { "NORMAL" };
         connection
             .execute_batch(&format!(
-                "PRAGMA synchronous = {synchronous}; PRAGMA foreign_keys = OFF; PRAGMA journal_size_limit = {WAL_LIMIT_BYTES};"
+                "PRAGMA synchronous = {synchronous}; PRAGMA foreign_keys = OFF; PRAGMA journal_size_limit = {WAL_LIMIT_BYTES}; PRAGMA wal_autocheckpoint = {};",
+                WAL_LIMIT_BYTES / PAGE_SIZE
             ))
             .map_err(|e| error(&path, e))?;
         connection.set_prepared_statement_cache_capacity(16);
@@ -205,6 +219,8 @@ impl Sqlite {
             path,
             _lock: lock,
             fail_while,
+            rows: BTreeMap::new(),
+            next_seq: 1,
         })
     }
 
@@ -237,19 +253,51 @@ pub fn bytes_on_disk(path: &Path) -> u64 {
 impl Storage for Sqlite {
     fn write(&mut self, records: &[Record<'_>], removals: &[Removal]) -> Result<(), StorageError> {
         self.apply_fault()?;
+        // The rows this write adds and removes; the map changes only once it has committed.
+        let added: Vec<(MessageId, i64)> = records
+            .iter()
+            .zip(self.next_seq..)
+            .map(|(r, seq)| (r.id, seq))
+            .collect();
+        let find = |id: &MessageId| {
+            self.rows
+                .get(id)
+                .or_else(|| added.iter().find(|(a, _)| a == id).map(|(_, seq)| seq))
+                .copied()
+        };
+        let mut gone: Vec<(i64, i64)> = Vec::with_capacity(removals.len());
+        for removal in removals {
+            match *removal {
+                Removal::One(id) => gone.extend(find(&id).map(|seq| (seq, seq))),
+                Removal::Range { first, last } => {
+                    let mut range = self.rows.range(first..=last).map(|(_, seq)| *seq);
+                    let low = range.next();
+                    let high = range.next_back().or(low);
+                    let in_batch = added.iter().filter(|(id, _)| (first..=last).contains(id));
+                    let (low, high) = in_batch.fold((low, high), |(low, high), (_, seq)| {
+                        (
+                            low.or(Some(*seq)),
+                            Some(high.map_or(*seq, |h: i64| h.max(*seq))),
+                        )
+                    });
+                    gone.extend(low.zip(high));
+                }
+            }
+        }
         let tx = self
             .connection
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
         {
             let mut insert = tx.prepare_cached(
-                "INSERT INTO messages (id, received_ms, sender, recipients, helo, remote_addr, \
+                "INSERT INTO messages (seq, id, received_ms, sender, recipients, helo, remote_addr, \
                  tls_version, tls_cipher, auth_mechanism, auth_username, raw) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
             )?;
-            for r in records {
+            for (r, (_, seq)) in records.iter().zip(&added) {
                 let recipients = serde_json::to_string(&r.envelope.to)
                     .map_err(|e| StorageError(e.to_string()))?;
                 insert.execute(params![
+                    seq,
                     &id_bytes(r.id)[..],
                     i64::try_from(r.received_at_ms).unwrap_or(i64::MAX),
                     r.envelope.from,
@@ -263,25 +311,36 @@ impl Storage for Sqlite {
                     r.raw
                 ])?;
             }
-            let mut one = tx.prepare_cached("DELETE FROM messages WHERE id = ?1")?;
-            let mut range = tx.prepare_cached("DELETE FROM messages WHERE id BETWEEN ?1 AND ?2")?;
-            for removal in removals {
-                match *removal {
-                    Removal::One(id) => one.execute([&id_bytes(id)[..]])?,
-                    Removal::Range { first, last } => {
-                        range.execute([&id_bytes(first)[..], &id_bytes(last)[..]])?
-                    }
-                };
+            let mut delete =
+                tx.prepare_cached("DELETE FROM messages WHERE seq BETWEEN ?1 AND ?2")?;
+            for (low, high) in &gone {
+                delete.execute([low, high])?;
             }
         }
         tx.commit()?;
+        self.next_seq += added.len() as i64;
+        self.rows.extend(added);
+        for removal in removals {
+            match *removal {
+                Removal::One(id) => {
+                    self.rows.remove(&id);
+                }
+                Removal::Range { first, last } => {
+                    let ids: Vec<MessageId> =
+                        self.rows.range(first..=last).map(|(id, _)| *id).collect();
+                    for id in ids {
+                        self.rows.remove(&id);
+                    }
+                }
+            }
+        }
         Ok(())
     }
 
     fn load(&mut self, each: &mut dyn FnMut(Vec<Loaded>)) -> Result<(), StorageError> {
         let mut statement = self.connection.prepare(
             "SELECT id, received_ms, sender, recipients, helo, remote_addr, tls_version, \
-             tls_cipher, auth_mechanism, auth_username, raw FROM messages ORDER BY id",
+             tls_cipher, auth_mechanism, auth_username, raw, seq FROM messages ORDER BY seq",
         )?;
         let mut rows = statement.query([])?;
         let mut batch = Vec::with_capacity(LOAD_BATCH);
@@ -291,6 +350,9 @@ impl Storage for Sqlite {
             let id = <[u8; 16]>::try_from(id.as_slice())
                 .map(|b| MessageId::from_u128(u128::from_be_bytes(b)))
                 .map_err(|_| error(&self.path, "a stored id is not 16 bytes"))?;
+            let seq: i64 = row.get(11)?;
+            self.rows.insert(id, seq);
+            self.next_seq = self.next_seq.max(seq + 1);
             let received: i64 = row.get(1)?;
             let recipients: String = row.get(3)?;
             let to: Vec<String> = serde_json::from_str(&recipients)
@@ -383,6 +445,74 @@ mod tests {
         s.connection
             .query_row("PRAGMA page_count", [], |r| r.get(0))
             .unwrap()
+    }
+
+    #[test]
+    fn removals_find_their_rows_after_a_reopen_and_within_the_batch_that_adds_them() {
+        let dir = temp("rows");
+        let options = Options {
+            dir: dir.clone(),
+            fsync: false,
+        };
+        let mut api = Api::<()>::new(ApiConfig::default());
+        let envelope = Envelope {
+            from: "s@x.test".into(),
+            to: vec!["a@x.test".into()],
+        };
+        let facts = SmtpFacts::default();
+        let raw = b"Subject: x\r\n\r\nbody\r\n".to_vec();
+        let ids: Vec<MessageId> = (0..11).map(|_| api.assign(1000, [1; 10]).id).collect();
+        let records = |ids: &[MessageId]| -> Vec<(MessageId, u64)> {
+            ids.iter().map(|&id| (id, 1000)).collect()
+        };
+        let write = |db: &mut Sqlite, add: &[MessageId], removals: &[Removal]| {
+            let rows = records(add);
+            let records: Vec<Record<'_>> = rows
+                .iter()
+                .map(|&(id, at)| Record {
+                    id,
+                    received_at_ms: at,
+                    envelope: &envelope,
+                    smtp: &facts,
+                    raw: &raw,
+                })
+                .collect();
+            db.write(&records, removals).unwrap();
+        };
+        let stored = |db: &mut Sqlite| {
+            let mut loaded = Vec::new();
+            db.load(&mut |batch| loaded.extend(batch.into_iter().map(|l| l.id)))
+                .unwrap();
+            loaded
+        };
+        {
+            let mut db = Sqlite::open(&options).unwrap();
+            write(&mut db, &ids[..6], &[]);
+        }
+        let mut db = Sqlite::open(&options).unwrap();
+        assert_eq!(stored(&mut db), ids[..6]);
+        // Rows added and removed in one transaction, a range over old and new
+        // rows, one old row.
+        write(
+            &mut db,
+            &ids[6..10],
+            &[
+                Removal::One(ids[0]),
+                Removal::Range {
+                    first: ids[4],
+                    last: ids[7],
+                },
+                Removal::One(ids[9]),
+            ],
+        );
+        drop(db);
+        let mut db = Sqlite::open(&options).unwrap();
+        assert_eq!(stored(&mut db), [ids[1], ids[2], ids[3], ids[8]]);
+        // After a reopen new rows follow the loaded ones, and old ones are still found.
+        write(&mut db, &ids[10..], &[Removal::One(ids[8])]);
+        assert_eq!(stored(&mut db), [ids[1], ids[2], ids[3], ids[10]]);
+        drop(db);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
