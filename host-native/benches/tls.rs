@@ -15,38 +15,18 @@
 //! `HANDSHAKES` (2000), `IDLE_CONNECTIONS` (500).
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rustls::pki_types::CertificateDer;
-use rustls::pki_types::pem::PemObject;
+mod common;
+use common::{MAILJAR, env_usize, free_port, median, rss, show, wait_for_port};
 
-const MAILJAR: &str = env!("CARGO_BIN_EXE_mailjar");
-
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
-fn wait_for_port(port: u16) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "port {port} never opened");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
+#[path = "../tests/common/tls_client.rs"]
+mod tls_client;
+use tls_client::client_config;
 
 /// mailjar with a self-signed certificate and an implicit-TLS listener, killed on drop.
 struct Mailjar {
@@ -112,13 +92,7 @@ impl Mailjar {
     }
 
     fn rss(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
-            .unwrap_or_default();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            .map_or(0, |kb| kb * 1024)
+        rss(self.child.id())
     }
 }
 
@@ -128,21 +102,6 @@ impl Drop for Mailjar {
         let _ = self.child.wait();
         let _ = std::fs::remove_file(&self.cert);
     }
-}
-
-fn client_config(cert: &PathBuf) -> Arc<rustls::ClientConfig> {
-    let mut roots = rustls::RootCertStore::empty();
-    for c in CertificateDer::pem_file_iter(cert).expect("PEM") {
-        roots.add(c.expect("a certificate")).expect("a CA");
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    Arc::new(
-        rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .expect("versions")
-            .with_root_certificates(roots)
-            .with_no_client_auth(),
-    )
 }
 
 /// Any byte stream an SMTP client can talk over.
@@ -277,19 +236,6 @@ fn idle_rss(m: &Mailjar, port: u16, tls: Option<Arc<rustls::ClientConfig>>, coun
     let after = m.rss();
     drop(open);
     (after.saturating_sub(before)) as f64 / count as f64
-}
-
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(|a, b| a.total_cmp(b));
-    values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
-}
-
-fn show(values: &[f64], digits: usize) -> String {
-    values
-        .iter()
-        .map(|v| format!("{v:.digits$}"))
-        .collect::<Vec<_>>()
-        .join(" ")
 }
 
 fn main() {
