@@ -13,6 +13,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+/// The shared MIME corpus: its files and the text an SMTP client sends of one.
+#[path = "../../../core/tests/common/corpus.rs"]
+pub mod corpus;
+
 /// How long any single socket read may block before a test fails instead of hanging.
 pub const IO_TIMEOUT: Duration = Duration::from_secs(20);
 
@@ -1281,4 +1285,22 @@ pub fn read_body_with(
         })?;
     }
     Ok(total)
+}
+
+/// swaks (which must be installed) pointed at the server's SMTP port, saying
+/// `EHLO e2e.test`; the caller adds the rest and runs it.
+pub fn swaks(server: &Server) -> Command {
+    let installed = Command::new("swaks")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(
+        installed,
+        "swaks is not installed: install it with `apt-get install -y swaks`"
+    );
+    let mut swaks = Command::new("swaks");
+    swaks.args(["--server", "127.0.0.1", "--port"]);
+    swaks.arg(server.smtp.port().to_string());
+    swaks.args(["--helo", "e2e.test"]);
+    swaks
 }
