@@ -341,27 +341,7 @@ fn curl_upload_with_several_recipients() {
 
 /// Runs swaks, which must be installed; returns its transcript.
 fn swaks(server: &Server, args: &[&str]) -> String {
-    let installed = Command::new("swaks")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    assert!(
-        installed,
-        "swaks is not installed: install it with `apt-get install -y swaks`"
-    );
-    let port = server.smtp.port().to_string();
-    run_ok(
-        Command::new("swaks")
-            .args([
-                "--server",
-                "127.0.0.1",
-                "--port",
-                &port,
-                "--helo",
-                "e2e.test",
-            ])
-            .args(args),
-    )
+    run_ok(common::swaks(server).args(args))
 }
 
 /// The message text as swaks' transcript shows it going out (` -> ` lines after the 354), unstuffed.
