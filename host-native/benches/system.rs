@@ -8,8 +8,9 @@
 //! because these machines are shared and noisy.
 //!
 //! Environment: `ROUNDS` (default 3), `MESSAGES` (default 5000),
-//! `WAIT_SAMPLES` (default 1000), `MANY_WAITS` (default 10000); `ONLY` runs one
-//! section: `idle`, `many-waits`, `streams-ingest` (`STREAMS`), `event-latency`, `persist`.
+//! `WAIT_SAMPLES` (default 1000), `MANY_WAITS` (default 10000), `MAILJAR_BIN`
+//! (another build to measure); `ONLY` runs one section: `idle`, `many-waits`,
+//! `streams-ingest` (`STREAMS`), `event-latency`, `persist`.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -17,7 +18,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{MAILJAR, env_usize, free_port, median, rss, show, wait_for_port};
+use common::{env_usize, free_port, mailjar, median, rss, show, wait_for_port};
 
 /// A child process killed on drop.
 struct Proc(Child);
@@ -38,7 +39,7 @@ struct Mailjar {
 impl Mailjar {
     fn start(extra: &[&str]) -> Mailjar {
         let (smtp, http) = (free_port(), free_port());
-        let child = Command::new(MAILJAR)
+        let child = Command::new(mailjar())
             .args([
                 "--smtp-port",
                 &smtp.to_string(),

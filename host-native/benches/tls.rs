@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{MAILJAR, env_usize, free_port, median, rss, show, wait_for_port};
+use common::{env_usize, free_port, mailjar, median, rss, show, wait_for_port};
 
 #[path = "../tests/common/tls_client.rs"]
 mod tls_client;
@@ -42,7 +42,7 @@ impl Mailjar {
         let (smtp, smtps, http) = (free_port(), free_port(), free_port());
         let cert =
             std::env::temp_dir().join(format!("mailjar-bench-tls-{}.pem", std::process::id()));
-        let child = Command::new(MAILJAR)
+        let child = Command::new(mailjar())
             .args([
                 "--smtp-port",
                 &smtp.to_string(),

@@ -7,8 +7,11 @@
 use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-/// The `mailjar` binary cargo built for this bench.
-pub const MAILJAR: &str = env!("CARGO_BIN_EXE_mailjar");
+/// The `mailjar` binary to measure: `MAILJAR_BIN` when set (to compare two
+/// builds with the same bench), else the one cargo built for this bench.
+pub fn mailjar() -> String {
+    std::env::var("MAILJAR_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_mailjar").to_owned())
+}
 
 /// A count from the environment, or `default` when unset or not a number.
 pub fn env_usize(name: &str, default: usize) -> usize {
