@@ -18,7 +18,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{env_usize, free_port, mailjar, median, rss, show, wait_for_port};
+use common::{env_usize, free_port, mailjar, median, read_reply, rss, show, wait_for_port};
 
 /// A child process killed on drop.
 struct Proc(Child);
@@ -264,18 +264,6 @@ fn ingest_round(sessions: usize, messages: usize, reuse: bool) -> IngestRound {
 fn smtp_command(reader: &mut BufReader<TcpStream>, command: &[u8]) -> String {
     reader.get_mut().write_all(command).expect("SMTP write");
     read_reply(reader)
-}
-
-fn read_reply(reader: &mut BufReader<TcpStream>) -> String {
-    let mut all = String::new();
-    loop {
-        let mut line = String::new();
-        reader.read_line(&mut line).expect("SMTP reply");
-        all.push_str(&line);
-        if line.len() < 4 || line.as_bytes()[3] == b' ' {
-            return all;
-        }
-    }
 }
 
 fn smtp_connect(port: u16) -> BufReader<TcpStream> {

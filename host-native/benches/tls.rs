@@ -14,7 +14,7 @@
 //! Environment: `ROUNDS` (3), `MESSAGES` (5000), `SESSIONS` (10),
 //! `HANDSHAKES` (2000), `IDLE_CONNECTIONS` (500).
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{env_usize, free_port, mailjar, median, rss, show, wait_for_port};
+use common::{env_usize, free_port, mailjar, median, read_reply, rss, show, wait_for_port};
 
 #[path = "../tests/common/tls_client.rs"]
 mod tls_client;
@@ -108,23 +108,11 @@ impl Drop for Mailjar {
 trait Stream: Read + Write {}
 impl<T: Read + Write> Stream for T {}
 
-fn reply(reader: &mut BufReader<Box<dyn Stream>>) -> String {
-    let mut all = String::new();
-    loop {
-        let mut line = String::new();
-        reader.read_line(&mut line).expect("SMTP reply");
-        all.push_str(&line);
-        if line.len() < 4 || line.as_bytes()[3] == b' ' {
-            return all;
-        }
-    }
-}
-
 fn command(reader: &mut BufReader<Box<dyn Stream>>, line: &[u8]) -> String {
     let s = reader.get_mut();
     s.write_all(line).expect("SMTP write");
     s.flush().expect("flush");
-    reply(reader)
+    read_reply(reader)
 }
 
 fn handshake(tcp: TcpStream, config: &Arc<rustls::ClientConfig>) -> Box<dyn Stream> {
@@ -145,7 +133,7 @@ fn session(port: u16, tls: Option<Arc<rustls::ClientConfig>>, count: usize) {
     let tcp = TcpStream::connect(("127.0.0.1", port)).expect("connect");
     tcp.set_nodelay(true).ok();
     let mut smtp = BufReader::new(Box::new(tcp.try_clone().expect("clone")) as Box<dyn Stream>);
-    reply(&mut smtp);
+    read_reply(&mut smtp);
     command(&mut smtp, b"EHLO bench\r\n");
     if let Some(config) = tls {
         assert!(command(&mut smtp, b"STARTTLS\r\n").starts_with("220"));
@@ -205,7 +193,7 @@ fn connections(port: u16, tls: Option<Arc<rustls::ClientConfig>>, count: usize) 
                         None => Box::new(tcp) as Box<dyn Stream>,
                     };
                     let mut smtp = BufReader::new(stream);
-                    assert!(reply(&mut smtp).starts_with("220"));
+                    assert!(read_reply(&mut smtp).starts_with("220"));
                     command(&mut smtp, b"QUIT\r\n");
                 }
             })
@@ -229,7 +217,7 @@ fn idle_rss(m: &Mailjar, port: u16, tls: Option<Arc<rustls::ClientConfig>>, coun
             None => Box::new(tcp) as Box<dyn Stream>,
         };
         let mut smtp = BufReader::new(stream);
-        reply(&mut smtp);
+        read_reply(&mut smtp);
         open.push(smtp);
     }
     std::thread::sleep(Duration::from_millis(300));

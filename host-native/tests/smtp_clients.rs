@@ -344,27 +344,6 @@ fn swaks(server: &Server, args: &[&str]) -> String {
     run_ok(common::swaks(server).args(args))
 }
 
-/// The message text as swaks' transcript shows it going out (` -> ` lines after the 354), unstuffed.
-fn swaks_data(transcript: &str) -> Vec<u8> {
-    let mut data = Vec::new();
-    let mut in_data = false;
-    for line in transcript.lines() {
-        if !in_data {
-            in_data = line.starts_with("<-  354");
-            continue;
-        }
-        let Some(sent) = line.strip_prefix(" -> ") else {
-            continue;
-        };
-        if sent == "." {
-            return common::dot_unstuff(&data);
-        }
-        data.extend_from_slice(sent.as_bytes());
-        data.extend_from_slice(b"\r\n");
-    }
-    panic!("no DATA in the swaks transcript:\n{transcript}");
-}
-
 fn swaks_message(extra: &[&str]) {
     let server = Server::start();
     let n = nonce();
@@ -388,7 +367,7 @@ fn swaks_message(extra: &[&str]) {
     ]);
     args.extend(extra);
     let transcript = swaks(&server, &args);
-    let data = swaks_data(&transcript);
+    let data = common::swaks_data(&transcript);
     let email = server.assert_latest(
         "swaks@example.test",
         &["one@example.test", "two@example.test"],

@@ -312,30 +312,6 @@ fn swaks_tls(server: &TlsServer, port: u16, mode: &str, subject: &str, body: &st
     ]))
 }
 
-/// The message text as swaks' transcript shows it going out (` -> ` lines after the 354), unstuffed.
-fn swaks_data(transcript: &str) -> Vec<u8> {
-    let mut data = Vec::new();
-    let mut in_data = false;
-    for line in transcript.lines() {
-        if !in_data {
-            in_data = line.starts_with("<~  354") || line.starts_with("<-  354");
-            continue;
-        }
-        let Some(sent) = line
-            .strip_prefix(" ~> ")
-            .or_else(|| line.strip_prefix(" -> "))
-        else {
-            continue;
-        };
-        if sent == "." {
-            return common::dot_unstuff(&data);
-        }
-        data.extend_from_slice(sent.as_bytes());
-        data.extend_from_slice(b"\r\n");
-    }
-    panic!("no DATA in the swaks transcript:\n{transcript}");
-}
-
 #[test]
 fn swaks_starttls_and_implicit_tls() {
     let server = TlsServer::start(&[]);
@@ -347,7 +323,7 @@ fn swaks_starttls_and_implicit_tls() {
         let subject = format!("swaks {mode} {n}");
         let transcript = swaks_tls(&server, port, mode, &subject, "line one\n.dotted\nlast");
         assert!(transcript.contains("TLS started"), "{transcript}");
-        let data = swaks_data(&transcript);
+        let data = common::swaks_data(&transcript);
         let email = server.assert_latest_raw(&data);
         assert_eq!(email["subject"], subject.as_str());
         assert_tls(&email);

@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+use std::io::BufRead;
 use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
@@ -61,4 +62,17 @@ pub fn show(values: &[f64], digits: usize) -> String {
         .map(|v| format!("{v:.digits$}"))
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// Reads one SMTP reply, all its lines (`250-...` up to `250 ...`).
+pub fn read_reply(reader: &mut impl BufRead) -> String {
+    let mut all = String::new();
+    loop {
+        let mut line = String::new();
+        reader.read_line(&mut line).expect("SMTP reply");
+        all.push_str(&line);
+        if line.len() < 4 || line.as_bytes()[3] == b' ' {
+            return all;
+        }
+    }
 }

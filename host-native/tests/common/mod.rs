@@ -1304,3 +1304,28 @@ pub fn swaks(server: &Server) -> Command {
     swaks.args(["--helo", "e2e.test"]);
     swaks
 }
+
+/// The message text as swaks' transcript shows it going out (` -> `, or
+/// ` ~> ` over TLS, lines after the 354), unstuffed.
+pub fn swaks_data(transcript: &str) -> Vec<u8> {
+    let mut data = Vec::new();
+    let mut in_data = false;
+    for line in transcript.lines() {
+        if !in_data {
+            in_data = line.starts_with("<~  354") || line.starts_with("<-  354");
+            continue;
+        }
+        let Some(sent) = line
+            .strip_prefix(" ~> ")
+            .or_else(|| line.strip_prefix(" -> "))
+        else {
+            continue;
+        };
+        if sent == "." {
+            return dot_unstuff(&data);
+        }
+        data.extend_from_slice(sent.as_bytes());
+        data.extend_from_slice(b"\r\n");
+    }
+    panic!("no DATA in the swaks transcript:\n{transcript}");
+}
