@@ -4,6 +4,8 @@
 # benchmark and the core micro-benchmarks. Not part of the test command.
 #   ROUNDS=3 MESSAGES=5000 WAIT_SAMPLES=1000 MANY_WAITS=10000 benches/run.sh
 #   ONLY=tls-ingest benches/run.sh   (TLS: STARTTLS ingest / plain, handshakes/s, RSS per idle TLS connection)
+#   ONLY=idle|many-waits|streams-ingest|event-latency MICRO=0 benches/run.sh   # one system section, ROUNDS times
+#   MAILJAR_BIN=/path/to/other/mailjar ... # measure another build with the same bench
 #   ONLY=persist MICRO=0 benches/run.sh   # --data-dir against memory-only, start
 #     time with PERSIST_STORED (100000) stored messages, kill -9 under load
 #     (PERSIST_SECTIONS=ingest,start,kill picks parts)

@@ -134,9 +134,9 @@ impl Event {
         out.extend_from_slice(self.name().as_bytes());
         out.push(b'\n');
         if let Some(id) = self.id() {
-            out.extend_from_slice(b"id: ");
-            out.extend_from_slice(id.to_string().as_bytes());
-            out.push(b'\n');
+            // Formatted in place: no string per event and subscriber.
+            use std::io::Write as _;
+            let _ = writeln!(out, "id: {id}");
         }
         out.extend_from_slice(b"data: ");
         out.extend_from_slice(self.data());
@@ -444,10 +444,13 @@ impl EventBatch {
         };
         match &self.source {
             Source::Log { entries, store } => {
+                // The log names messages in the order they were stored: each
+                // is looked up from where the one before it was found.
+                let mut from = 0;
                 for entry in entries {
                     match entry {
                         LogEntry::Stored(id) => {
-                            if let Some(email) = store.get(*id)
+                            if let Some(email) = store.get_ascending(*id, &mut from)
                                 && !offer(email, &mut events)
                             {
                                 break;

@@ -83,6 +83,43 @@ impl Snapshot {
         self.emails.get(i)
     }
 
+    /// The message with this id, for lookups in ascending id order: `from`
+    /// is where the last one left off (start at 0 and pass the same `from`
+    /// each time). The next message in line is found in one step, any other
+    /// by a binary search of what follows; an id before `from` falls back to
+    /// [`Snapshot::get`]. An event batch looks up every message it names
+    /// this way, for every subscriber.
+    pub fn get_ascending(&self, id: MessageId, from: &mut usize) -> Option<&Arc<Email>> {
+        let len = self.emails.len();
+        let start = (*from).min(len);
+        match self.emails.get(start) {
+            Some(next) if next.id == id => {
+                *from = start + 1;
+                return Some(next);
+            }
+            Some(next) if next.id > id => return self.get(id),
+            Some(_) => {}
+            None if start > 0 => return self.get(id),
+            None => return None,
+        }
+        // Past `start`: binary search of (start, len).
+        let (mut lo, mut hi) = (start + 1, len);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            let here = self.emails.get(mid)?;
+            match here.id.cmp(&id) {
+                std::cmp::Ordering::Less => lo = mid + 1,
+                std::cmp::Ordering::Greater => hi = mid,
+                std::cmp::Ordering::Equal => {
+                    *from = mid + 1;
+                    return Some(here);
+                }
+            }
+        }
+        *from = lo;
+        None
+    }
+
     /// The first `n` messages and the rest. O(log n).
     pub fn split_at(self, n: usize) -> (Snapshot, Snapshot) {
         let n = n.min(self.emails.len());
@@ -246,6 +283,46 @@ mod tests {
             session: Default::default(),
         });
         Email::new(ids.next(1000, [1; 10]), 1000, prepared)
+    }
+
+    #[test]
+    fn ascending_lookups_find_what_get_finds() {
+        let mut ids = IdGenerator::new();
+        let mut store = Store::new(StoreLimits {
+            max_messages: 100,
+            max_bytes: usize::MAX,
+        });
+        let all: Vec<MessageId> = (0..40)
+            .map(|i| {
+                let raw = format!("Subject: {i}\r\n\r\n");
+                store.push(email(&mut ids, &raw, &["a@x"])).0.id
+            })
+            .collect();
+        // Gaps: every third message is deleted, so some ids are not in the snapshot.
+        let gone: Vec<MessageId> = all.iter().copied().step_by(3).collect();
+        store.remove_ids(&gone);
+        let snapshot = store.snapshot();
+        let found = |id: MessageId| snapshot.get(id).map(|e| e.id);
+        // In order (all, a tail, every other one), and out of order: always what `get` says.
+        for run in [
+            all.clone(),
+            all[25..].to_vec(),
+            all.iter().copied().step_by(2).collect(),
+            all.iter().rev().copied().collect(),
+        ] {
+            let mut from = 0;
+            for id in run {
+                let got = snapshot.get_ascending(id, &mut from).map(|e| e.id);
+                assert_eq!(got, found(id), "{id}");
+            }
+        }
+        // An empty snapshot finds nothing.
+        let mut from = 0;
+        assert!(
+            Snapshot::default()
+                .get_ascending(all[1], &mut from)
+                .is_none()
+        );
     }
 
     #[test]

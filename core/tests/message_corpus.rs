@@ -1,27 +1,15 @@
 //! Parses every message of the third-party corpus in `shared/corpus/mime`
 //! and checks properties that must hold for any input.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use mailjar_core::message::{ParsedMessage, parse};
 
-const CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/corpus/mime");
-
-fn files(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            files(&path, out);
-        } else if path.is_file() {
-            out.push(path);
-        }
-    }
-}
+#[path = "common/corpus.rs"]
+mod corpus;
+use corpus::{CORPUS, corpus_files};
 
 /// The first Subject header of `raw`, unfolded, when it is plain ASCII
 /// without encoded words (so its parsed form must equal it).
@@ -148,13 +136,9 @@ fn check(name: &str, raw: &[u8], p: &ParsedMessage) -> Vec<String> {
 #[test]
 fn corpus_parses_soundly() {
     let root = Path::new(CORPUS);
-    if !root.is_dir() {
-        println!("corpus absent, skipping");
+    let Some(paths) = corpus_files("corpus_parses_soundly") else {
         return;
-    }
-    let mut paths = Vec::new();
-    files(root, &mut paths);
-    paths.sort();
+    };
     let messages: Vec<(String, Vec<u8>)> = paths
         .iter()
         .filter(|p| p.file_name().is_some_and(|n| n != "README.md"))
@@ -229,12 +213,9 @@ fn stored_form_gives_back_what_parse_gave() {
     use mailjar_core::smtp::{Envelope, Incoming};
     use mailjar_core::store::{Email, Prepared};
 
-    let mut all = Vec::new();
-    files(Path::new(CORPUS), &mut all);
-    if all.is_empty() {
-        println!("corpus absent at {CORPUS}, skipping");
+    let Some(all) = corpus_files("the corpus store test") else {
         return;
-    }
+    };
     let mut ids = IdGenerator::new();
     let mut total = 0usize;
     for path in &all {

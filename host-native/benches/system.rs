@@ -8,36 +8,17 @@
 //! because these machines are shared and noisy.
 //!
 //! Environment: `ROUNDS` (default 3), `MESSAGES` (default 5000),
-//! `WAIT_SAMPLES` (default 1000), `MANY_WAITS` (default 10000).
+//! `WAIT_SAMPLES` (default 1000), `MANY_WAITS` (default 10000), `MAILJAR_BIN`
+//! (another build to measure); `ONLY` runs one section: `idle`, `many-waits`,
+//! `streams-ingest` (`STREAMS`), `event-latency`, `persist`.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const MAILJAR: &str = env!("CARGO_BIN_EXE_mailjar");
-
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
-fn wait_for_port(port: u16) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "port {port} never opened");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
+mod common;
+use common::{env_usize, free_port, mailjar, median, read_reply, rss, show, wait_for_port};
 
 /// A child process killed on drop.
 struct Proc(Child);
@@ -58,7 +39,7 @@ struct Mailjar {
 impl Mailjar {
     fn start(extra: &[&str]) -> Mailjar {
         let (smtp, http) = (free_port(), free_port());
-        let child = Command::new(MAILJAR)
+        let child = Command::new(mailjar())
             .args([
                 "--smtp-port",
                 &smtp.to_string(),
@@ -90,16 +71,6 @@ impl Mailjar {
         assert_eq!(status, 200);
         serde_json::from_str(&body).expect("health JSON")
     }
-}
-
-/// Resident memory in bytes, from /proc.
-fn rss(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map_or(0, |kb| kb * 1024)
 }
 
 /// User plus system CPU time, from /proc.
@@ -199,14 +170,21 @@ fn read_response(reader: &mut BufReader<TcpStream>) -> (u16, Vec<u8>) {
     }
 }
 
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(|a, b| a.total_cmp(b));
-    values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
-}
-
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted.get(i).copied().unwrap_or(f64::NAN)
+}
+
+/// p50 and p99 of sorted latencies beside the p50 of a `/health` round trip
+/// measured in the same run, and their ratio.
+fn latencies(what: &str, sorted: &[f64], baseline: &[f64], targets: &str) -> String {
+    format!(
+        "{what} p50 {:.3} ms, p99 {:.3} ms ({targets}); /health p50 {:.3} ms; {what} p50 / health p50 = {:.2}",
+        percentile(sorted, 0.5),
+        percentile(sorted, 0.99),
+        percentile(baseline, 0.5),
+        percentile(sorted, 0.5) / percentile(baseline, 0.5)
+    )
 }
 
 /// Runs smtp-source against a port; returns the elapsed time.
@@ -286,18 +264,6 @@ fn ingest_round(sessions: usize, messages: usize, reuse: bool) -> IngestRound {
 fn smtp_command(reader: &mut BufReader<TcpStream>, command: &[u8]) -> String {
     reader.get_mut().write_all(command).expect("SMTP write");
     read_reply(reader)
-}
-
-fn read_reply(reader: &mut BufReader<TcpStream>) -> String {
-    let mut all = String::new();
-    loop {
-        let mut line = String::new();
-        reader.read_line(&mut line).expect("SMTP reply");
-        all.push_str(&line);
-        if line.len() < 4 || line.as_bytes()[3] == b' ' {
-            return all;
-        }
-    }
 }
 
 fn smtp_connect(port: u16) -> BufReader<TcpStream> {
@@ -563,6 +529,13 @@ fn event_latency(samples: usize) -> (Vec<f64>, Vec<f64>) {
 #[path = "system/persist.rs"]
 mod persist;
 
+/// The RSS of a mailjar started with default flags, once it has settled.
+fn idle_rss() -> u64 {
+    let idle = Mailjar::start(&[]);
+    std::thread::sleep(Duration::from_millis(200));
+    rss(idle.pid())
+}
+
 fn mib(bytes: u64) -> f64 {
     bytes as f64 / 1024.0 / 1024.0
 }
@@ -578,11 +551,7 @@ fn main() {
         let mut ratios = ingest_with_subscribers(streams, messages, rounds);
         println!(
             "ingest with {streams} event streams against none: ratio per round {}; median {:.2}",
-            ratios
-                .iter()
-                .map(|r| format!("{r:.2}"))
-                .collect::<Vec<_>>()
-                .join(" "),
+            show(&ratios, 2),
             median(&mut ratios)
         );
         return;
@@ -594,19 +563,42 @@ fn main() {
     if std::env::var("ONLY").as_deref() == Ok("event-latency") {
         let (events, baseline) = event_latency(wait_samples);
         println!(
-            "event p50 {:.3} ms, p99 {:.3} ms; /health p50 {:.3} ms",
-            percentile(&events, 0.5),
-            percentile(&events, 0.99),
-            percentile(&baseline, 0.5)
+            "{}",
+            latencies("event", &events, &baseline, "target p50 <= 0.5 ms")
         );
         return;
     }
 
-    let idle = Mailjar::start(&[]);
-    std::thread::sleep(Duration::from_millis(200));
-    let idle_rss = rss(idle.pid());
-    drop(idle);
-    println!("idle RSS: {:.1} MiB (target <= 6 MiB)", mib(idle_rss));
+    if std::env::var("ONLY").as_deref() == Ok("idle") {
+        // A fresh process per round: the idle figure of each, and their median.
+        let mut all: Vec<f64> = (0..rounds).map(|_| mib(idle_rss())).collect();
+        println!(
+            "idle RSS per round {} MiB; median {:.1} MiB (target <= 6 MiB)",
+            show(&all, 1),
+            median(&mut all)
+        );
+        return;
+    }
+    if std::env::var("ONLY").as_deref() == Ok("many-waits") {
+        let (mut idle, mut parked, mut per_wait) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..rounds {
+            let (i, p, _) = many_waits(many);
+            idle.push(mib(i));
+            parked.push(mib(p));
+            per_wait.push(p.saturating_sub(i) as f64 / 1024.0 / many as f64);
+        }
+        println!(
+            "{many} parked waits: RSS per round {} MiB, median {:.1} MiB (target <= 50 MiB); idle {} MiB; KiB per wait {}, median {:.2}",
+            show(&parked, 1),
+            median(&mut parked),
+            show(&idle, 1),
+            show(&per_wait, 2),
+            median(&mut per_wait)
+        );
+        return;
+    }
+
+    println!("idle RSS: {:.1} MiB (target <= 6 MiB)", mib(idle_rss()));
 
     println!(
         "\n## ingest, 2 KiB messages, {messages} per round, {rounds} rounds (ratio = mailjar / smtp-sink, same round)"
@@ -626,11 +618,7 @@ fn main() {
                 .map(|_| ingest_round(sessions, count, reuse))
                 .collect();
             let mut ratios: Vec<f64> = results.iter().map(|r| r.ratio).collect();
-            let per_round = ratios
-                .iter()
-                .map(|r| format!("{r:.2}"))
-                .collect::<Vec<_>>()
-                .join(" ");
+            let per_round = show(&ratios, 2);
             let mut rates: Vec<f64> = results.iter().map(|r| r.mailjar_rate).collect();
             let mut sink: Vec<f64> = results.iter().map(|r| r.sink_rate).collect();
             let mut cpu: Vec<f64> = results.iter().map(|r| r.cpu_ms_per_1000).collect();
@@ -657,11 +645,8 @@ fn main() {
     );
     let (waits, baseline) = wait_latency(wait_samples);
     println!(
-        "wait p50 {:.3} ms, p99 {:.3} ms (targets 0.3 / 2 ms); /health round trip p50 {:.3} ms; wait p50 / health p50 = {:.2}",
-        percentile(&waits, 0.5),
-        percentile(&waits, 0.99),
-        percentile(&baseline, 0.5),
-        percentile(&waits, 0.5) / percentile(&baseline, 0.5)
+        "{}",
+        latencies("wait", &waits, &baseline, "targets 0.3 / 2 ms")
     );
 
     println!("\n## {many} concurrent parked waits");
@@ -675,11 +660,8 @@ fn main() {
     println!("\n## list latency: subjectPattern + limit=100 over 10,000 stored messages");
     let (list, baseline) = list_latency(10_000, 300);
     println!(
-        "list p50 {:.3} ms, p99 {:.3} ms (target p50 <= 2 ms); /health p50 {:.3} ms; list p50 / health p50 = {:.1}",
-        percentile(&list, 0.5),
-        percentile(&list, 0.99),
-        percentile(&baseline, 0.5),
-        percentile(&list, 0.5) / percentile(&baseline, 0.5)
+        "{}",
+        latencies("list", &list, &baseline, "target p50 <= 2 ms")
     );
 
     let subscribers = env_usize("SUBSCRIBERS", 1000);
@@ -699,11 +681,7 @@ fn main() {
     let mut ratios = ingest_with_subscribers(100, messages, rounds);
     println!(
         "ratio per round {}; median {:.2} (target >= 0.9); every stream got every event",
-        ratios
-            .iter()
-            .map(|r| format!("{r:.2}"))
-            .collect::<Vec<_>>()
-            .join(" "),
+        show(&ratios, 2),
         median(&mut ratios)
     );
 
@@ -712,10 +690,7 @@ fn main() {
     );
     let (events, baseline) = event_latency(wait_samples);
     println!(
-        "event p50 {:.3} ms, p99 {:.3} ms (target p50 <= 0.5 ms); /health p50 {:.3} ms; event p50 / health p50 = {:.2}",
-        percentile(&events, 0.5),
-        percentile(&events, 0.99),
-        percentile(&baseline, 0.5),
-        percentile(&events, 0.5) / percentile(&baseline, 0.5)
+        "{}",
+        latencies("event", &events, &baseline, "target p50 <= 0.5 ms")
     );
 }

@@ -14,39 +14,19 @@
 //! Environment: `ROUNDS` (3), `MESSAGES` (5000), `SESSIONS` (10),
 //! `HANDSHAKES` (2000), `IDLE_CONNECTIONS` (500).
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io::{BufReader, Read, Write};
+use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rustls::pki_types::CertificateDer;
-use rustls::pki_types::pem::PemObject;
+mod common;
+use common::{env_usize, free_port, mailjar, median, read_reply, rss, show, wait_for_port};
 
-const MAILJAR: &str = env!("CARGO_BIN_EXE_mailjar");
-
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
-fn wait_for_port(port: u16) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "port {port} never opened");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
+#[path = "../tests/common/tls_client.rs"]
+mod tls_client;
+use tls_client::client_config;
 
 /// mailjar with a self-signed certificate and an implicit-TLS listener, killed on drop.
 struct Mailjar {
@@ -62,7 +42,7 @@ impl Mailjar {
         let (smtp, smtps, http) = (free_port(), free_port(), free_port());
         let cert =
             std::env::temp_dir().join(format!("mailjar-bench-tls-{}.pem", std::process::id()));
-        let child = Command::new(MAILJAR)
+        let child = Command::new(mailjar())
             .args([
                 "--smtp-port",
                 &smtp.to_string(),
@@ -112,13 +92,7 @@ impl Mailjar {
     }
 
     fn rss(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
-            .unwrap_or_default();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            .map_or(0, |kb| kb * 1024)
+        rss(self.child.id())
     }
 }
 
@@ -130,42 +104,15 @@ impl Drop for Mailjar {
     }
 }
 
-fn client_config(cert: &PathBuf) -> Arc<rustls::ClientConfig> {
-    let mut roots = rustls::RootCertStore::empty();
-    for c in CertificateDer::pem_file_iter(cert).expect("PEM") {
-        roots.add(c.expect("a certificate")).expect("a CA");
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    Arc::new(
-        rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .expect("versions")
-            .with_root_certificates(roots)
-            .with_no_client_auth(),
-    )
-}
-
 /// Any byte stream an SMTP client can talk over.
 trait Stream: Read + Write {}
 impl<T: Read + Write> Stream for T {}
-
-fn reply(reader: &mut BufReader<Box<dyn Stream>>) -> String {
-    let mut all = String::new();
-    loop {
-        let mut line = String::new();
-        reader.read_line(&mut line).expect("SMTP reply");
-        all.push_str(&line);
-        if line.len() < 4 || line.as_bytes()[3] == b' ' {
-            return all;
-        }
-    }
-}
 
 fn command(reader: &mut BufReader<Box<dyn Stream>>, line: &[u8]) -> String {
     let s = reader.get_mut();
     s.write_all(line).expect("SMTP write");
     s.flush().expect("flush");
-    reply(reader)
+    read_reply(reader)
 }
 
 fn handshake(tcp: TcpStream, config: &Arc<rustls::ClientConfig>) -> Box<dyn Stream> {
@@ -186,7 +133,7 @@ fn session(port: u16, tls: Option<Arc<rustls::ClientConfig>>, count: usize) {
     let tcp = TcpStream::connect(("127.0.0.1", port)).expect("connect");
     tcp.set_nodelay(true).ok();
     let mut smtp = BufReader::new(Box::new(tcp.try_clone().expect("clone")) as Box<dyn Stream>);
-    reply(&mut smtp);
+    read_reply(&mut smtp);
     command(&mut smtp, b"EHLO bench\r\n");
     if let Some(config) = tls {
         assert!(command(&mut smtp, b"STARTTLS\r\n").starts_with("220"));
@@ -246,7 +193,7 @@ fn connections(port: u16, tls: Option<Arc<rustls::ClientConfig>>, count: usize) 
                         None => Box::new(tcp) as Box<dyn Stream>,
                     };
                     let mut smtp = BufReader::new(stream);
-                    assert!(reply(&mut smtp).starts_with("220"));
+                    assert!(read_reply(&mut smtp).starts_with("220"));
                     command(&mut smtp, b"QUIT\r\n");
                 }
             })
@@ -270,26 +217,13 @@ fn idle_rss(m: &Mailjar, port: u16, tls: Option<Arc<rustls::ClientConfig>>, coun
             None => Box::new(tcp) as Box<dyn Stream>,
         };
         let mut smtp = BufReader::new(stream);
-        reply(&mut smtp);
+        read_reply(&mut smtp);
         open.push(smtp);
     }
     std::thread::sleep(Duration::from_millis(300));
     let after = m.rss();
     drop(open);
     (after.saturating_sub(before)) as f64 / count as f64
-}
-
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(|a, b| a.total_cmp(b));
-    values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
-}
-
-fn show(values: &[f64], digits: usize) -> String {
-    values
-        .iter()
-        .map(|v| format!("{v:.digits$}"))
-        .collect::<Vec<_>>()
-        .join(" ")
 }
 
 fn main() {

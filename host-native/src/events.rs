@@ -125,6 +125,9 @@ impl EventStream {
 
     /// Writes `events` to `out`, up to one that ends the stream.
     fn frame(&mut self, events: &[Event], out: &mut Vec<u8>) {
+        // Room for all of them at once (an event's name, id and framing take
+        // well under 64 bytes): a large batch is not copied as it grows.
+        out.reserve(events.iter().map(|e| e.data().len() + 64).sum());
         for event in events {
             event.write_sse(out);
             if event.ends_stream() {

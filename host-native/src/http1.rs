@@ -562,23 +562,54 @@ async fn read_into<T: AsyncRead + Unpin>(stream: &mut T, buf: &mut Vec<u8>) -> i
 /// Writes all of `data`; fails when a write makes no progress within `stall`.
 async fn write_all<T: AsyncWrite + Unpin>(
     stream: &mut T,
-    mut data: &[u8],
+    data: &[u8],
     stall: Duration,
 ) -> io::Result<()> {
-    while !data.is_empty() {
-        match tokio::time::timeout(stall, stream.write(data)).await {
-            Err(_) => {
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    "the client stopped reading",
-                ));
-            }
-            Ok(Ok(0)) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(Ok(n)) => data = &data[n..],
-            Ok(Err(e)) => return Err(e),
+    write_all_parts(stream, &mut [io::IoSlice::new(data)], stall).await
+}
+
+/// Writes all of `parts` in order, in as few writes as the socket takes
+/// (one `writev` each); fails when a write makes no progress within `stall`.
+async fn write_all_parts<T: AsyncWrite + Unpin>(
+    stream: &mut T,
+    mut parts: &mut [io::IoSlice<'_>],
+    stall: Duration,
+) -> io::Result<()> {
+    io::IoSlice::advance_slices(&mut parts, 0);
+    while !parts.is_empty() {
+        match write_some(stream, parts, stall).await? {
+            0 => return Err(io::ErrorKind::WriteZero.into()),
+            n => io::IoSlice::advance_slices(&mut parts, n),
         }
     }
     Ok(())
+}
+
+/// One write of what it can of `parts`. Most writes go through at once: the
+/// stall deadline (a timer to set and cancel) is armed only for one that has
+/// to wait for the client.
+async fn write_some<T: AsyncWrite + Unpin>(
+    stream: &mut T,
+    parts: &[io::IoSlice<'_>],
+    stall: Duration,
+) -> io::Result<usize> {
+    let at_once = std::future::poll_fn(|cx: &mut Context<'_>| {
+        match Pin::new(&mut *stream).poll_write_vectored(cx, parts) {
+            Poll::Ready(result) => Poll::Ready(Some(result)),
+            Poll::Pending => Poll::Ready(None),
+        }
+    })
+    .await;
+    if let Some(result) = at_once {
+        return result;
+    }
+    match tokio::time::timeout(stall, stream.write_vectored(parts)).await {
+        Err(_) => Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            "the client stopped reading",
+        )),
+        Ok(result) => result,
+    }
 }
 
 /// Writes a streamed body: one chunk pulled, framed and written at a time
@@ -634,7 +665,6 @@ async fn write_live<T: AsyncRead + AsyncWrite + Unpin>(
     let mut next = source.next();
     // What the client sends meanwhile is dropped; only its EOF matters.
     let mut ignored = Vec::new();
-    let mut frame = Vec::new();
     loop {
         tokio::select! {
             biased;
@@ -646,19 +676,20 @@ async fn write_live<T: AsyncRead + AsyncWrite + Unpin>(
             produced = &mut next => match produced {
                 None => break,
                 Some((bytes, source)) => {
-                    frame.clear();
-                    if chunked {
-                        frame.extend_from_slice(format!("{:x}\r\n", bytes.len()).as_bytes());
-                    }
-                    frame.extend_from_slice(&bytes);
-                    if chunked {
-                        frame.extend_from_slice(b"\r\n");
-                    }
+                    // Framed around the bytes, not copied: one writev of the
+                    // chunk-size line, the events and the CRLF.
                     if !bytes.is_empty() {
-                        write_all(stream, &frame, stall).await?;
+                        let size = if chunked { format!("{:x}\r\n", bytes.len()) } else { String::new() };
+                        let end: &[u8] = if chunked { b"\r\n" } else { b"" };
+                        let mut parts = [
+                            io::IoSlice::new(size.as_bytes()),
+                            io::IoSlice::new(&bytes),
+                            io::IoSlice::new(end),
+                        ];
+                        write_all_parts(stream, &mut parts, stall).await?;
                     }
                     // A large batch's buffer is not kept while idle.
-                    frame = Vec::new();
+                    drop(bytes);
                     next = source.next();
                 }
             },

@@ -41,6 +41,9 @@ pub fn routes(
     context: HttpContext,
 ) -> impl Filter<Extract = (http::Response<Bytes>,), Error = Infallible> + Clone + Send + Sync + 'static
 {
+    // Shared, not copied: every connection clones the filter, and every
+    // request its context (a parked wait holds one for its whole wait).
+    let context = Arc::new(context);
     warp::method()
         .and(warp::path::full())
         .and(warp::query::raw().or(warp::any().map(String::new)).unify())
@@ -234,7 +237,9 @@ fn event_stream(context: &HttpContext, subscription: Subscription) -> http::Resp
 
 /// Answers a request, waiting for a delivery or the deadline when the core parks it.
 async fn respond(context: &HttpContext, request: &Request) -> Answer {
-    let (id, deadline_ms, receiver) = match context.shared.handle(request).await {
+    // Boxed apart: the work a request may run is not carried by a parked wait.
+    let handled = Box::pin(context.shared.handle(request)).await;
+    let (id, deadline_ms, receiver) = match handled {
         Handled::Ready(response) => return Answer::Response(response),
         Handled::Subscribe(subscription) => return Answer::Events(subscription),
         Handled::Wait {

@@ -7,60 +7,18 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
+use common::corpus::{corpus_files, smtp_text};
 use common::{Server, assert_stored};
 
 const SAMPLE: usize = 40;
 
-fn files(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            files(&path, out);
-        } else {
-            out.push(path);
-        }
-    }
-}
-
-/// Bare LF to CRLF, and a final CRLF.
-fn smtp_text(file: &[u8]) -> (Vec<u8>, bool) {
-    let mut out = Vec::with_capacity(file.len() + 64);
-    let mut changed = false;
-    for (i, &b) in file.iter().enumerate() {
-        if b == b'\n' && (i == 0 || file[i - 1] != b'\r') {
-            out.push(b'\r');
-            changed = true;
-        }
-        out.push(b);
-    }
-    if !out.ends_with(b"\r\n") {
-        out.extend_from_slice(b"\r\n");
-        changed = true;
-    }
-    (out, changed)
-}
-
 #[test]
 fn corpus_messages_come_back_byte_for_byte() {
-    let dir = Path::new(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../shared/corpus/mime"
-    ));
-    let mut all = Vec::new();
-    files(dir, &mut all);
-    if all.is_empty() {
-        println!(
-            "NOTICE: no corpus at {}: corpus test skipped",
-            dir.display()
-        );
+    let Some(all) = corpus_files("corpus test") else {
         return;
-    }
-    all.sort();
+    };
     // An even spread over the sorted list, the same every run.
     let sample: Vec<&PathBuf> = (0..SAMPLE.min(all.len()))
         .map(|i| &all[i * all.len() / SAMPLE.min(all.len())])

@@ -7,10 +7,10 @@ mod common;
 
 use std::io::{BufReader, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use common::corpus::{corpus_files, smtp_text};
 use common::{Server, read_body_with, read_head};
 use serde_json::Value;
 
@@ -63,53 +63,6 @@ fn fetch(addr: SocketAddr, target: &str) -> Download {
     }
 }
 
-fn files(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            files(&path, out);
-        } else {
-            out.push(path);
-        }
-    }
-}
-
-/// Bare LF to CRLF, and a final CRLF: what an SMTP client sends of a file.
-fn smtp_text(file: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(file.len() + 64);
-    for (i, &b) in file.iter().enumerate() {
-        if b == b'\n' && (i == 0 || file[i - 1] != b'\r') {
-            out.push(b'\r');
-        }
-        out.push(b);
-    }
-    if !out.ends_with(b"\r\n") {
-        out.extend_from_slice(b"\r\n");
-    }
-    out
-}
-
-fn corpus() -> Option<Vec<PathBuf>> {
-    let dir = Path::new(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../shared/corpus/mime"
-    ));
-    let mut all = Vec::new();
-    files(dir, &mut all);
-    if all.is_empty() {
-        println!(
-            "NOTICE: no corpus at {}: corpus download test skipped",
-            dir.display()
-        );
-        return None;
-    }
-    all.sort();
-    Some(all)
-}
-
 fn crlf_to_lf(bytes: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(bytes.len());
     for (i, &b) in bytes.iter().enumerate() {
@@ -150,13 +103,15 @@ json.dump(out, sys.stdout)
 
 #[test]
 fn every_corpus_message_downloads_byte_exact_and_attachments_match_python() {
-    let Some(all) = corpus() else { return };
+    let Some(all) = corpus_files("corpus download test") else {
+        return;
+    };
     let server = Server::start();
     let mut smtp = server.smtp();
     smtp.expect("EHLO corpus.downloads.test", 250);
     let mut sent = Vec::new();
     for (i, path) in all.iter().enumerate() {
-        let text = smtp_text(&std::fs::read(path).unwrap());
+        let (text, _) = smtp_text(&std::fs::read(path).unwrap());
         let to = format!("dl{i}@example.test");
         let reply = smtp.transaction("corpus@example.test", &[&to], &text);
         assert_eq!(reply.code, 250, "{}: {}", path.display(), reply.wire);

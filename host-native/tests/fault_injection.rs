@@ -36,13 +36,34 @@ fn add_fault(server: &Server, rule: Value) -> String {
     id.expect("the rule's id")
 }
 
-/// Runs a Python script with `PORT` set to the SMTP port; its stdout parsed as JSON.
+/// What the scripts below start with: `PORT`, and `attempts(to, subject, body,
+/// tries)`, which sends one message with smtplib until it goes through, at most
+/// `tries` times, and lists what each try gave: `"sent"`, `"disconnected"`, or
+/// `[error class, code, text]`.
+const PY_PRELUDE: &str = r#"import json, smtplib, sys
+PORT = int(sys.argv[1])
+
+def attempts(to, subject, body, tries):
+    out = []
+    for _ in range(tries):
+        try:
+            with smtplib.SMTP("127.0.0.1", PORT) as s:
+                s.sendmail("app@x.test", [to], f"Subject: {subject}\r\n\r\n{body}\r\n")
+            out.append("sent")
+            break
+        except smtplib.SMTPResponseException as e:
+            out.append([type(e).__name__, e.smtp_code, e.smtp_error.decode()])
+        except smtplib.SMTPServerDisconnected:
+            out.append("disconnected")
+    return out
+"#;
+
+/// Runs a Python script after [`PY_PRELUDE`] with the SMTP port; its stdout parsed as JSON.
 fn python(server: &Server, script: &str) -> Value {
-    let prelude = "import json, smtplib, sys\nPORT = int(sys.argv[1])\n";
     let out = run_ok(
         Command::new("python3")
             .arg("-c")
-            .arg(format!("{prelude}{script}"))
+            .arg(format!("{PY_PRELUDE}{script}"))
             .arg(server.smtp.port().to_string()),
     );
     serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out:?}"))
@@ -112,18 +133,7 @@ fn greylisting_refuses_the_first_attempt_and_stores_the_retry() {
     assert_eq!(server.health()["faults"], 1);
     let out = python(
         &server,
-        r#"
-attempts = []
-for attempt in range(3):
-    try:
-        with smtplib.SMTP("127.0.0.1", PORT) as s:
-            s.sendmail("app@x.test", ["grey@x.test"], "Subject: greylisted\r\n\r\nhi\r\n")
-        attempts.append("sent")
-        break
-    except smtplib.SMTPDataError as e:
-        attempts.append([type(e).__name__, e.smtp_code, e.smtp_error.decode()])
-print(json.dumps(attempts))
-"#,
+        r#"print(json.dumps(attempts("grey@x.test", "greylisted", "hi", 3)))"#,
     );
     assert_eq!(
         out,
@@ -210,17 +220,7 @@ fn a_disconnect_in_the_middle_of_data_stores_nothing() {
     );
     let out = python(
         &server,
-        r#"
-out = []
-for attempt in range(2):
-    try:
-        with smtplib.SMTP("127.0.0.1", PORT) as s:
-            s.sendmail("app@x.test", ["drop@x.test"], "Subject: dropped\r\n\r\nhello\r\n")
-        out.append("sent")
-    except smtplib.SMTPServerDisconnected as e:
-        out.append("disconnected")
-print(json.dumps(out))
-"#,
+        r#"print(json.dumps(attempts("drop@x.test", "dropped", "hello", 2)))"#,
     );
     assert_eq!(out, json!(["disconnected", "sent"]));
     assert_eq!(stored_to(&server, "drop@x.test").len(), 1);
@@ -258,35 +258,14 @@ fn a_delay_holds_back_only_its_own_reply() {
 
 #[test]
 fn swaks_shows_the_injected_reply() {
-    let installed = Command::new("swaks")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    assert!(
-        installed,
-        "swaks is not installed: apt-get install -y swaks"
-    );
     let server = Server::start();
     add_fault(
         &server,
         json!({"match": {"to": "nobody@x.test"}, "stage": "rcpt",
                "action": {"reply": {"code": 550, "text": "5.1.1 No such user here"}}}),
     );
-    let output = Command::new("swaks")
-        .args([
-            "--server",
-            "127.0.0.1",
-            "--port",
-            &server.smtp.port().to_string(),
-        ])
-        .args([
-            "--helo",
-            "e2e.test",
-            "--from",
-            "app@x.test",
-            "--to",
-            "nobody@x.test",
-        ])
+    let output = common::swaks(&server)
+        .args(["--from", "app@x.test", "--to", "nobody@x.test"])
         .output()
         .expect("run swaks");
     let transcript = String::from_utf8_lossy(&output.stdout);

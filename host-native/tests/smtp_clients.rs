@@ -341,48 +341,7 @@ fn curl_upload_with_several_recipients() {
 
 /// Runs swaks, which must be installed; returns its transcript.
 fn swaks(server: &Server, args: &[&str]) -> String {
-    let installed = Command::new("swaks")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    assert!(
-        installed,
-        "swaks is not installed: install it with `apt-get install -y swaks`"
-    );
-    let port = server.smtp.port().to_string();
-    run_ok(
-        Command::new("swaks")
-            .args([
-                "--server",
-                "127.0.0.1",
-                "--port",
-                &port,
-                "--helo",
-                "e2e.test",
-            ])
-            .args(args),
-    )
-}
-
-/// The message text as swaks' transcript shows it going out (` -> ` lines after the 354), unstuffed.
-fn swaks_data(transcript: &str) -> Vec<u8> {
-    let mut data = Vec::new();
-    let mut in_data = false;
-    for line in transcript.lines() {
-        if !in_data {
-            in_data = line.starts_with("<-  354");
-            continue;
-        }
-        let Some(sent) = line.strip_prefix(" -> ") else {
-            continue;
-        };
-        if sent == "." {
-            return common::dot_unstuff(&data);
-        }
-        data.extend_from_slice(sent.as_bytes());
-        data.extend_from_slice(b"\r\n");
-    }
-    panic!("no DATA in the swaks transcript:\n{transcript}");
+    run_ok(common::swaks(server).args(args))
 }
 
 fn swaks_message(extra: &[&str]) {
@@ -408,7 +367,7 @@ fn swaks_message(extra: &[&str]) {
     ]);
     args.extend(extra);
     let transcript = swaks(&server, &args);
-    let data = swaks_data(&transcript);
+    let data = common::swaks_data(&transcript);
     let email = server.assert_latest(
         "swaks@example.test",
         &["one@example.test", "two@example.test"],

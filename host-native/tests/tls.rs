@@ -5,16 +5,18 @@
 //! `GET /api/emails/:id/raw`, with the `smtp` facts its session saw.
 
 mod common;
+#[path = "common/tls_client.rs"]
+mod tls_client;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::Arc;
 use std::time::Duration;
 
 use common::{IO_TIMEOUT, Server, Smtp, message, nonce, run_ok};
 use serde_json::Value;
+use tls_client::client_config;
 
 /// A server with a self-signed certificate written to a fresh file, an
 /// implicit-TLS listener, and `extra` flags.
@@ -95,24 +97,6 @@ fn assert_remote(email: &Value) {
     assert!(addr.ip().is_loopback() && addr.port() != 0, "{addr}");
 }
 
-/// A rustls client trusting only the server's written certificate.
-fn client_config(cert: &PathBuf) -> Arc<rustls::ClientConfig> {
-    use rustls::pki_types::CertificateDer;
-    use rustls::pki_types::pem::PemObject;
-    let mut roots = rustls::RootCertStore::empty();
-    for c in CertificateDer::pem_file_iter(cert).expect("PEM") {
-        roots.add(c.expect("a certificate")).expect("a CA");
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    Arc::new(
-        rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .expect("TLS versions")
-            .with_root_certificates(roots)
-            .with_no_client_auth(),
-    )
-}
-
 type TlsStream = rustls::StreamOwned<rustls::ClientConnection, TcpStream>;
 
 /// SMTP over a rustls client stream.
@@ -122,7 +106,7 @@ struct TlsSmtp {
 
 impl TlsSmtp {
     /// The handshake over `tcp` (for STARTTLS after its 220, or straight away for SMTPS).
-    fn handshake(tcp: TcpStream, cert: &PathBuf) -> std::io::Result<TlsSmtp> {
+    fn handshake(tcp: TcpStream, cert: &Path) -> std::io::Result<TlsSmtp> {
         let name = "localhost".try_into().expect("a DNS name");
         let connection =
             rustls::ClientConnection::new(client_config(cert), name).expect("a client");
@@ -328,30 +312,6 @@ fn swaks_tls(server: &TlsServer, port: u16, mode: &str, subject: &str, body: &st
     ]))
 }
 
-/// The message text as swaks' transcript shows it going out (` -> ` lines after the 354), unstuffed.
-fn swaks_data(transcript: &str) -> Vec<u8> {
-    let mut data = Vec::new();
-    let mut in_data = false;
-    for line in transcript.lines() {
-        if !in_data {
-            in_data = line.starts_with("<~  354") || line.starts_with("<-  354");
-            continue;
-        }
-        let Some(sent) = line
-            .strip_prefix(" ~> ")
-            .or_else(|| line.strip_prefix(" -> "))
-        else {
-            continue;
-        };
-        if sent == "." {
-            return common::dot_unstuff(&data);
-        }
-        data.extend_from_slice(sent.as_bytes());
-        data.extend_from_slice(b"\r\n");
-    }
-    panic!("no DATA in the swaks transcript:\n{transcript}");
-}
-
 #[test]
 fn swaks_starttls_and_implicit_tls() {
     let server = TlsServer::start(&[]);
@@ -363,7 +323,7 @@ fn swaks_starttls_and_implicit_tls() {
         let subject = format!("swaks {mode} {n}");
         let transcript = swaks_tls(&server, port, mode, &subject, "line one\n.dotted\nlast");
         assert!(transcript.contains("TLS started"), "{transcript}");
-        let data = swaks_data(&transcript);
+        let data = common::swaks_data(&transcript);
         let email = server.assert_latest_raw(&data);
         assert_eq!(email["subject"], subject.as_str());
         assert_tls(&email);

@@ -89,6 +89,9 @@ function linkMatches(match, link) {
  * against one runs against the other.
  */
 export class MailjarMethods {
+  /** The `faults` object, made on first use. */
+  #faults;
+
   /** Milliseconds since the Unix epoch, for wait deadlines. */
   [now]() {
     return Date.now();
@@ -194,16 +197,20 @@ export class MailjarMethods {
    * a MailjarError naming the field.
    */
   get faults() {
-    const call = async (method, path, rule) => {
-      const options = rule === undefined ? {} : { body: JSON.stringify(rule), contentType: "application/json" };
-      return expectOk(await this.request(method, path, options));
-    };
-    return {
-      add: async (rule) => (await call("POST", "/api/faults", rule)).fault,
-      list: async () => (await call("GET", "/api/faults")).faults,
-      remove: async (id) => (await call("DELETE", `/api/faults/${encodeURIComponent(String(id))}`)).deleted,
-      clear: async () => (await call("DELETE", "/api/faults")).deleted,
-    };
+    // Built on first use and kept: `server.faults === server.faults`.
+    if (this.#faults === undefined) {
+      const call = async (method, path, rule) => {
+        const options = rule === undefined ? {} : { body: JSON.stringify(rule), contentType: "application/json" };
+        return expectOk(await this.request(method, path, options));
+      };
+      this.#faults = Object.freeze({
+        add: async (rule) => (await call("POST", "/api/faults", rule)).fault,
+        list: async () => (await call("GET", "/api/faults")).faults,
+        remove: async (id) => (await call("DELETE", `/api/faults/${encodeURIComponent(String(id))}`)).deleted,
+        clear: async () => (await call("DELETE", "/api/faults")).deleted,
+      });
+    }
+    return this.#faults;
   }
 
   /**

@@ -2,27 +2,16 @@
 // the refusals, drops and greylisting that /api/faults asks for, and the
 // in-process MailServer (wasm) obeys the same rules through `faults`.
 import assert from "node:assert/strict";
-import { after, before, describe, test } from "node:test";
-
-import nodemailer from "nodemailer";
+import { describe, test } from "node:test";
 
 import { MailjarError, createMailServer } from "../../host-wasm/js/node.mjs";
-import { startServer } from "./lib/native.mjs";
+import { withServerAndMailer } from "./lib/native.mjs";
 
 describe("native server: nodemailer sees injected faults", () => {
-  let server;
-  let mailer;
-  before(async () => {
-    server = await startServer();
-    mailer = nodemailer.createTransport({ host: "127.0.0.1", port: server.smtpPort, secure: false, ignoreTLS: true });
-  });
-  after(() => {
-    mailer?.close();
-    server?.child.kill();
-  });
+  const native = withServerAndMailer();
 
   const addFault = async (rule) => {
-    const r = await fetch(`${server.http}/api/faults`, {
+    const r = await fetch(`${native.server.http}/api/faults`, {
       method: "POST",
       headers: { "content-type": "application/json" },
       body: JSON.stringify(rule),
@@ -30,8 +19,8 @@ describe("native server: nodemailer sees injected faults", () => {
     assert.equal(r.status, 200, await r.clone().text());
     return (await r.json()).fault;
   };
-  const stored = async (to) => (await (await fetch(`${server.http}/api/emails?to=${encodeURIComponent(to)}`)).json()).emails;
-  const send = (to, subject, from = "app@app.test") => mailer.sendMail({ from, to, subject, text: `Hello ${to}` });
+  const stored = async (to) => (await (await fetch(`${native.server.http}/api/emails?to=${encodeURIComponent(to)}`)).json()).emails;
+  const send = (to, subject, from = "app@app.test") => native.mailer.sendMail({ from, to, subject, text: `Hello ${to}` });
 
   test("a rejected recipient is an EENVELOPE error with the 550", async () => {
     await addFault({ match: { to: "nobody@local.test" }, stage: "rcpt", action: { reply: { code: 550, text: "5.1.1 No such user" } } });

@@ -134,6 +134,8 @@ for (const [name, make] of Object.entries(hosts)) {
       assert.equal(bad.status, 400);
       assert.match(bad.message, /action\.reply\.code/);
       assert.equal(await mail.faults.clear(), 0);
+      // One object, made once, serves every access.
+      assert.equal(mail.faults, mail.faults);
     });
 
     test("events: stored mail of the inbox arrives on the stream", async () => {

@@ -4,12 +4,11 @@
 // connection, and resumes with Last-Event-ID without a gap or a duplicate.
 import assert from "node:assert/strict";
 import net from "node:net";
-import { after, before, describe, test } from "node:test";
+import { describe, test } from "node:test";
 
 import { EventSource } from "eventsource";
-import nodemailer from "nodemailer";
 
-import { startServer } from "./lib/native.mjs";
+import { withServerAndMailer } from "./lib/native.mjs";
 
 /** Collects an EventSource's `stored` and `deleted` events; `next(n)` resolves with the first n. */
 function collect(source) {
@@ -41,22 +40,13 @@ function collect(source) {
 }
 
 describe("native server: events with EventSource, mail with nodemailer", () => {
-  let server;
-  let mailer;
-  before(async () => {
-    server = await startServer();
-    mailer = nodemailer.createTransport({ host: "127.0.0.1", port: server.smtpPort, secure: false, ignoreTLS: true });
-  });
-  after(() => {
-    mailer?.close();
-    server?.child.kill();
-  });
+  const native = withServerAndMailer();
 
   const send = (to, subject) =>
-    mailer.sendMail({ from: "app@app.test", to, subject, text: `Hello ${to}, this is ${subject}.` });
+    native.mailer.sendMail({ from: "app@app.test", to, subject, text: `Hello ${to}, this is ${subject}.` });
 
   test("an EventSource gets a stored event for each matching message, in order", async () => {
-    const source = new EventSource(`${server.http}/api/events?to=${encodeURIComponent("live@local.test")}`);
+    const source = new EventSource(`${native.server.http}/api/events?to=${encodeURIComponent("live@local.test")}`);
     const seen = collect(source);
     await new Promise((resolve, reject) => {
       source.onopen = resolve;
@@ -67,7 +57,7 @@ describe("native server: events with EventSource, mail with nodemailer", () => {
     await send("live@local.test", "second");
     const events = await seen.next(2);
     source.close();
-    const listed = await (await fetch(`${server.http}/api/emails?to=live@local.test`)).json();
+    const listed = await (await fetch(`${native.server.http}/api/emails?to=live@local.test`)).json();
     assert.deepEqual(
       events.map((e) => [e.type, e.id, e.data.subject]),
       listed.emails.map((m) => ["stored", m.id, m.subject]),
@@ -80,7 +70,7 @@ describe("native server: events with EventSource, mail with nodemailer", () => {
   test("a dropped connection reconnects with Last-Event-ID: no gap, no duplicate", async () => {
     // A proxy between the EventSource and the server, so the connection can be cut.
     const sockets = new Set();
-    const target = new URL(server.http);
+    const target = new URL(native.server.http);
     const proxy = net.createServer((client) => {
       const upstream = net.connect(Number(target.port), target.hostname);
       client.pipe(upstream).pipe(client);
@@ -124,12 +114,12 @@ describe("native server: events with EventSource, mail with nodemailer", () => {
   });
 
   test("deleting a message is a deleted event with its id", async () => {
-    const source = new EventSource(`${server.http}/api/events?to=gone@local.test`);
+    const source = new EventSource(`${native.server.http}/api/events?to=gone@local.test`);
     const seen = collect(source);
     await new Promise((resolve) => (source.onopen = resolve));
     await send("gone@local.test", "to delete");
     const [stored] = await seen.next(1);
-    const r = await fetch(`${server.http}/api/emails/${stored.id}`, { method: "DELETE" });
+    const r = await fetch(`${native.server.http}/api/emails/${stored.id}`, { method: "DELETE" });
     assert.equal(r.status, 200);
     const [, deleted] = await seen.next(2);
     source.close();

@@ -890,3 +890,26 @@ pub fn run_all<V>(
     );
     eprintln!("{host}: all {} vectors passed", vectors.len());
 }
+
+/// Loads the SMTP vectors and runs each with `run` (see [`run_all`]), named `file: name`.
+pub fn run_smtp_vectors(host: &str, run: impl FnMut(&SmtpVector) -> Result<(), String>) {
+    let vectors = smtp().unwrap_or_else(|e| panic!("{e}"));
+    run_all(host, &vectors, |v| format!("{}: {}", v.file, v.name), run);
+}
+
+/// Loads the API vectors and runs each with `run` (see [`run_all`]), named `file: name`.
+pub fn run_api_vectors(host: &str, run: impl FnMut(&ApiVector) -> Result<(), String>) {
+    let vectors = api().unwrap_or_else(|e| panic!("{e}"));
+    run_all(host, &vectors, |v| format!("{}: {}", v.file, v.name), run);
+}
+
+/// Takes `steps` in order with `step`; the first failure, prefixed with its step number.
+pub fn run_steps(
+    steps: &[Step],
+    mut step: impl FnMut(&Step) -> Result<(), String>,
+) -> Result<(), String> {
+    for (i, s) in steps.iter().enumerate() {
+        step(s).map_err(|e| format!("step {}: {e}", i + 1))?;
+    }
+    Ok(())
+}

@@ -146,13 +146,7 @@ fn run_smtp_chunkings(v: &SmtpVector) -> Result<(), String> {
 
 #[test]
 fn smtp_vectors_against_the_core() {
-    let vectors = vectors::smtp().unwrap_or_else(|e| panic!("{e}"));
-    vectors::run_all(
-        "core SMTP",
-        &vectors,
-        |v| format!("{}: {}", v.file, v.name),
-        run_smtp_chunkings,
-    );
+    vectors::run_smtp_vectors("core SMTP", run_smtp_chunkings);
 }
 
 /// A response as the vectors check it: status, headers (lower-case names) and body.
@@ -381,19 +375,10 @@ fn run_api(v: &ApiVector) -> Result<(), String> {
         streams: HashMap::new(),
         deliveries: 0,
     };
-    for (i, step) in v.steps.iter().enumerate() {
-        run.step(step).map_err(|e| format!("step {}: {e}", i + 1))?;
-    }
-    Ok(())
+    vectors::run_steps(&v.steps, |step| run.step(step))
 }
 
 #[test]
 fn api_vectors_against_the_core() {
-    let vectors = vectors::api().unwrap_or_else(|e| panic!("{e}"));
-    vectors::run_all(
-        "core API",
-        &vectors,
-        |v| format!("{}: {}", v.file, v.name),
-        run_api,
-    );
+    vectors::run_api_vectors("core API", run_api);
 }

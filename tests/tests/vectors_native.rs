@@ -325,13 +325,7 @@ fn run_smtp(v: &SmtpVector) -> Result<(), String> {
 
 #[test]
 fn smtp_vectors_against_the_native_host() {
-    let vectors = vectors::smtp().unwrap_or_else(|e| panic!("{e}"));
-    vectors::run_all(
-        "native SMTP",
-        &vectors,
-        |v| format!("{}: {}", v.file, v.name),
-        run_smtp,
-    );
+    vectors::run_smtp_vectors("native SMTP", run_smtp);
 }
 
 /// Sends one message over SMTP with BDAT, so the stored bytes are exactly `raw`.
@@ -619,19 +613,10 @@ fn run_api(v: &ApiVector) -> Result<(), String> {
         waits: HashMap::new(),
         streams: HashMap::new(),
     };
-    for (i, step) in v.steps.iter().enumerate() {
-        run.step(step).map_err(|e| format!("step {}: {e}", i + 1))?;
-    }
-    Ok(())
+    vectors::run_steps(&v.steps, |step| run.step(step))
 }
 
 #[test]
 fn api_vectors_against_the_native_host() {
-    let vectors = vectors::api().unwrap_or_else(|e| panic!("{e}"));
-    vectors::run_all(
-        "native API",
-        &vectors,
-        |v| format!("{}: {}", v.file, v.name),
-        run_api,
-    );
+    vectors::run_api_vectors("native API", run_api);
 }

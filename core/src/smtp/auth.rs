@@ -117,8 +117,9 @@ impl Session {
 
 #[cfg(test)]
 mod tests {
+    use super::super::Config;
     use super::super::security::{Credentials, Security};
-    use super::super::{Config, Incoming};
+    use super::super::tests::{MAIL, codes, last_reply, message};
     use super::*;
 
     fn config(pairs: &[&str]) -> Config {
@@ -135,35 +136,12 @@ mod tests {
         BASE64.encode(bytes)
     }
 
-    fn codes(outputs: &[Output]) -> Vec<u16> {
-        outputs
-            .iter()
-            .filter_map(|o| match o {
-                Output::Reply(r) => Some(r.code),
-                _ => None,
-            })
-            .collect()
-    }
-
-    fn last_reply(outputs: &[Output]) -> &Reply {
-        outputs
-            .iter()
-            .rev()
-            .find_map(|o| match o {
-                Output::Reply(r) => Some(r),
-                _ => None,
-            })
-            .expect("a reply")
-    }
-
-    const MAIL: &[u8] =
-        b"MAIL FROM:<a@x.test>\r\nRCPT TO:<b@y.test>\r\nDATA\r\nSubject: s\r\n\r\nhi\r\n.\r\n";
-
-    fn message(outputs: &[Output]) -> Option<&Incoming> {
-        outputs.iter().find_map(|o| match o {
-            Output::Message(m) => Some(m),
-            _ => None,
-        })
+    /// The mechanism and user name the session recorded on its message.
+    fn auth_of(outputs: &[Output]) -> (String, String) {
+        let auth = message(outputs)
+            .and_then(|m| m.session.auth.clone())
+            .expect("auth");
+        (auth.mechanism, auth.username)
     }
 
     #[test]
@@ -176,13 +154,9 @@ mod tests {
         let right = format!("AUTH PLAIN {}\r\n", b64(b"\0alice\0s3:cret"));
         let out = session.receive(right.as_bytes());
         assert_eq!(codes(&out), [235]);
-        let out = session.receive(MAIL);
-        let auth = message(&out)
-            .and_then(|m| m.session.auth.clone())
-            .expect("auth");
         assert_eq!(
-            (auth.mechanism.as_str(), auth.username.as_str()),
-            ("PLAIN", "alice")
+            auth_of(&session.receive(MAIL)),
+            ("PLAIN".to_owned(), "alice".to_owned())
         );
     }
 
@@ -214,13 +188,9 @@ mod tests {
         let input = format!("AUTH LOGIN {}\r\n{}\r\n", b64(b"bob"), b64(b"pw"));
         let out = session.receive(input.as_bytes());
         assert_eq!(codes(&out), [334, 235]);
-        let out = session.receive(MAIL);
-        let auth = message(&out)
-            .and_then(|m| m.session.auth.clone())
-            .expect("auth");
         assert_eq!(
-            (auth.mechanism.as_str(), auth.username.as_str()),
-            ("LOGIN", "bob")
+            auth_of(&session.receive(MAIL)),
+            ("LOGIN".to_owned(), "bob".to_owned())
         );
     }
 
@@ -234,11 +204,7 @@ mod tests {
             Output::Reply(r) => assert!(r.lines.iter().any(|l| l == "AUTH PLAIN LOGIN")),
             other => panic!("{other:?}"),
         }
-        let out = session.receive(MAIL);
-        let auth = message(&out)
-            .and_then(|m| m.session.auth.clone())
-            .expect("auth");
-        assert_eq!(auth.username, "who");
+        assert_eq!(auth_of(&session.receive(MAIL)).1, "who");
         // CRAM-MD5 needs a password to check against: not offered without credentials.
         let mut session = Session::new(Config::default());
         assert_eq!(codes(&session.receive(b"AUTH CRAM-MD5\r\n")), [504]);
@@ -277,13 +243,9 @@ mod tests {
         let answer = format!("tim {}", cram_md5_digest("tanstaaftanstaaf", &second));
         let out = session.receive(format!("{}\r\n", b64(answer.as_bytes())).as_bytes());
         assert_eq!(codes(&out), [235]);
-        let out = session.receive(MAIL);
-        let auth = message(&out)
-            .and_then(|m| m.session.auth.clone())
-            .expect("auth");
         assert_eq!(
-            (auth.mechanism.as_str(), auth.username.as_str()),
-            ("CRAM-MD5", "tim")
+            auth_of(&session.receive(MAIL)),
+            ("CRAM-MD5".to_owned(), "tim".to_owned())
         );
     }
 

@@ -265,7 +265,8 @@ impl Session {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{Config, Incoming};
+    use super::super::Config;
+    use super::super::tests::{MAIL, codes, message};
     use super::*;
 
     fn tls_config() -> Config {
@@ -284,26 +285,6 @@ mod tests {
             cipher: "TLS_AES_128_GCM_SHA256".into(),
         }
     }
-
-    fn codes(outputs: &[Output]) -> Vec<u16> {
-        outputs
-            .iter()
-            .filter_map(|o| match o {
-                Output::Reply(r) => Some(r.code),
-                _ => None,
-            })
-            .collect()
-    }
-
-    fn message(outputs: &[Output]) -> Option<&Incoming> {
-        outputs.iter().find_map(|o| match o {
-            Output::Message(m) => Some(m),
-            _ => None,
-        })
-    }
-
-    const MAIL: &[u8] =
-        b"MAIL FROM:<a@x.test>\r\nRCPT TO:<b@y.test>\r\nDATA\r\nSubject: s\r\n\r\nhi\r\n.\r\n";
 
     #[test]
     fn starttls_is_advertised_only_when_the_host_can_upgrade_and_has_not() {

@@ -40,7 +40,11 @@ fn render(outputs: &[Output]) -> String {
     s
 }
 
-fn codes(outputs: &[Output]) -> Vec<u16> {
+// The helpers below are shared with the tests in `auth.rs`, `security.rs`
+// and `tests/faults.rs`.
+
+/// The reply codes among the outputs, in order.
+pub(super) fn codes(outputs: &[Output]) -> Vec<u16> {
     outputs
         .iter()
         .filter_map(|o| match o {
@@ -50,7 +54,8 @@ fn codes(outputs: &[Output]) -> Vec<u16> {
         .collect()
 }
 
-fn messages(outputs: &[Output]) -> Vec<&Incoming> {
+/// The messages among the outputs, in order.
+pub(super) fn messages(outputs: &[Output]) -> Vec<&Incoming> {
     outputs
         .iter()
         .filter_map(|o| match o {
@@ -59,6 +64,27 @@ fn messages(outputs: &[Output]) -> Vec<&Incoming> {
         })
         .collect()
 }
+
+/// The first message among the outputs.
+pub(super) fn message(outputs: &[Output]) -> Option<&Incoming> {
+    messages(outputs).into_iter().next()
+}
+
+/// The last reply among the outputs.
+pub(super) fn last_reply(outputs: &[Output]) -> &Reply {
+    outputs
+        .iter()
+        .rev()
+        .find_map(|o| match o {
+            Output::Reply(r) => Some(r),
+            _ => None,
+        })
+        .expect("a reply")
+}
+
+/// One mail transaction after the greeting (no EHLO), ending at the final dot.
+pub(super) const MAIL: &[u8] =
+    b"MAIL FROM:<a@x.test>\r\nRCPT TO:<b@y.test>\r\nDATA\r\nSubject: s\r\n\r\nhi\r\n.\r\n";
 
 const ENVELOPE: &str = "EHLO c\r\nMAIL FROM:<a@x.test>\r\nRCPT TO:<b@y.test>\r\n";
 

@@ -67,7 +67,7 @@ fn ingest_ratio(sessions: usize, messages: usize, reuse: bool) -> (f64, f64, f64
 fn timed_start(dir: &std::path::Path) -> (Mailjar, Duration, Option<u64>) {
     let (smtp, http) = (free_port(), free_port());
     let started = Instant::now();
-    let mut child = Command::new(MAILJAR)
+    let mut child = Command::new(mailjar())
         .args([
             "--smtp-port",
             &smtp.to_string(),

@@ -101,10 +101,13 @@ impl RequestHead {
         *request.method_mut() = self.method.clone();
         *request.uri_mut() = http::Uri::from(self.target.clone());
         *request.version_mut() = self.version;
-        let headers = request.headers_mut();
+        // Sized to the headers: a first append would reserve room for six
+        // (over 600 bytes), which a parked request keeps for its whole wait.
+        let mut headers = http::HeaderMap::with_capacity(self.headers.len());
         for (name, value) in &self.headers {
             headers.append(name.clone(), value.clone());
         }
+        *request.headers_mut() = headers;
         request
     }
 }
@@ -616,6 +619,28 @@ mod tests {
 
     fn head_of(raw: &[u8]) -> RequestHead {
         head(raw)
+    }
+
+    #[test]
+    fn the_request_carries_every_header_in_a_map_of_its_size() {
+        let head = head_of(
+            b"GET /a HTTP/1.1\r\nHost: localhost\r\nIf-None-Match: x\r\nIf-None-Match: y\r\nLast-Event-ID: 7\r\n\r\n",
+        );
+        let request = head.to_request();
+        let headers = request.headers();
+        assert_eq!(headers.len(), head.headers.len());
+        let tags: Vec<_> = headers.get_all("if-none-match").iter().collect();
+        assert_eq!(tags, ["x", "y"]);
+        assert_eq!(headers["host"], "localhost");
+        assert_eq!(headers["last-event-id"], "7");
+        // Room for what it holds, not the six a first insert reserves.
+        assert!(
+            headers.capacity() <= 2 * headers.len(),
+            "{}",
+            headers.capacity()
+        );
+        let one = head_of(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n").to_request();
+        assert_eq!(one.headers().capacity(), 1);
     }
 
     #[test]

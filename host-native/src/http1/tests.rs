@@ -492,3 +492,56 @@ fn a_connection_future_stays_small() {
     let size = std::mem::size_of_val(&future);
     assert!(size <= 1536, "the connection future is {size} bytes");
 }
+
+/// A writer that takes at most `most` bytes per write and records them.
+struct Trickle {
+    most: usize,
+    got: Vec<u8>,
+}
+
+impl AsyncWrite for Trickle {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let n = buf.len().min(self.most);
+        self.got.extend_from_slice(&buf[..n]);
+        Poll::Ready(Ok(n))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
+#[tokio::test]
+async fn parts_are_written_whole_and_in_order_across_short_writes() {
+    let parts: [&[u8]; 5] = [b"", b"1f\r\n", b"", b"event: stored\ndata: {}\n\n", b"\r\n"];
+    let whole: Vec<u8> = parts.concat();
+    for most in [1, 3, 4, 5, 64] {
+        let mut out = Trickle {
+            most,
+            got: Vec::new(),
+        };
+        let mut slices = parts.map(io::IoSlice::new);
+        write_all_parts(&mut out, &mut slices, WRITE_STALL_TIMEOUT)
+            .await
+            .expect("written");
+        assert_eq!(out.got, whole, "at most {most} bytes a write");
+    }
+    // Nothing to write is no write.
+    let mut out = Trickle {
+        most: 0,
+        got: Vec::new(),
+    };
+    write_all(&mut out, b"", WRITE_STALL_TIMEOUT)
+        .await
+        .expect("nothing");
+    let zero = write_all(&mut out, b"x", WRITE_STALL_TIMEOUT).await;
+    assert_eq!(zero.map_err(|e| e.kind()), Err(io::ErrorKind::WriteZero));
+}

@@ -13,6 +13,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+/// The shared MIME corpus: its files and the text an SMTP client sends of one.
+#[path = "../../../core/tests/common/corpus.rs"]
+pub mod corpus;
+
 /// How long any single socket read may block before a test fails instead of hanging.
 pub const IO_TIMEOUT: Duration = Duration::from_secs(20);
 
@@ -1281,4 +1285,47 @@ pub fn read_body_with(
         })?;
     }
     Ok(total)
+}
+
+/// swaks (which must be installed) pointed at the server's SMTP port, saying
+/// `EHLO e2e.test`; the caller adds the rest and runs it.
+pub fn swaks(server: &Server) -> Command {
+    let installed = Command::new("swaks")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(
+        installed,
+        "swaks is not installed: install it with `apt-get install -y swaks`"
+    );
+    let mut swaks = Command::new("swaks");
+    swaks.args(["--server", "127.0.0.1", "--port"]);
+    swaks.arg(server.smtp.port().to_string());
+    swaks.args(["--helo", "e2e.test"]);
+    swaks
+}
+
+/// The message text as swaks' transcript shows it going out (` -> `, or
+/// ` ~> ` over TLS, lines after the 354), unstuffed.
+pub fn swaks_data(transcript: &str) -> Vec<u8> {
+    let mut data = Vec::new();
+    let mut in_data = false;
+    for line in transcript.lines() {
+        if !in_data {
+            in_data = line.starts_with("<~  354") || line.starts_with("<-  354");
+            continue;
+        }
+        let Some(sent) = line
+            .strip_prefix(" ~> ")
+            .or_else(|| line.strip_prefix(" -> "))
+        else {
+            continue;
+        };
+        if sent == "." {
+            return dot_unstuff(&data);
+        }
+        data.extend_from_slice(sent.as_bytes());
+        data.extend_from_slice(b"\r\n");
+    }
+    panic!("no DATA in the swaks transcript:\n{transcript}");
 }

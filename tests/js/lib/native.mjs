@@ -3,7 +3,10 @@
 import { execFileSync, spawn } from "node:child_process";
 import { existsSync } from "node:fs";
 import path from "node:path";
+import { after, before } from "node:test";
 import { fileURLToPath } from "node:url";
+
+import nodemailer from "nodemailer";
 
 /** The repository root. */
 export const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../../..");
@@ -40,4 +43,22 @@ export function startServer(flags = []) {
     });
     child.on("exit", (code) => reject(new Error(`mailjar exited with ${code}:\n${err}`)));
   });
+}
+
+/**
+ * Inside a `describe`: starts the server (with `flags`) and a plain nodemailer
+ * transport to its SMTP port before the tests, and closes both after them.
+ * Returns `{server, mailer}`, filled in once `before` has run.
+ */
+export function withServerAndMailer(flags = []) {
+  const ctx = { server: undefined, mailer: undefined };
+  before(async () => {
+    ctx.server = await startServer(flags);
+    ctx.mailer = nodemailer.createTransport({ host: "127.0.0.1", port: ctx.server.smtpPort, secure: false, ignoreTLS: true });
+  });
+  after(() => {
+    ctx.mailer?.close();
+    ctx.server?.child.kill();
+  });
+  return ctx;
 }

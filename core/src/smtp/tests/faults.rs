@@ -30,16 +30,6 @@ fn run_faulty(rules: &FaultRules, input: &[u8]) -> Vec<Output> {
     out
 }
 
-fn messages(outputs: &[Output]) -> Vec<&Incoming> {
-    outputs
-        .iter()
-        .filter_map(|o| match o {
-            Output::Message(m) => Some(m),
-            _ => None,
-        })
-        .collect()
-}
-
 fn fired(outputs: &[Output]) -> Vec<Action> {
     outputs
         .iter()
