@@ -322,19 +322,24 @@ pub fn is_crlf_form_of(raw: &[u8], text: &str) -> bool {
     let text = text.as_bytes();
     let mut t = 0;
     let mut r = 0;
-    while r < raw.len() {
-        let b = raw[r];
-        if b == b'\r' && raw.get(r + 1) == Some(&b'\n') {
-            r += 1;
-            continue;
-        }
-        if text.get(t) != Some(&b) {
+    // Compared a stretch at a time: the bytes up to each CR that starts a
+    // CRLF (that CR is skipped, its LF starts the next stretch), or up to
+    // and with a lone CR.
+    while let Some(i) = memchr::memchr(b'\r', &raw[r..]) {
+        let cr = r + i;
+        let end = if raw.get(cr + 1) == Some(&b'\n') {
+            cr
+        } else {
+            cr + 1
+        };
+        let n = end - r;
+        if text.get(t..t + n) != Some(&raw[r..end]) {
             return false;
         }
-        t += 1;
-        r += 1;
+        t += n;
+        r = cr + 1;
     }
-    t == text.len()
+    text.get(t..) == Some(&raw[r..])
 }
 
 /// Whether a text part is text/plain; a part without Content-Type is.
