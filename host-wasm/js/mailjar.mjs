@@ -64,6 +64,24 @@ function readyResponse(outcome) {
 
 const SHUTDOWN_BODY = JSON.stringify({ error: "the server is shutting down" });
 
+/** A reply output, as the bindings' `receive` gives it, from its code and lines. */
+function replyOutput(code, lines) {
+  const last = lines.length - 1;
+  let wire = last < 0 ? `${code} \r\n` : "";
+  for (let i = 0; i <= last; i += 1) wire += `${code}${i === last ? " " : "-"}${lines[i]}\r\n`;
+  return { type: "reply", code, text: lines.join("\n"), lines, wire };
+}
+
+/** The short outputs of `Session.receiveInto` as `SessionOutput`s (and `{type: "stored", id}`). */
+function expandOutputs(short) {
+  return short.map((o) => {
+    if (typeof o === "string") return { type: o };
+    if (typeof o[0] === "number") return replyOutput(o[0], o[1]);
+    if (o[0] === "stored") return { type: "stored", id: o[1] };
+    return { type: "fault", id: o[1], stage: o[2], action: o[3] };
+  });
+}
+
 /** `MailServer`'s entry for its connections: feed a session, store what it received. */
 const receive = Symbol("receive");
 
@@ -245,7 +263,7 @@ export class MailServer extends MailjarMethods {
   [receive](session, data) {
     const bytes = passBytes(data, "data");
     if (this.#closed) return session.receive(bytes);
-    const outputs = session.receiveInto(bytes, this.#api, this.#now());
+    const outputs = expandOutputs(session.receiveInto(bytes, this.#api, this.#now()));
     this.#delivered();
     return outputs;
   }

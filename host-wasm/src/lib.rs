@@ -544,10 +544,6 @@ enum OutputJson<'a> {
         wire: String,
     },
     Message {},
-    /// A message the session received and the API stored (`Session.receiveInto`).
-    Stored {
-        id: String,
-    },
     Starttls,
     Close,
     Fault {
@@ -563,6 +559,16 @@ enum ActionJson<'a> {
     Reply { code: u16, text: &'a str },
     Disconnect(bool),
     DelayMs(u64),
+}
+
+fn action_json(action: &mailjar_core::faults::Action) -> ActionJson<'_> {
+    match action {
+        mailjar_core::faults::Action::Reply { code, text } => {
+            ActionJson::Reply { code: *code, text }
+        }
+        mailjar_core::faults::Action::Disconnect => ActionJson::Disconnect(true),
+        mailjar_core::faults::Action::Delay { ms } => ActionJson::DelayMs(*ms),
+    }
 }
 
 fn reply_json(reply: &Reply) -> OutputJson<'_> {
@@ -583,14 +589,35 @@ fn output_json(output: &Output) -> OutputJson<'_> {
         Output::Fault(fired) => OutputJson::Fault {
             id: &fired.id,
             stage: fired.stage.name(),
-            action: match &fired.action {
-                mailjar_core::faults::Action::Reply { code, text } => {
-                    ActionJson::Reply { code: *code, text }
-                }
-                mailjar_core::faults::Action::Disconnect => ActionJson::Disconnect(true),
-                mailjar_core::faults::Action::Delay { ms } => ActionJson::DelayMs(*ms),
-            },
+            action: action_json(&fired.action),
         },
+    }
+}
+
+/// A session output in the short form of `Session.receiveInto`: a reply is
+/// `[code, lines]`, a stored message `["stored", id]`, a fault `["fault",
+/// id, stage, action]`, `"starttls"` and `"close"` are the bare words.
+#[derive(serde::Serialize)]
+#[serde(untagged)]
+enum ShortJson<'a> {
+    Reply(u16, &'a [String]),
+    Stored(&'static str, String),
+    Fault(&'static str, &'a str, &'a str, ActionJson<'a>),
+    Word(&'static str),
+}
+
+fn short_json(output: &Output) -> ShortJson<'_> {
+    match output {
+        Output::Reply(reply) => ShortJson::Reply(reply.code, &reply.lines),
+        Output::Message(_) => ShortJson::Word("message"),
+        Output::StartTls => ShortJson::Word("starttls"),
+        Output::Close => ShortJson::Word("close"),
+        Output::Fault(fired) => ShortJson::Fault(
+            "fault",
+            &fired.id,
+            fired.stage.name(),
+            action_json(&fired.action),
+        ),
     }
 }
 
@@ -625,7 +652,7 @@ fn fill_message_object(object: &Object, output: &Output) {
 }
 
 /// Items as a JavaScript array, through their JSON text.
-fn json_array(items: &[OutputJson<'_>]) -> Array {
+fn json_array(items: &[impl serde::Serialize]) -> Array {
     serde_json::to_string(items)
         .ok()
         .and_then(|text| js_sys::JSON::parse(&text).ok())
@@ -715,10 +742,13 @@ impl Session {
     }
 
     /// Like `receive` (a string is fed as UTF-8), but each message the session
-    /// completes is stored in `api` at once, received at `nowMs`: it comes out
-    /// as `{type: "stored", id}` instead of a `message` output. The answers
-    /// to the parked waits it woke are kept for `api.takeWoken()`.
-    #[wasm_bindgen(js_name = receiveInto, unchecked_return_type = "SessionOutput[]")]
+    /// completes is stored in `api` at once, received at `nowMs`, and the
+    /// outputs come in a short form that costs less to cross into JavaScript
+    /// (the npm package's `SmtpConnection` reads it): a reply is `[code,
+    /// lines]`, a stored message `["stored", id]`, a fault `["fault", id,
+    /// stage, action]`, and `"starttls"` and `"close"` are bare words. The
+    /// answers to the parked waits it woke are kept for `api.takeWoken()`.
+    #[wasm_bindgen(js_name = receiveInto, unchecked_return_type = "unknown[]")]
     pub fn receive_into(
         &mut self,
         #[wasm_bindgen(unchecked_param_type = "Uint8Array | string")] bytes: &JsValue,
@@ -752,13 +782,11 @@ impl Session {
             }
         }
         let mut ids = ids.into_iter();
-        let items: Vec<OutputJson<'_>> = outputs
+        let items: Vec<ShortJson<'_>> = outputs
             .iter()
             .map(|output| match output {
-                Output::Message(_) => OutputJson::Stored {
-                    id: ids.next().unwrap_or_default(),
-                },
-                other => output_json(other),
+                Output::Message(_) => ShortJson::Stored("stored", ids.next().unwrap_or_default()),
+                other => short_json(other),
             })
             .collect();
         Ok(json_array(&items))
@@ -1239,9 +1267,29 @@ impl Api {
     }
 }
 
+/// Makes the wasm memory grow by a quarter at a time rather than by the
+/// 64 KiB the allocator asks for: every `memory.grow` costs the engine a
+/// resize and an external-memory GC check, and a store that keeps thousands
+/// of messages would otherwise grow it every dozen deliveries. When the
+/// memory grew since the last call, a block of a quarter of it is allocated
+/// and freed at once: it stays with the allocator as free space.
+fn grow_ahead() {
+    #[cfg(target_arch = "wasm32")]
+    {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static SEEN: AtomicUsize = AtomicUsize::new(0);
+        let pages = core::arch::wasm32::memory_size(0);
+        if pages != SEEN.load(Ordering::Relaxed) {
+            drop(Vec::<u8>::with_capacity(pages * 65536 / 4));
+            SEEN.store(core::arch::wasm32::memory_size(0), Ordering::Relaxed);
+        }
+    }
+}
+
 impl Api {
     /// Stores a message received at `now`; keeps the answers to the waits it woke.
     fn store(&mut self, incoming: Incoming, now: u64) -> String {
+        grow_ahead();
         let delivered =
             self.inner
                 .deliver_and_wake(Prepared::new(incoming), now, entropy(), &DateClock);
