@@ -250,7 +250,9 @@ export class MailServer extends MailjarMethods {
     this.#open();
     if (envelope === null || typeof envelope !== "object") throw new TypeError("envelope must be an object");
     const { from = "", to = [] } = envelope;
-    const id = this.#api.deliverRaw(passBytes(raw, "raw"), from, typeof to === "string" ? [to] : to, smtp, this.#now());
+    // The clock first: the bytes live in the shared scratch buffer until the call.
+    const now = this.#now();
+    const id = this.#api.deliverRaw(passBytes(raw, "raw"), from, typeof to === "string" ? [to] : to, smtp, now);
     this.#delivered();
     return id;
   }
@@ -261,9 +263,10 @@ export class MailServer extends MailjarMethods {
    * Once closed, a message reaches `deliverRaw`, which refuses it.
    */
   [receive](session, data) {
-    const bytes = passBytes(data, "data");
-    if (this.#closed) return session.receive(bytes);
-    const outputs = expandOutputs(session.receiveInto(bytes, this.#api, this.#now()));
+    if (this.#closed) return session.receive(passBytes(data, "data"));
+    // The clock first: the bytes live in the shared scratch buffer until the call.
+    const now = this.#now();
+    const outputs = expandOutputs(session.receiveInto(passBytes(data, "data"), this.#api, now));
     this.#delivered();
     return outputs;
   }
