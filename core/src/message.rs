@@ -299,21 +299,20 @@ fn owned(s: &str) -> String {
 
 /// `text` with each CRLF as LF; a lone CR stays (as InboxTap reads bodies).
 pub fn crlf_to_lf(text: &str) -> Cow<'_, str> {
-    match memchr::memmem::find(text.as_bytes(), b"\r\n") {
-        None => Cow::Borrowed(text),
-        Some(first) => {
-            let mut out = String::with_capacity(text.len() - 1);
-            out.push_str(&text[..first]);
-            let mut rest = &text[first + 1..];
-            // `rest` starts with the LF of a CRLF whose CR is dropped.
-            while let Some(p) = memchr::memmem::find(&rest.as_bytes()[1..], b"\r\n") {
-                out.push_str(&rest[..p + 1]);
-                rest = &rest[p + 2..];
-            }
-            out.push_str(rest);
-            Cow::Owned(out)
-        }
+    // One searcher for the whole text (building one per line cost more than the search).
+    let mut crlfs = memchr::memmem::find_iter(text.as_bytes(), b"\r\n").peekable();
+    if crlfs.peek().is_none() {
+        return Cow::Borrowed(text);
     }
+    let mut out = String::with_capacity(text.len() - 1);
+    let mut from = 0;
+    for cr in crlfs {
+        out.push_str(&text[from..cr]);
+        // The LF starts the next piece; the CR is dropped.
+        from = cr + 1;
+    }
+    out.push_str(&text[from..]);
+    Cow::Owned(out)
 }
 
 /// Whether `raw` is `text` but for CRLF where `text` has LF: what
