@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Builds mailjar-wasm and binds it (wasm-bindgen --target web) into
-# host-wasm/pkg-web, which browsers load with init() and Node with initSync(). Installs what is missing: the wasm32 target and
-# wasm-bindgen-cli of the exact version in Cargo.lock.
+# Builds mailjar-wasm, shrinks it with binaryen's wasm-opt -Oz and binds it
+# (wasm-bindgen --target web) into host-wasm/pkg-web, which browsers load with
+# init() and Node with initSync(). Installs what is missing: the wasm32
+# target, wasm-bindgen-cli of the exact version in Cargo.lock, and Debian's
+# binaryen (apt, as root). MAILJAR_WASM_OPT=0 skips wasm-opt (a bigger wasm
+# that keeps its function names, for profiling).
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -36,6 +39,34 @@ step "build mailjar-wasm (profile wasm-release)"
 cargo build -p mailjar-wasm --target wasm32-unknown-unknown --profile wasm-release
 wasm="$CARGO_TARGET_DIR/wasm32-unknown-unknown/wasm-release/mailjar_wasm.wasm"
 
+if [ "${MAILJAR_WASM_OPT:-1}" != 0 ]; then
+  step "wasm-opt -Oz (binaryen)"
+  if ! command -v wasm-opt >/dev/null; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+      export DEBIAN_FRONTEND=noninteractive
+      apt-get update -qq
+      apt-get install -y -qq --no-install-recommends binaryen >/dev/null
+    else
+      echo "wasm-opt is missing: install binaryen (Debian: apt-get install binaryen; macOS: brew install binaryen)" >&2
+      exit 1
+    fi
+  fi
+  wasm-opt --version
+  # Run on rustc's output, before wasm-bindgen: binaryen 108 (Debian 12) cannot
+  # read what wasm-bindgen writes (table.fill), and needs the features rustc
+  # uses named.
+  opt="$CARGO_TARGET_DIR/wasm32-unknown-unknown/wasm-release/mailjar_wasm.opt.wasm"
+  wasm-opt -Oz --enable-bulk-memory --enable-sign-ext --enable-mutable-globals \
+    --enable-nontrapping-float-to-int --enable-reference-types --enable-multivalue \
+    "$wasm" -o "$opt"
+  wasm="$opt"
+fi
+
 step "wasm-bindgen"
 rm -rf host-wasm/pkg-node host-wasm/pkg-web
-wasm-bindgen --target web --out-dir host-wasm/pkg-web "$wasm"
+# The output is named after the input: keep the name mailjar_wasm.
+bound="$(mktemp -d)"
+trap 'rm -rf "$bound"' EXIT
+cp "$wasm" "$bound/mailjar_wasm.wasm"
+wasm-bindgen --target web --out-dir host-wasm/pkg-web "$bound/mailjar_wasm.wasm"
+printf 'wasm: %s bytes, %s gzipped\n' "$(wc -c <host-wasm/pkg-web/mailjar_wasm_bg.wasm)" "$(gzip -9 -c host-wasm/pkg-web/mailjar_wasm_bg.wasm | wc -c)"

@@ -19,6 +19,22 @@ function toBytes(data, name) {
   throw new TypeError(`${name} must be a string or a Uint8Array`);
 }
 
+/** A buffer reused to hand strings to the bindings (see `passBytes`). */
+let scratch = new Uint8Array(64 * 1024);
+
+/**
+ * What to pass the bindings for `data`: a string's UTF-8 in a reused buffer
+ * (valid until the next call; `encodeInto` is several times faster than the
+ * bindings' own copy of a long string), else the bytes of `toBytes`.
+ */
+function passBytes(data, name) {
+  if (typeof data !== "string") return toBytes(data, name);
+  // UTF-8 takes at most 3 bytes per UTF-16 code unit.
+  if (data.length * 3 > scratch.length) scratch = new Uint8Array(Math.max(data.length * 3, scratch.length * 2));
+  const { written } = encoder.encodeInto(data, scratch);
+  return scratch.subarray(0, written);
+}
+
 /** Splits a URL or a path into the raw (still percent-encoded) path and query. */
 function splitTarget(url) {
   if (typeof url !== "string") throw new TypeError("url must be a string");
@@ -47,6 +63,27 @@ function readyResponse(outcome) {
 }
 
 const SHUTDOWN_BODY = JSON.stringify({ error: "the server is shutting down" });
+
+/** A reply output, as the bindings' `receive` gives it, from its code and lines. */
+function replyOutput(code, lines) {
+  const last = lines.length - 1;
+  let wire = last < 0 ? `${code} \r\n` : "";
+  for (let i = 0; i <= last; i += 1) wire += `${code}${i === last ? " " : "-"}${lines[i]}\r\n`;
+  return { type: "reply", code, text: lines.join("\n"), lines, wire };
+}
+
+/** The short outputs of `Session.receiveInto` as `SessionOutput`s (and `{type: "stored", id}`). */
+function expandOutputs(short) {
+  return short.map((o) => {
+    if (typeof o === "string") return { type: o };
+    if (typeof o[0] === "number") return replyOutput(o[0], o[1]);
+    if (o[0] === "stored") return { type: "stored", id: o[1] };
+    return { type: "fault", id: o[1], stage: o[2], action: o[3] };
+  });
+}
+
+/** `MailServer`'s entry for its connections: feed a session, store what it received. */
+const receive = Symbol("receive");
 
 /**
  * One SMTP connection without a socket: `send()` client bytes, get the replies.
@@ -80,7 +117,7 @@ export class SmtpConnection {
 
   /** Feeds client bytes (a string is sent as UTF-8); returns the replies, in order. */
   send(data) {
-    return this.#carry(this.#session.receive(toBytes(data, "data"))).replies;
+    return this.#carry(this.#server[receive](this.#session, data)).replies;
   }
 
   /**
@@ -96,6 +133,10 @@ export class SmtpConnection {
       if (output.type === "fault") {
         this.faults.push({ id: output.id, stage: output.stage, action: output.action });
         if (output.action.delayMs !== undefined) delayMs = (delayMs ?? 0) + output.action.delayMs;
+      } else if (output.type === "stored") {
+        // The server stored it inside the bindings (see `receive`).
+        stored = output.id;
+        this.messageIds.push(stored);
       } else if (output.type === "message") {
         stored = this.#server.deliverRaw(output.raw, output.envelope, output.smtp);
         this.messageIds.push(stored);
@@ -209,12 +250,32 @@ export class MailServer extends MailjarMethods {
     this.#open();
     if (envelope === null || typeof envelope !== "object") throw new TypeError("envelope must be an object");
     const { from = "", to = [] } = envelope;
-    const message = { envelope: { from, to: typeof to === "string" ? [to] : to }, raw: toBytes(raw, "raw") };
-    if (smtp !== undefined) message.smtp = smtp;
-    const delivered = this.#api.deliver(message, this.#now());
-    for (const { waiter, status, body } of delivered.woken) this.#answer(waiter, response(status, body));
+    // The clock first: the bytes live in the shared scratch buffer until the call.
+    const now = this.#now();
+    const id = this.#api.deliverRaw(passBytes(raw, "raw"), from, typeof to === "string" ? [to] : to, smtp, now);
+    this.#delivered();
+    return id;
+  }
+
+  /**
+   * Feeds `data` to a connection's session; a message it completes is
+   * stored right there, inside the bindings (a `stored` output with its id).
+   * Once closed, a message reaches `deliverRaw`, which refuses it.
+   */
+  [receive](session, data) {
+    if (this.#closed) return session.receive(passBytes(data, "data"));
+    // The clock first: the bytes live in the shared scratch buffer until the call.
+    const now = this.#now();
+    const outputs = expandOutputs(session.receiveInto(passBytes(data, "data"), this.#api, now));
+    this.#delivered();
+    return outputs;
+  }
+
+  /** Answers the waits the last deliveries woke, and wakes the event streams. */
+  #delivered() {
+    const woken = this.#api.takeWoken();
+    if (woken !== undefined) for (const { waiter, status, body } of woken) this.#answer(waiter, response(status, body));
     this.#wakeStreams();
-    return delivered.id;
   }
 
   /**

@@ -2,31 +2,9 @@
 //! and a rule that fires comes out as a `fault` output.
 
 use js_sys::{Array, Object};
-use mailjar_core::faults::{Action, Fired};
 use wasm_bindgen::prelude::*;
 
-use super::{Api, Session, output_object, set};
-
-/// A fired rule as a `FaultOutput`.
-pub(crate) fn fired_object(fired: &Fired) -> JsValue {
-    let object = Object::new();
-    set(&object, "type", "fault");
-    set(&object, "id", fired.id.as_str());
-    set(&object, "stage", fired.stage.name());
-    let action = Object::new();
-    match &fired.action {
-        Action::Reply { code, text } => {
-            let reply = Object::new();
-            set(&reply, "code", *code);
-            set(&reply, "text", text.as_str());
-            set(&action, "reply", reply);
-        }
-        Action::Disconnect => set(&action, "disconnect", true),
-        Action::Delay { ms } => set(&action, "delayMs", *ms as f64),
-    }
-    set(&object, "action", action);
-    object.into()
-}
+use super::{Api, Session, outputs_of};
 
 #[wasm_bindgen]
 impl Session {
@@ -40,7 +18,7 @@ impl Session {
     /// `connect` rule says instead (a `fault` output first, maybe a `close`).
     #[wasm_bindgen(unchecked_return_type = "SessionOutput[]")]
     pub fn open(&mut self) -> Array {
-        self.inner.open().iter().map(output_object).collect()
+        outputs_of(&self.inner.open())
     }
 }
 

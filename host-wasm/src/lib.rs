@@ -389,29 +389,46 @@ fn bytes_of(value: &JsValue, name: &str) -> Result<Vec<u8>, JsValue> {
     Err(type_error(format!("{name} must be a Uint8Array")))
 }
 
+/// Random bytes drawn from `crypto.getRandomValues` a block at a time (one
+/// call per 409 ids rather than one each: the call costs more than the id).
+struct EntropyPool {
+    bytes: [u8; ENTROPY_BLOCK],
+    used: usize,
+}
+
+/// The bytes fetched per `crypto.getRandomValues` call (its limit is 65536).
+const ENTROPY_BLOCK: usize = 4096;
+
+thread_local! {
+    static ENTROPY: std::cell::RefCell<EntropyPool> = const {
+        std::cell::RefCell::new(EntropyPool { bytes: [0; ENTROPY_BLOCK], used: ENTROPY_BLOCK })
+    };
+}
+
+/// Fresh random bytes for one id (or one session's seed).
 fn entropy() -> Entropy {
-    let mut bytes = Entropy::default();
-    let buffer = Uint8Array::new_with_length(bytes.len() as u32);
-    // Without crypto the ids stay unique: the generator counts up within a millisecond.
-    if get_random_values(&buffer).is_ok() {
-        buffer.copy_to(&mut bytes);
-    }
-    bytes
+    let mut out = Entropy::default();
+    ENTROPY.with(|pool| {
+        let mut pool = pool.borrow_mut();
+        if pool.used + Entropy::default().len() > ENTROPY_BLOCK {
+            let buffer = Uint8Array::new_with_length(ENTROPY_BLOCK as u32);
+            // Without crypto the ids stay unique: the generator counts up within a millisecond.
+            if get_random_values(&buffer).is_ok() {
+                buffer.copy_to(&mut pool.bytes);
+            } else {
+                pool.bytes = [0; ENTROPY_BLOCK];
+            }
+            pool.used = 0;
+        }
+        let (start, n) = (pool.used, out.len());
+        out.copy_from_slice(&pool.bytes[start..start + n]);
+        pool.used += n;
+    });
+    out
 }
 
 fn reply_object(reply: &Reply) -> JsValue {
-    let object = Object::new();
-    set(&object, "type", "reply");
-    set(&object, "code", reply.code);
-    set(&object, "text", reply.text());
-    let lines: Array = reply.lines.iter().map(|l| JsValue::from_str(l)).collect();
-    set(&object, "lines", lines);
-    set(
-        &object,
-        "wire",
-        String::from_utf8_lossy(&reply.to_bytes()).into_owned(),
-    );
-    object.into()
+    json_value(&reply_json(reply))
 }
 
 fn envelope_object(envelope: &Envelope) -> JsValue {
@@ -428,6 +445,41 @@ fn json_value(value: &impl serde::Serialize) -> JsValue {
         .ok()
         .and_then(|text| js_sys::JSON::parse(&text).ok())
         .unwrap_or(JsValue::NULL)
+}
+
+/// An array of strings; `message` when it is anything else.
+fn strings_of(value: &JsValue, message: &str) -> Result<Vec<String>, JsValue> {
+    let array = value
+        .dyn_ref::<Array>()
+        .ok_or_else(|| type_error(message))?;
+    array
+        .iter()
+        .map(|t| t.as_string().ok_or_else(|| type_error(message)))
+        .collect()
+}
+
+/// A message's `smtp` object (`{helo, remoteAddr, tls, auth}`, each optional)
+/// as its HELO and session facts.
+fn smtp_facts_of(
+    facts: &JsValue,
+    what: &str,
+) -> Result<(Option<String>, smtp::SessionFacts), JsValue> {
+    let helo = string_field(facts, "helo", what)?;
+    let mut session = smtp::SessionFacts {
+        remote_addr: string_field(facts, "remoteAddr", what)?,
+        ..smtp::SessionFacts::default()
+    };
+    if let Some(tls) = field(facts, "tls", what)?.filter(|v| !v.is_null()) {
+        session.tls = Some(tls_of(&tls, &format!("{what}.tls"))?);
+    }
+    if let Some(auth) = field(facts, "auth", what)?.filter(|v| !v.is_null()) {
+        let what = format!("{what}.auth");
+        session.auth = Some(smtp::AuthInfo {
+            mechanism: required_string(&auth, "mechanism", &what)?,
+            username: required_string(&auth, "username", &what)?,
+        });
+    }
+    Ok((helo, session))
 }
 
 /// `{version, cipher}` from JavaScript.
@@ -480,38 +532,146 @@ fn security_of(config: &JsValue) -> Result<smtp::Security, JsValue> {
     Ok(security)
 }
 
-fn output_object(output: &Output) -> JsValue {
-    match output {
-        Output::Reply(reply) => reply_object(reply),
-        Output::Message(message) => {
-            let object = Object::new();
-            set(&object, "type", "message");
-            set(&object, "envelope", envelope_object(&message.envelope));
-            set(&object, "raw", Uint8Array::from(message.raw.as_slice()));
-            set(
-                &object,
-                "helo",
-                message
-                    .helo
-                    .as_deref()
-                    .map_or(JsValue::NULL, JsValue::from_str),
-            );
-            let facts = smtp::SmtpFacts::new(message.helo.clone(), message.session.clone());
-            set(&object, "smtp", json_value(&facts));
-            object.into()
+/// A session output as JSON, in the shape of its `SessionOutput`; a message
+/// is `{"type": "message"}` here, its fields are set on the parsed object.
+#[derive(serde::Serialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+enum OutputJson<'a> {
+    Reply {
+        code: u16,
+        text: String,
+        lines: &'a [String],
+        wire: String,
+    },
+    Message {},
+    Starttls,
+    Close,
+    Fault {
+        id: &'a str,
+        stage: &'a str,
+        action: ActionJson<'a>,
+    },
+}
+
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+enum ActionJson<'a> {
+    Reply { code: u16, text: &'a str },
+    Disconnect(bool),
+    DelayMs(u64),
+}
+
+fn action_json(action: &mailjar_core::faults::Action) -> ActionJson<'_> {
+    match action {
+        mailjar_core::faults::Action::Reply { code, text } => {
+            ActionJson::Reply { code: *code, text }
         }
-        Output::StartTls => {
-            let object = Object::new();
-            set(&object, "type", "starttls");
-            object.into()
-        }
-        Output::Close => {
-            let object = Object::new();
-            set(&object, "type", "close");
-            object.into()
-        }
-        Output::Fault(fired) => crate::faults::fired_object(fired),
+        mailjar_core::faults::Action::Disconnect => ActionJson::Disconnect(true),
+        mailjar_core::faults::Action::Delay { ms } => ActionJson::DelayMs(*ms),
     }
+}
+
+fn reply_json(reply: &Reply) -> OutputJson<'_> {
+    OutputJson::Reply {
+        code: reply.code,
+        text: reply.text(),
+        lines: &reply.lines,
+        wire: String::from_utf8_lossy(&reply.to_bytes()).into_owned(),
+    }
+}
+
+fn output_json(output: &Output) -> OutputJson<'_> {
+    match output {
+        Output::Reply(reply) => reply_json(reply),
+        Output::Message(_) => OutputJson::Message {},
+        Output::StartTls => OutputJson::Starttls,
+        Output::Close => OutputJson::Close,
+        Output::Fault(fired) => OutputJson::Fault {
+            id: &fired.id,
+            stage: fired.stage.name(),
+            action: action_json(&fired.action),
+        },
+    }
+}
+
+/// A session output in the short form of `Session.receiveInto`: a reply is
+/// `[code, lines]`, a stored message `["stored", id]`, a fault `["fault",
+/// id, stage, action]`, `"starttls"` and `"close"` are the bare words.
+#[derive(serde::Serialize)]
+#[serde(untagged)]
+enum ShortJson<'a> {
+    Reply(u16, &'a [String]),
+    Stored(&'static str, String),
+    Fault(&'static str, &'a str, &'a str, ActionJson<'a>),
+    Word(&'static str),
+}
+
+fn short_json(output: &Output) -> ShortJson<'_> {
+    match output {
+        Output::Reply(reply) => ShortJson::Reply(reply.code, &reply.lines),
+        Output::Message(_) => ShortJson::Word("message"),
+        Output::StartTls => ShortJson::Word("starttls"),
+        Output::Close => ShortJson::Word("close"),
+        Output::Fault(fired) => ShortJson::Fault(
+            "fault",
+            &fired.id,
+            fired.stage.name(),
+            action_json(&fired.action),
+        ),
+    }
+}
+
+/// Outputs as a JavaScript array, through one JSON text (one crossing
+/// instead of one per property); each `message` gets its fields set after.
+fn outputs_array(outputs: &[Output], items: &[OutputJson<'_>]) -> Array {
+    let array = json_array(items);
+    for (i, output) in outputs.iter().enumerate() {
+        if let Output::Message(_) = output {
+            let object: Object = array.get(i as u32).unchecked_into();
+            fill_message_object(&object, output);
+        }
+    }
+    array
+}
+
+fn fill_message_object(object: &Object, output: &Output) {
+    if let Output::Message(message) = output {
+        set(object, "envelope", envelope_object(&message.envelope));
+        set(object, "raw", Uint8Array::from(message.raw.as_slice()));
+        set(
+            object,
+            "helo",
+            message
+                .helo
+                .as_deref()
+                .map_or(JsValue::NULL, JsValue::from_str),
+        );
+        let facts = smtp::SmtpFacts::new(message.helo.clone(), message.session.clone());
+        set(object, "smtp", json_value(&facts));
+    }
+}
+
+/// Items as a JavaScript array, through their JSON text.
+fn json_array(items: &[impl serde::Serialize]) -> Array {
+    serde_json::to_string(items)
+        .ok()
+        .and_then(|text| js_sys::JSON::parse(&text).ok())
+        .and_then(|value| value.dyn_into::<Array>().ok())
+        .unwrap_or_default()
+}
+
+/// Bytes to feed a session: a string as UTF-8, or a Uint8Array.
+fn input_bytes(value: &JsValue, name: &str) -> Result<Vec<u8>, JsValue> {
+    match value.as_string() {
+        Some(text) => Ok(text.into_bytes()),
+        None => bytes_of(value, name),
+    }
+}
+
+/// Outputs as `SessionOutput[]`.
+fn outputs_of(outputs: &[Output]) -> Array {
+    let items: Vec<OutputJson<'_>> = outputs.iter().map(output_json).collect();
+    outputs_array(outputs, &items)
 }
 
 /// The server side of one SMTP connection, as a state machine.
@@ -577,12 +737,59 @@ impl Session {
         #[wasm_bindgen(unchecked_param_type = "Uint8Array")] bytes: &JsValue,
     ) -> Result<Array, JsValue> {
         let bytes = bytes_of(bytes, "receive(bytes): bytes")?;
-        Ok(self
-            .inner
-            .receive(&bytes)
+        let outputs = self.inner.receive(&bytes);
+        Ok(outputs_of(&outputs))
+    }
+
+    /// Like `receive` (a string is fed as UTF-8), but each message the session
+    /// completes is stored in `api` at once, received at `nowMs`, and the
+    /// outputs come in a short form that costs less to cross into JavaScript
+    /// (the npm package's `SmtpConnection` reads it): a reply is `[code,
+    /// lines]`, a stored message `["stored", id]`, a fault `["fault", id,
+    /// stage, action]`, and `"starttls"` and `"close"` are bare words. The
+    /// answers to the parked waits it woke are kept for `api.takeWoken()`.
+    #[wasm_bindgen(js_name = receiveInto, unchecked_return_type = "unknown[]")]
+    pub fn receive_into(
+        &mut self,
+        #[wasm_bindgen(unchecked_param_type = "Uint8Array | string")] bytes: &JsValue,
+        api: &mut Api,
+        #[wasm_bindgen(js_name = nowMs)] now_ms: f64,
+    ) -> Result<Array, JsValue> {
+        let bytes = input_bytes(bytes, "receiveInto(bytes): bytes")?;
+        let mut outputs = self.inner.receive(&bytes);
+        // Time is checked only when there is a message to store.
+        let now = if outputs.iter().any(|o| matches!(o, Output::Message(_))) {
+            Some(time_ms(now_ms, "nowMs")?)
+        } else {
+            None
+        };
+        let mut ids = Vec::new();
+        for output in &mut outputs {
+            if let (Output::Message(message), Some(now)) = (output, now) {
+                let incoming = std::mem::replace(
+                    message,
+                    Incoming {
+                        envelope: Envelope {
+                            from: String::new(),
+                            to: Vec::new(),
+                        },
+                        raw: Vec::new(),
+                        helo: None,
+                        session: smtp::SessionFacts::default(),
+                    },
+                );
+                ids.push(api.store(incoming, now));
+            }
+        }
+        let mut ids = ids.into_iter();
+        let items: Vec<ShortJson<'_>> = outputs
             .iter()
-            .map(output_object)
-            .collect())
+            .map(|output| match output {
+                Output::Message(_) => ShortJson::Stored("stored", ids.next().unwrap_or_default()),
+                other => short_json(other),
+            })
+            .collect();
+        Ok(json_array(&items))
     }
 
     /// The 421 to write when the client was idle too long; the session is closed after it.
@@ -703,6 +910,8 @@ pub struct Api {
     inner: api::Api<Object>,
     /// The replays still owed to open subscriptions, sent before their live events.
     replays: std::collections::HashMap<SubscriberId, api::Replay>,
+    /// Answers to parked waits woken by `deliverRaw` and `Session.receiveInto`, for `takeWoken`.
+    woken: Vec<JsValue>,
 }
 
 #[wasm_bindgen]
@@ -756,6 +965,7 @@ impl Api {
         Ok(Api {
             inner,
             replays: std::collections::HashMap::new(),
+            woken: Vec::new(),
         })
     }
 
@@ -842,16 +1052,7 @@ impl Api {
         let from = string_field(&envelope, "from", "message.envelope")?.unwrap_or_default();
         let to_value = field(&envelope, "to", "message.envelope")?
             .ok_or_else(|| type_error("message.envelope.to is required (an array of strings)"))?;
-        let to_array = to_value
-            .dyn_ref::<Array>()
-            .ok_or_else(|| type_error("message.envelope.to must be an array of strings"))?;
-        let to = to_array
-            .iter()
-            .map(|t| {
-                t.as_string()
-                    .ok_or_else(|| type_error("message.envelope.to must be an array of strings"))
-            })
-            .collect::<Result<Vec<String>, JsValue>>()?;
+        let to = strings_of(&to_value, "message.envelope.to must be an array of strings")?;
         let raw_value = field(message, "raw", what)?
             .ok_or_else(|| type_error("message.raw is required (a Uint8Array or a string)"))?;
         let raw = match raw_value.as_string() {
@@ -861,21 +1062,11 @@ impl Api {
         let mut helo = string_field(message, "helo", what)?;
         let mut session = smtp::SessionFacts::default();
         if let Some(facts) = field(message, "smtp", what)?.filter(|v| !v.is_null()) {
-            let what = "message.smtp";
-            if let Some(h) = string_field(&facts, "helo", what)? {
-                helo = Some(h);
+            let (h, s) = smtp_facts_of(&facts, "message.smtp")?;
+            if h.is_some() {
+                helo = h;
             }
-            session.remote_addr = string_field(&facts, "remoteAddr", what)?;
-            if let Some(tls) = field(&facts, "tls", what)?.filter(|v| !v.is_null()) {
-                session.tls = Some(tls_of(&tls, "message.smtp.tls")?);
-            }
-            if let Some(auth) = field(&facts, "auth", what)?.filter(|v| !v.is_null()) {
-                let what = "message.smtp.auth";
-                session.auth = Some(smtp::AuthInfo {
-                    mechanism: required_string(&auth, "mechanism", what)?,
-                    username: required_string(&auth, "username", what)?,
-                });
-            }
+            session = s;
         }
         let now = time_ms(now_ms, "nowMs")?;
         let prepared = Prepared::new(Incoming {
@@ -896,6 +1087,53 @@ impl Api {
             .collect();
         set(&object, "woken", woken);
         Ok(object.into())
+    }
+
+    /// Stores `raw` (a string is stored as UTF-8) with the envelope `from`,
+    /// `to` and the optional `smtp` facts (`{helo, remoteAddr, tls, auth}`),
+    /// received at `nowMs`; returns its id. The answers to the parked waits
+    /// it woke are kept for `takeWoken()`. The same as `deliver`, in fewer
+    /// crossings into wasm.
+    #[wasm_bindgen(js_name = deliverRaw)]
+    pub fn deliver_raw(
+        &mut self,
+        #[wasm_bindgen(unchecked_param_type = "Uint8Array | string")] raw: &JsValue,
+        #[wasm_bindgen(unchecked_param_type = "string")] from: &JsValue,
+        #[wasm_bindgen(unchecked_param_type = "string[]")] to: &JsValue,
+        #[wasm_bindgen(unchecked_param_type = "SmtpFacts | undefined")] smtp: &JsValue,
+        #[wasm_bindgen(js_name = nowMs)] now_ms: f64,
+    ) -> Result<String, JsValue> {
+        let from = from
+            .as_string()
+            .ok_or_else(|| type_error("envelope.from must be a string"))?;
+        let to = strings_of(to, "envelope.to must be an array of strings")?;
+        let raw = match raw.as_string() {
+            Some(text) => text.into_bytes(),
+            None => bytes_of(raw, "raw")?,
+        };
+        let (helo, session) = if smtp.is_undefined() || smtp.is_null() {
+            (None, smtp::SessionFacts::default())
+        } else {
+            smtp_facts_of(smtp, "smtp")?
+        };
+        let now = time_ms(now_ms, "nowMs")?;
+        let incoming = Incoming {
+            envelope: Envelope { from, to },
+            raw,
+            helo,
+            session,
+        };
+        Ok(self.store(incoming, now))
+    }
+
+    /// The answers to the parked waits woken since the last call (by
+    /// `deliverRaw` or `Session.receiveInto`); undefined when there are none.
+    #[wasm_bindgen(js_name = takeWoken, unchecked_return_type = "WaitResponse[] | undefined")]
+    pub fn take_woken(&mut self) -> Option<Array> {
+        if self.woken.is_empty() {
+            return None;
+        }
+        Some(self.woken.drain(..).collect())
     }
 
     /// Ends a parked wait at its deadline: its 408 with its `waiter`;
@@ -1029,7 +1267,41 @@ impl Api {
     }
 }
 
+/// Makes the wasm memory grow by a quarter at a time rather than by the
+/// 64 KiB the allocator asks for: every `memory.grow` costs the engine a
+/// resize and an external-memory GC check, and a store that keeps thousands
+/// of messages would otherwise grow it every dozen deliveries. When the
+/// memory grew since the last call, a block of a quarter of it is allocated
+/// and freed at once: it stays with the allocator as free space.
+fn grow_ahead() {
+    #[cfg(target_arch = "wasm32")]
+    {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static SEEN: AtomicUsize = AtomicUsize::new(0);
+        let pages = core::arch::wasm32::memory_size(0);
+        if pages != SEEN.load(Ordering::Relaxed) {
+            drop(Vec::<u8>::with_capacity(pages * 65536 / 4));
+            SEEN.store(core::arch::wasm32::memory_size(0), Ordering::Relaxed);
+        }
+    }
+}
+
 impl Api {
+    /// Stores a message received at `now`; keeps the answers to the waits it woke.
+    fn store(&mut self, incoming: Incoming, now: u64) -> String {
+        grow_ahead();
+        let delivered =
+            self.inner
+                .deliver_and_wake(Prepared::new(incoming), now, entropy(), &DateClock);
+        self.woken.extend(
+            delivered
+                .woken
+                .into_iter()
+                .map(|(wait, response)| woken_object(wait, response)),
+        );
+        delivered.id.to_string()
+    }
+
     fn unsubscribe_id(&mut self, id: SubscriberId) -> bool {
         self.replays.remove(&id);
         self.inner.unsubscribe(id)

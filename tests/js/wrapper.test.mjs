@@ -32,6 +32,13 @@ describe("bindings", () => {
       [() => api.deliver({ envelope: { to: [1] }, raw: "x" }, 1), TypeError, /array of strings/],
       [() => api.deliver({ envelope: { to: [] }, raw: 5 }, 1), TypeError, /message\.raw must be a Uint8Array/],
       [() => api.deliver({ envelope: { to: [] } }, 1), TypeError, /message\.raw is required/],
+      [() => api.deliverRaw(5, "", [], undefined, 1), TypeError, /raw must be a Uint8Array/],
+      [() => api.deliverRaw("x", 5, [], undefined, 1), TypeError, /envelope\.from must be a string/],
+      [() => api.deliverRaw("x", "", "a@b", undefined, 1), TypeError, /envelope\.to must be an array of strings/],
+      [() => api.deliverRaw("x", "", [], { tls: {} }, 1), TypeError, /smtp\.tls\.version is required/],
+      [() => api.deliverRaw("x", "", [], undefined, -1), RangeError, /nowMs/],
+      [() => session.receiveInto(5, api, 1), TypeError, /must be a Uint8Array/],
+      [() => session.receiveInto("NOOP\r\n", {}, 1), Error, /Api/],
       [() => api.expire(-1), RangeError, /waitId/],
       [() => api.expire(1.5), RangeError, /waitId/],
       [() => api.cancel("1"), TypeError, /waitId must be a number/],
@@ -43,6 +50,8 @@ describe("bindings", () => {
     // The objects still work after refusing bad input.
     assert.equal(session.receive(new TextEncoder().encode("NOOP\r\n"))[0].code, 250);
     assert.equal(api.handle({ method: "GET", path: "/health" }, 1).status, 200);
+    assert.deepEqual(session.receiveInto("NOOP\r\n", api, 1), [[250, ["2.0.0 OK"]]]);
+    assert.equal(api.messageCount, 0);
   });
 
   test("raw bytes may be a Buffer, a DataView or an ArrayBuffer, and are kept exactly", () => {
@@ -116,6 +125,45 @@ describe("MailServer", () => {
     assert.equal(SmtpConnection.wire(c.send("QUIT\r\n")), "221 2.0.0 Bye\r\n");
     assert.equal(c.closed, true);
     assert.deepEqual(c.messageIds, [accepted.messageId]);
+  });
+
+  test("connect() gives the replies and faults the bindings' Session.receive gives", async () => {
+    // connect() stores through Session.receiveInto, whose short outputs the
+    // wrapper expands: they must read as receive()'s, chunk by chunk.
+    const script = [
+      "EHLO client.test\r\n",
+      "MAIL FROM:<app@app.test>\r\nRCPT TO:<bob@local.test>\r\nRCPT TO:<x>\r\n",
+      "RCPT TO:<user@local.test>\r\nDATA\r\n",
+      `${message}.\r\n`,
+      "BOGUS\r\nNOOP\r\nSTARTTLS\r\n",
+      "QUIT\r\n",
+    ];
+    // Two servers with the same rules: a rule that fired is used up.
+    const rules = async (server) => [
+      await server.faults.add({ match: { to: "bob@local.test" }, stage: "rcpt", action: { reply: { code: 550, text: "5.1.1 No" } } }),
+      await server.faults.add({ match: {}, stage: "data", action: { delayMs: 5 } }),
+    ];
+    const server = createMailServer({ smtp: { hostname: "mx.test" } });
+    const [rule, delay] = await rules(server);
+    const connection = server.connect();
+    const reference = createMailServer();
+    await rules(reference);
+    const session = new bindings.Session({ hostname: "mx.test" });
+    session.useFaultsOf(reference.api);
+    assert.deepEqual(connection.greeting, session.open()[0]);
+    for (const chunk of script) {
+      const got = connection.send(chunk);
+      const want = session.receive(new TextEncoder().encode(chunk)).filter((o) => o.type === "reply");
+      assert.deepEqual(
+        got.map(({ messageId, delayMs, ...reply }) => reply),
+        want,
+        chunk,
+      );
+    }
+    assert.deepEqual(connection.faults.map((f) => f.id), [rule.id, delay.id]);
+    assert.deepEqual(connection.faults[1].action, { delayMs: 5 });
+    assert.equal(connection.messageIds.length, 1);
+    assert.equal(connection.closed, true);
   });
 
   test("request() takes full URLs and paths; bodies are the native server's JSON", async () => {

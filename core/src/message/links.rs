@@ -61,7 +61,7 @@ pub(super) fn text_links(text: &str, links: &mut Vec<String>, seen: &mut BTreeSe
 /// The http(s) URLs in `text`, trailing punctuation removed, and the ranges
 /// they were found in (before trimming), in order and disjoint.
 pub(super) fn url_matches(text: &str) -> impl Iterator<Item = (Range<usize>, &str)> {
-    URL.find_iter(text).filter_map(move |m| {
+    url_candidates(text).filter_map(move |m| {
         // "xhttp://" is not a URL start.
         if text[..m.start()]
             .chars()
@@ -74,6 +74,37 @@ pub(super) fn url_matches(text: &str) -> impl Iterator<Item = (Range<usize>, &st
         let host = url[scheme_len(url)..].chars().next()?;
         (host.is_alphanumeric() || host == '[').then_some((m.range(), url))
     })
+}
+
+/// The matches of `URL.find_iter(text)`. Every match starts with "http" in
+/// any case (no other character folds to h, t or p), so each search starts
+/// at the next one, found with memchr: builds without the regex crate's
+/// literal optimisations (the wasm one) would otherwise run the automaton
+/// over all the text.
+fn url_candidates(text: &str) -> impl Iterator<Item = regex::Match<'_>> {
+    let mut at = 0;
+    std::iter::from_fn(move || {
+        let start = next_http(text.as_bytes(), at)?;
+        let m = URL.find_at(text, start)?;
+        at = m.end();
+        Some(m)
+    })
+}
+
+/// Where the next "http" (ASCII case-insensitive) starts at or after `from`.
+fn next_http(text: &[u8], from: usize) -> Option<usize> {
+    let mut at = from;
+    while let Some(i) = memchr::memchr2(b'h', b'H', text.get(at..)?) {
+        let start = at + i;
+        if text
+            .get(start..start + 4)
+            .is_some_and(|w| w.eq_ignore_ascii_case(b"http"))
+        {
+            return Some(start);
+        }
+        at = start + 1;
+    }
+    None
 }
 
 fn has_http_scheme(url: &str) -> bool {
@@ -155,4 +186,40 @@ pub(super) fn trim_url_end(url: &str) -> &str {
         end -= last.len_utf8();
     }
     &url[..end]
+}
+
+#[cfg(test)]
+mod prefilter_tests {
+    use super::*;
+
+    /// What `url_candidates` must give.
+    fn unfiltered(text: &str) -> Vec<Range<usize>> {
+        URL.find_iter(text).map(|m| m.range()).collect()
+    }
+
+    #[test]
+    fn the_http_prefilter_finds_what_the_regex_finds() {
+        let texts = [
+            "",
+            "no links here",
+            "see https://example.com/a and HTTP://EXAMPLE.ORG/b.",
+            "hhttp://x.test hTtPs://y.test/ h http",
+            "httpſ://long-s.test folds like s",
+            "httpx://no.test http:/ http://",
+            "(http://a.test/(b)) <https://c.test/>",
+            "ünïcödé https://ü.test/ü then http://z.test",
+        ];
+        for text in texts {
+            let found: Vec<Range<usize>> = url_candidates(text).map(|m| m.range()).collect();
+            assert_eq!(found, unfiltered(text), "{text:?}");
+        }
+    }
+
+    #[test]
+    fn next_http_ignores_ascii_case_only() {
+        assert_eq!(next_http(b"xxHtTp", 0), Some(2));
+        assert_eq!(next_http(b"http http", 1), Some(5));
+        assert_eq!(next_http(b"htt", 0), None);
+        assert_eq!(next_http(b"http", 9), None);
+    }
 }

@@ -688,6 +688,47 @@ fn line_endings_become_lf() {
     assert!(!is_crlf_form_of(b"a\r\nb", "a\nbc"));
     assert!(!is_crlf_form_of(b"a\r\nbc", "a\nb"));
     assert!(!is_crlf_form_of(b"a\rb", "a\nb"));
+    assert!(!is_crlf_form_of(b"a\r\nb\r", "a\nb"));
+    assert!(!is_crlf_form_of(b"a\r\nb", "a\nb\r"));
+    assert!(!is_crlf_form_of(b"\r\r\n", "\n"));
+    assert!(!is_crlf_form_of(b"ab\r\ncd", "ab\ncx"));
+}
+
+#[test]
+fn crlf_form_agrees_with_a_byte_at_a_time_comparison() {
+    /// What `is_crlf_form_of` says: raw with each CRLF read as LF is text.
+    fn reference(raw: &[u8], text: &str) -> bool {
+        let mut lf = Vec::new();
+        let mut r = 0;
+        while r < raw.len() {
+            if !(raw[r] == b'\r' && raw.get(r + 1) == Some(&b'\n')) {
+                lf.push(raw[r]);
+            }
+            r += 1;
+        }
+        lf == text.as_bytes()
+    }
+    let pieces = ["a", "\r", "\n", "\r\n", "b"];
+    let mut cases = vec![String::new()];
+    for _ in 0..4 {
+        cases = cases
+            .iter()
+            .flat_map(|c| pieces.iter().map(move |p| format!("{c}{p}")))
+            .collect();
+        for raw in &cases {
+            for text in [
+                crlf_to_lf(raw).into_owned(),
+                raw.clone(),
+                raw.replace('\r', ""),
+            ] {
+                assert_eq!(
+                    is_crlf_form_of(raw.as_bytes(), &text),
+                    reference(raw.as_bytes(), &text),
+                    "{raw:?} {text:?}"
+                );
+            }
+        }
+    }
 }
 
 /// The byte-at-a-time definitions the fast line-ending helpers must agree with.

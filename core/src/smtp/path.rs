@@ -73,12 +73,18 @@ pub(super) fn refuse_mailbox(path: &str, smtputf8: bool, what: &str) -> Option<R
     if domain.is_empty() {
         return bad("empty domain");
     }
-    if domain.contains(|c: char| c.is_whitespace() || c.is_control() || "<>\"\\,;".contains(c)) {
+    if domain.contains(|c: char| {
+        c.is_whitespace() || c.is_control() || matches!(c, '<' | '>' | '"' | '\\' | ',' | ';')
+    }) {
         return bad("invalid character in domain");
     }
     let quoted = local.len() >= 2 && local.starts_with('"') && local.ends_with('"');
     if !quoted
-        && local.contains(|c: char| c.is_whitespace() || c.is_control() || "<>\"\\,;:".contains(c))
+        && local.contains(|c: char| {
+            c.is_whitespace()
+                || c.is_control()
+                || matches!(c, '<' | '>' | '"' | '\\' | ',' | ';' | ':')
+        })
     {
         return bad("invalid character in local part");
     }

@@ -34,13 +34,18 @@ impl Reply {
 
     /// Appends the reply as it goes on the wire (`NNN-text\r\n` ... `NNN text\r\n`).
     pub fn write_to(&self, out: &mut Vec<u8>) {
+        // Written in place: no string is formatted per line.
+        let code = self.code.to_string();
         let last = self.lines.len().saturating_sub(1);
         if self.lines.is_empty() {
-            out.extend_from_slice(format!("{} \r\n", self.code).as_bytes());
+            out.extend_from_slice(code.as_bytes());
+            out.extend_from_slice(b" \r\n");
         }
         for (i, line) in self.lines.iter().enumerate() {
-            let sep = if i == last { ' ' } else { '-' };
-            out.extend_from_slice(format!("{}{}{}\r\n", self.code, sep, line).as_bytes());
+            out.extend_from_slice(code.as_bytes());
+            out.push(if i == last { b' ' } else { b'-' });
+            out.extend_from_slice(line.as_bytes());
+            out.extend_from_slice(b"\r\n");
         }
     }
 
@@ -85,4 +90,28 @@ pub(super) fn printable(text: &str, max: usize) -> String {
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wire_form_of_one_many_and_no_lines() {
+        let one = Reply::new(250, "2.1.0 Ok");
+        assert_eq!(one.to_bytes(), b"250 2.1.0 Ok\r\n");
+        let many = Reply {
+            code: 250,
+            lines: vec!["mailjar".into(), "PIPELINING".into(), "SIZE 10".into()],
+        };
+        assert_eq!(
+            many.to_bytes(),
+            b"250-mailjar\r\n250-PIPELINING\r\n250 SIZE 10\r\n"
+        );
+        let none = Reply {
+            code: 421,
+            lines: Vec::new(),
+        };
+        assert_eq!(none.to_bytes(), b"421 \r\n");
+    }
 }
