@@ -102,9 +102,6 @@ pub type Committed = dyn FnMut(Vec<Email>) -> Vec<Removal> + Send;
 /// How long the writer idles between two reclaiming steps when no batch comes.
 const RECLAIM_PAUSE: Duration = Duration::from_millis(20);
 
-/// How often the writer looks at the storage's size on disk while batches come.
-const SIZE_EVERY: Duration = Duration::from_millis(100);
-
 /// How long the writer waits before it tries failed removals again.
 const RETRY: Duration = Duration::from_millis(200);
 
@@ -123,8 +120,6 @@ pub fn run(
     let mut open = true;
     // Free pages are being handed back to the file system, a step between batches.
     let mut reclaiming = false;
-    // When the size on disk was last looked at (two file system calls).
-    let mut sized = std::time::Instant::now();
     while open || !removals.is_empty() {
         let first = if removals.is_empty() && reclaiming {
             match jobs.recv_timeout(RECLAIM_PAUSE) {
@@ -197,7 +192,6 @@ pub fn run(
             }
             if reclaiming {
                 reclaiming = storage.tidy();
-                status.set_bytes(storage.size());
             }
             continue;
         }
@@ -247,11 +241,7 @@ pub fn run(
         if reclaiming && status.error().is_none() && removals.is_empty() {
             reclaiming = storage.tidy();
         }
-        // /health's figure may be a moment old; removals show at once.
-        if removed || sized.elapsed() >= SIZE_EVERY {
-            status.set_bytes(storage.size());
-            sized = std::time::Instant::now();
-        }
+        status.set_bytes(storage.size());
         if !stops.is_empty() {
             break;
         }
