@@ -335,17 +335,18 @@ impl Storage for Sqlite {
             match *removal {
                 Removal::One(id) => gone.extend(find(&id).map(|seq| (seq, seq))),
                 Removal::Range { first, last } => {
-                    let mut range = self.rows.range(first..=last).map(|(_, seq)| *seq);
-                    let low = range.next();
-                    let high = range.next_back().or(low);
+                    // Stored rows and rows of this batch alike: seq follows id order.
                     let in_batch = added.iter().filter(|(id, _)| (first..=last).contains(id));
-                    let (low, high) = in_batch.fold((low, high), |(low, high), (_, seq)| {
-                        (
-                            low.or(Some(*seq)),
-                            Some(high.map_or(*seq, |h: i64| h.max(*seq))),
-                        )
-                    });
-                    gone.extend(low.zip(high));
+                    let (low, high) = self
+                        .rows
+                        .range(first..=last)
+                        .chain(in_batch.map(|(id, seq)| (id, seq)))
+                        .fold((i64::MAX, i64::MIN), |(low, high), (_, &seq)| {
+                            (low.min(seq), high.max(seq))
+                        });
+                    if low <= high {
+                        gone.push((low, high));
+                    }
                 }
             }
         }
@@ -511,6 +512,23 @@ mod tests {
         dir
     }
 
+    /// A fresh data directory and its options.
+    fn fresh(name: &str) -> (PathBuf, Options) {
+        let dir = temp(name);
+        let options = Options {
+            dir: dir.clone(),
+            fsync: false,
+        };
+        (dir, options)
+    }
+
+    fn envelope(to: &[&str]) -> Envelope {
+        Envelope {
+            from: "s@x.test".into(),
+            to: to.iter().map(|&t| t.into()).collect(),
+        }
+    }
+
     fn pages(s: &Sqlite) -> i64 {
         s.connection
             .query_row("PRAGMA page_count", [], |r| r.get(0))
@@ -519,29 +537,18 @@ mod tests {
 
     #[test]
     fn removals_find_their_rows_after_a_reopen_and_within_the_batch_that_adds_them() {
-        let dir = temp("rows");
-        let options = Options {
-            dir: dir.clone(),
-            fsync: false,
-        };
+        let (dir, options) = fresh("rows");
         let mut api = Api::<()>::new(ApiConfig::default());
-        let envelope = Envelope {
-            from: "s@x.test".into(),
-            to: vec!["a@x.test".into()],
-        };
+        let envelope = envelope(&["a@x.test"]);
         let facts = SmtpFacts::default();
         let raw = b"Subject: x\r\n\r\nbody\r\n".to_vec();
         let ids: Vec<MessageId> = (0..11).map(|_| api.assign(1000, [1; 10]).id).collect();
-        let records = |ids: &[MessageId]| -> Vec<(MessageId, u64)> {
-            ids.iter().map(|&id| (id, 1000)).collect()
-        };
         let write = |db: &mut Sqlite, add: &[MessageId], removals: &[Removal]| {
-            let rows = records(add);
-            let records: Vec<Record<'_>> = rows
+            let records: Vec<Record<'_>> = add
                 .iter()
-                .map(|&(id, at)| Record {
+                .map(|&id| Record {
                     id,
-                    received_at_ms: at,
+                    received_at_ms: 1000,
                     envelope: &envelope,
                     smtp: &facts,
                     raw: &raw,
@@ -587,17 +594,10 @@ mod tests {
 
     #[test]
     fn the_log_is_copied_into_the_database_by_the_checkpoint_thread() {
-        let dir = temp("checkpoint");
-        let options = Options {
-            dir: dir.clone(),
-            fsync: false,
-        };
+        let (dir, options) = fresh("checkpoint");
         let mut db = Sqlite::open(&options).unwrap();
         let mut api = Api::<()>::new(ApiConfig::default());
-        let envelope = Envelope {
-            from: "s@x.test".into(),
-            to: vec!["a@x.test".into()],
-        };
+        let envelope = envelope(&["a@x.test"]);
         let facts = SmtpFacts::default();
         let raw = vec![b'x'; 512 * 1024];
         let logged = CHECKPOINT_EVERY_BYTES + 4 * raw.len();
@@ -629,17 +629,10 @@ mod tests {
 
     #[test]
     fn rows_round_trip_and_space_comes_back_in_small_steps() {
-        let dir = temp("tidy");
-        let options = Options {
-            dir: dir.clone(),
-            fsync: false,
-        };
+        let (dir, options) = fresh("tidy");
         let mut db = Sqlite::open(&options).unwrap();
         let mut api = Api::<()>::new(ApiConfig::default());
-        let envelope = Envelope {
-            from: "s@x.test".into(),
-            to: vec!["a@x.test".into(), "b@x.test".into()],
-        };
+        let envelope = envelope(&["a@x.test", "b@x.test"]);
         let raws: Vec<Vec<u8>> = (0..300u32)
             .map(|i| {
                 let mut raw = format!("Subject: {i}\r\n\r\n").into_bytes();
