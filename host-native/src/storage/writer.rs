@@ -12,7 +12,7 @@
 
 use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use mailjar_core::api::Removal;
 use mailjar_core::id::MessageId;
@@ -49,12 +49,17 @@ pub struct Limits {
     pub bytes: usize,
 }
 
+impl Limits {
+    /// The default bound of raw bytes per transaction: 64 MiB.
+    pub const DEFAULT_BYTES: usize = 64 * 1024 * 1024;
+}
+
 impl Default for Limits {
     /// 1000 messages or 64 MiB.
     fn default() -> Self {
         Limits {
             messages: 1000,
-            bytes: 64 * 1024 * 1024,
+            bytes: Limits::DEFAULT_BYTES,
         }
     }
 }
@@ -102,6 +107,9 @@ pub type Committed = dyn FnMut(Vec<Email>) -> Vec<Removal> + Send;
 /// How long the writer idles between two reclaiming steps when no batch comes.
 const RECLAIM_PAUSE: Duration = Duration::from_millis(20);
 
+/// How often, at most, a busy writer looks at the storage's size on disk.
+const SIZE_EVERY: Duration = Duration::from_millis(100);
+
 /// How long the writer waits before it tries failed removals again.
 const RETRY: Duration = Duration::from_millis(200);
 
@@ -120,8 +128,26 @@ pub fn run(
     let mut open = true;
     // Free pages are being handed back to the file system, a step between batches.
     let mut reclaiming = false;
+    // The size on disk changed since `status` last heard it, which was at `sized`.
+    let mut size_stale = false;
+    let mut sized = Instant::now();
+    let mut next: Option<Job> = None;
     while open || !removals.is_empty() {
-        let first = if removals.is_empty() && reclaiming {
+        if size_stale {
+            // Looked at when the writer runs out of work, and at most every
+            // SIZE_EVERY while busy: two `statx` a batch were a twelfth of its time.
+            if let Ok(job) = jobs.try_recv() {
+                next = Some(job);
+            }
+            if next.is_none() || sized.elapsed() >= SIZE_EVERY {
+                status.set_bytes(storage.size());
+                size_stale = false;
+                sized = Instant::now();
+            }
+        }
+        let first = if next.is_some() {
+            next.take()
+        } else if removals.is_empty() && reclaiming {
             match jobs.recv_timeout(RECLAIM_PAUSE) {
                 Ok(job) => Some(job),
                 Err(RecvTimeoutError::Timeout) => None,
@@ -241,11 +267,12 @@ pub fn run(
         if reclaiming && status.error().is_none() && removals.is_empty() {
             reclaiming = storage.tidy();
         }
-        status.set_bytes(storage.size());
+        size_stale = true;
         if !stops.is_empty() {
             break;
         }
     }
+    status.set_bytes(storage.size());
     stops
 }
 
@@ -283,6 +310,8 @@ mod tests {
         transactions: Vec<(Vec<MessageId>, Vec<Removal>)>,
         fail: bool,
         tidied: usize,
+        /// How often the writer asked for the size on disk.
+        sized: usize,
     }
 
     struct Shared(Arc<Mutex<Log>>);
@@ -305,7 +334,9 @@ mod tests {
             Ok(())
         }
         fn size(&self) -> u64 {
-            0
+            let mut log = self.0.lock().unwrap();
+            log.sized += 1;
+            100 * log.transactions.len() as u64
         }
         fn tidy(&mut self) -> bool {
             self.0.lock().unwrap().tidied += 1;
@@ -457,5 +488,60 @@ mod tests {
         );
         assert_eq!(acked.try_recv(), Ok(()));
         assert!(log.tidied >= 1, "space is reclaimed after removals");
+    }
+
+    #[test]
+    fn a_busy_writer_looks_at_the_size_on_disk_when_its_queue_runs_dry() {
+        let mut api = Api::<()>::new(ApiConfig::default());
+        let jobs: Vec<_> = (0..7).map(|_| message(&mut api, 10).0).collect();
+        let log = Arc::new(Mutex::new(Log::default()));
+        let limits = Limits {
+            messages: 1,
+            bytes: usize::MAX,
+        };
+        let (inserted, status) = write_all(jobs, limits, &log, &mut |_| Vec::new());
+        assert_eq!(inserted.len(), 7);
+        assert_eq!(status.bytes(), 700, "the size after the last batch");
+        let sized = log.lock().unwrap().sized;
+        assert!(
+            sized <= 2,
+            "not after each of 7 queued batches: {sized} looks"
+        );
+    }
+
+    #[test]
+    fn an_idle_writer_has_reported_the_size_of_its_last_batch() {
+        let mut api = Api::<()>::new(ApiConfig::default());
+        let log = Arc::new(Mutex::new(Log::default()));
+        let status = Arc::new(Status::default());
+        let (sender, receiver) = std::sync::mpsc::channel();
+        let writer = {
+            let (log, status) = (log.clone(), status.clone());
+            std::thread::spawn(move || {
+                let mut storage = Shared(log);
+                run(
+                    &mut storage,
+                    receiver,
+                    Limits::default(),
+                    &status,
+                    &mut |_| Vec::new(),
+                );
+            })
+        };
+        for n in 1..=2u64 {
+            let (job, assigned, mut reply) = message(&mut api, 10);
+            sender.send(job).unwrap();
+            let waited = std::time::Instant::now();
+            while status.bytes() != 100 * n {
+                assert!(
+                    waited.elapsed() < Duration::from_secs(5),
+                    "size never reported"
+                );
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            assert_eq!(reply.try_recv().unwrap(), Ok(assigned.id));
+        }
+        drop(sender);
+        writer.join().unwrap();
     }
 }
