@@ -171,7 +171,7 @@ fn unparsed(raw: &[u8]) -> ParsedMessage {
     let text_span = matches!(lossy, Cow::Borrowed(_)).then_some(0..raw.len());
     let mut parsed = ParsedMessage {
         text_span,
-        text: owned(&crlf_to_lf(&lossy)),
+        text: lf_owned(&lossy),
         ..ParsedMessage::default()
     };
     let mut seen = BTreeSet::new();
@@ -271,10 +271,10 @@ fn body(
         };
         match &part.body {
             PartType::Html(html) if want_html => {
-                return (owned(&crlf_to_lf(html)), span_in(raw, html));
+                return (lf_owned(html), span_in(raw, html));
             }
             PartType::Text(text) if !want_html && is_plain(part) => {
-                return (owned(&crlf_to_lf(text)), span_in(raw, text));
+                return (lf_owned(text), span_in(raw, text));
             }
             _ => {}
         }
@@ -290,11 +290,16 @@ fn span_in(raw: &[u8], text: &str) -> Option<Range<usize>> {
     (raw.get(span.clone())? == text.as_bytes()).then_some(span)
 }
 
-fn owned(s: &str) -> String {
-    // Exact capacity: the result is kept for the message's lifetime.
-    let mut s = s.to_owned();
-    s.shrink_to_fit();
-    s
+/// `text` with CRLF as LF, in a string of exact capacity (it may be kept for
+/// the message's lifetime); one copy, whether or not there was a CRLF.
+fn lf_owned(text: &str) -> String {
+    match crlf_to_lf(text) {
+        Cow::Borrowed(text) => text.to_owned(),
+        Cow::Owned(mut text) => {
+            text.shrink_to_fit();
+            text
+        }
+    }
 }
 
 /// `text` with each CRLF as LF; a lone CR stays (as InboxTap reads bodies).
