@@ -191,7 +191,7 @@ fn parse_unguarded(raw: &[u8], with_header_fields: bool) -> ParsedMessage {
     };
     let headers = &root.headers;
 
-    let (mut text, text_span) = body(&message, raw, &message.text_body, false);
+    let (mut text, mut text_span) = body(&message, raw, &message.text_body, false);
     let (html, html_span) = body(&message, raw, &message.html_body, true);
     // mail-parser takes a line without a colon for a header name.
     let no_headers = !headers.iter().any(|h| is_field_name(h.name()));
@@ -207,6 +207,8 @@ fn parse_unguarded(raw: &[u8], with_header_fields: bool) -> ParsedMessage {
     // `<a>` points to it, as before there was a text derived from HTML.
     if text.is_empty() && !html.is_empty() {
         text = html_to_text(&html);
+        // An empty text part had a span; the text derived from HTML has none.
+        text_span = None;
     }
 
     let subject = headers
