@@ -64,22 +64,40 @@ function readyResponse(outcome) {
 
 const SHUTDOWN_BODY = JSON.stringify({ error: "the server is shutting down" });
 
-/** A reply output, as the bindings' `receive` gives it, from its code and lines. */
-function replyOutput(code, lines) {
-  const last = lines.length - 1;
-  let wire = last < 0 ? `${code} \r\n` : "";
-  for (let i = 0; i <= last; i += 1) wire += `${code}${i === last ? " " : "-"}${lines[i]}\r\n`;
-  return { type: "reply", code, text: lines.join("\n"), lines, wire };
-}
-
-/** The short outputs of `Session.receiveInto` as `SessionOutput`s (and `{type: "stored", id}`). */
-function expandOutputs(short) {
-  return short.map((o) => {
-    if (typeof o === "string") return { type: o };
-    if (typeof o[0] === "number") return replyOutput(o[0], o[1]);
-    if (o[0] === "stored") return { type: "stored", id: o[1] };
-    return { type: "fault", id: o[1], stage: o[2], action: o[3] };
-  });
+/**
+ * The outputs of `Session.receiveInto` as `SessionOutput`s (and `{type:
+ * "stored", id}`): one per CRLF-ended line, a reply's lines gathered from
+ * its wire text (a line that starts with a digit), the others a word and
+ * its argument.
+ */
+function expandOutputs(text) {
+  const outputs = [];
+  let lines = [];
+  let replyStart = 0;
+  for (let at = 0; at < text.length; ) {
+    const end = text.indexOf("\r\n", at);
+    const first = text.charCodeAt(at);
+    if (first >= 48 && first <= 57) {
+      if (lines.length === 0) replyStart = at;
+      lines.push(text.slice(at + 4, end));
+      // "NNN-" goes on; "NNN " is the reply's last line.
+      if (text.charCodeAt(at + 3) !== 45) {
+        const code = Number(text.slice(at, at + 3));
+        outputs.push({ type: "reply", code, text: lines.join("\n"), lines, wire: text.slice(replyStart, end + 2) });
+        lines = [];
+      }
+    } else {
+      const space = text.indexOf(" ", at);
+      const word = space < 0 || space > end ? text.slice(at, end) : text.slice(at, space);
+      if (word === "stored") outputs.push({ type: "stored", id: text.slice(space + 1, end) });
+      else if (word === "fault") {
+        const [id, stage, action] = JSON.parse(text.slice(space + 1, end));
+        outputs.push({ type: "fault", id, stage, action });
+      } else outputs.push({ type: word });
+    }
+    at = end + 2;
+  }
+  return outputs;
 }
 
 /** `MailServer`'s entry for its connections: feed a session, store what it received. */

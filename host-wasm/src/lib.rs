@@ -594,30 +594,29 @@ fn output_json(output: &Output) -> OutputJson<'_> {
     }
 }
 
-/// A session output in the short form of `Session.receiveInto`: a reply is
-/// `[code, lines]`, a stored message `["stored", id]`, a fault `["fault",
-/// id, stage, action]`, `"starttls"` and `"close"` are the bare words.
-#[derive(serde::Serialize)]
-#[serde(untagged)]
-enum ShortJson<'a> {
-    Reply(u16, &'a [String]),
-    Stored(&'static str, String),
-    Fault(&'static str, &'a str, &'a str, ActionJson<'a>),
-    Word(&'static str),
-}
-
-fn short_json(output: &Output) -> ShortJson<'_> {
+/// Appends a session output as `Session.receiveInto` gives it: a reply as
+/// its wire text, a stored message as `stored <id>`, a fault as `fault`
+/// and the JSON of `[id, stage, action]`, `starttls` and `close` as those
+/// words; each ends with CRLF. Reply lines are printable ASCII, so a line
+/// that starts with a digit is a reply's and no text can pass for another
+/// output.
+fn write_wire_output(output: &Output, stored: Option<&str>, out: &mut Vec<u8>) {
     match output {
-        Output::Reply(reply) => ShortJson::Reply(reply.code, &reply.lines),
-        Output::Message(_) => ShortJson::Word("message"),
-        Output::StartTls => ShortJson::Word("starttls"),
-        Output::Close => ShortJson::Word("close"),
-        Output::Fault(fired) => ShortJson::Fault(
-            "fault",
-            &fired.id,
-            fired.stage.name(),
-            action_json(&fired.action),
-        ),
+        Output::Reply(reply) => reply.write_to(out),
+        Output::Message(_) => {
+            out.extend_from_slice(b"stored ");
+            out.extend_from_slice(stored.unwrap_or_default().as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+        Output::StartTls => out.extend_from_slice(b"starttls\r\n"),
+        Output::Close => out.extend_from_slice(b"close\r\n"),
+        Output::Fault(fired) => {
+            out.extend_from_slice(b"fault ");
+            let fault = (&fired.id, fired.stage.name(), action_json(&fired.action));
+            // Serialising strings and numbers into a Vec cannot fail.
+            let _ = serde_json::to_writer(&mut *out, &fault);
+            out.extend_from_slice(b"\r\n");
+        }
     }
 }
 
@@ -743,18 +742,21 @@ impl Session {
 
     /// Like `receive` (a string is fed as UTF-8), but each message the session
     /// completes is stored in `api` at once, received at `nowMs`, and the
-    /// outputs come in a short form that costs less to cross into JavaScript
-    /// (the npm package's `SmtpConnection` reads it): a reply is `[code,
-    /// lines]`, a stored message `["stored", id]`, a fault `["fault", id,
-    /// stage, action]`, and `"starttls"` and `"close"` are bare words. The
-    /// answers to the parked waits it woke are kept for `api.takeWoken()`.
-    #[wasm_bindgen(js_name = receiveInto, unchecked_return_type = "unknown[]")]
+    /// outputs come as one text that costs less to cross into JavaScript
+    /// than objects or JSON (the npm package's `SmtpConnection` reads it),
+    /// one output after another, each ending with CRLF: a reply as it goes
+    /// on the wire (`250 2.0.0 Ok\r\n`, `250-...` for all but its last
+    /// line), a stored message as `stored <id>`, a fault as `fault` and the
+    /// JSON of `[id, stage, action]`, and `starttls` and `close` as those
+    /// words. The answers to the parked waits it woke are kept for
+    /// `api.takeWoken()`.
+    #[wasm_bindgen(js_name = receiveInto)]
     pub fn receive_into(
         &mut self,
         #[wasm_bindgen(unchecked_param_type = "Uint8Array | string")] bytes: &JsValue,
         api: &mut Api,
         #[wasm_bindgen(js_name = nowMs)] now_ms: f64,
-    ) -> Result<Array, JsValue> {
+    ) -> Result<String, JsValue> {
         let bytes = input_bytes(bytes, "receiveInto(bytes): bytes")?;
         let mut outputs = self.inner.receive(&bytes);
         // Time is checked only when there is a message to store.
@@ -781,15 +783,17 @@ impl Session {
                 ids.push(api.store(incoming, now));
             }
         }
-        let mut ids = ids.into_iter();
-        let items: Vec<ShortJson<'_>> = outputs
-            .iter()
-            .map(|output| match output {
-                Output::Message(_) => ShortJson::Stored("stored", ids.next().unwrap_or_default()),
-                other => short_json(other),
-            })
-            .collect();
-        Ok(json_array(&items))
+        let mut ids = ids.iter();
+        let mut wire = Vec::with_capacity(64 * outputs.len());
+        for output in &outputs {
+            let stored = match output {
+                Output::Message(_) => ids.next().map(String::as_str),
+                _ => None,
+            };
+            write_wire_output(output, stored, &mut wire);
+        }
+        // Reply text is ASCII and ids and JSON are UTF-8.
+        Ok(String::from_utf8(wire).unwrap_or_default())
     }
 
     /// The 421 to write when the client was idle too long; the session is closed after it.
