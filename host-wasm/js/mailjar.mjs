@@ -76,6 +76,7 @@ function expandOutputs(text) {
   let replyStart = 0;
   for (let at = 0; at < text.length; ) {
     const end = text.indexOf("\r\n", at);
+    if (end < 0) break;
     const first = text.charCodeAt(at);
     if (first >= 48 && first <= 57) {
       if (lines.length === 0) replyStart = at;

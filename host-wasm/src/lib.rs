@@ -597,7 +597,7 @@ fn output_json(output: &Output) -> OutputJson<'_> {
 /// Appends a session output as `Session.receiveInto` gives it: a reply as
 /// its wire text, a stored message as `stored <id>`, a fault as `fault`
 /// and the JSON of `[id, stage, action]`, `starttls` and `close` as those
-/// words; each ends with CRLF. Reply lines are printable ASCII, so a line
+/// words; each ends with CRLF. Reply lines hold no CR or LF, so a line
 /// that starts with a digit is a reply's and no text can pass for another
 /// output.
 fn write_wire_output(output: &Output, stored: Option<&str>, out: &mut Vec<u8>) {
@@ -745,7 +745,7 @@ impl Session {
     /// outputs come as one text that costs less to cross into JavaScript
     /// than objects or JSON (the npm package's `SmtpConnection` reads it),
     /// one output after another, each ending with CRLF: a reply as it goes
-    /// on the wire (`250 2.0.0 Ok\r\n`, `250-...` for all but its last
+    /// on the wire (`250 2.0.0 OK\r\n`, `250-...` for all but its last
     /// line), a stored message as `stored <id>`, a fault as `fault` and the
     /// JSON of `[id, stage, action]`, and `starttls` and `close` as those
     /// words. The answers to the parked waits it woke are kept for
@@ -792,8 +792,8 @@ impl Session {
             };
             write_wire_output(output, stored, &mut wire);
         }
-        // Reply text is ASCII and ids and JSON are UTF-8.
-        Ok(String::from_utf8(wire).unwrap_or_default())
+        // Reply text, ids and JSON are UTF-8: nothing is replaced.
+        Ok(String::from_utf8_lossy(&wire).into_owned())
     }
 
     /// The 421 to write when the client was idle too long; the session is closed after it.

@@ -41,7 +41,9 @@ const LOAD_BATCH: usize = 4096;
 const LOAD_BATCH_BYTES: usize = 8 * 1024 * 1024;
 
 /// The most bytes a write-ahead log keeps on disk after a checkpoint: the
-/// cap plus one batch, so that in normal use the log is never cut. Under
+/// cap plus one batch's bound, so that in normal use the log is never cut
+/// (a batch may pass its bound by one message, and the writer's passive
+/// checkpoint may find the checkpointer busy: both only make it longer). Under
 /// sustained load the checkpointer's passes never catch up with the writer,
 /// so the log starts over only at the cap; cut back each time (to 64 MiB,
 /// before), it had to grow into newly allocated blocks again (block
@@ -397,6 +399,13 @@ impl Storage for Sqlite {
         if let Err(e) = written {
             // SQLite may have rolled back already (a full disk does): then this fails, harmlessly.
             let _ = tx.execute_batch("ROLLBACK");
+            if !tx.is_autocommit() {
+                // Every later BEGIN would fail: say why, the next write tries again.
+                tracing::error!(
+                    "{}: a failed write could not be rolled back",
+                    self.path.display()
+                );
+            }
             return Err(e.into());
         }
         self.logged += COMMIT_OVERHEAD_BYTES + records.iter().map(|r| r.raw.len()).sum::<usize>();
@@ -544,6 +553,36 @@ mod tests {
         }
     }
 
+    /// One message's envelope, SMTP facts and raw bytes, written under many ids.
+    struct Sample {
+        envelope: Envelope,
+        facts: SmtpFacts,
+        raw: Vec<u8>,
+    }
+
+    impl Sample {
+        fn new(raw: &[u8]) -> Sample {
+            Sample {
+                envelope: envelope(&["a@x.test"]),
+                facts: SmtpFacts::default(),
+                raw: raw.to_vec(),
+            }
+        }
+
+        /// The sample under each of `ids`, received at 1000.
+        fn records(&self, ids: &[MessageId]) -> Vec<Record<'_>> {
+            ids.iter()
+                .map(|&id| Record {
+                    id,
+                    received_at_ms: 1000,
+                    envelope: &self.envelope,
+                    smtp: &self.facts,
+                    raw: &self.raw,
+                })
+                .collect()
+        }
+    }
+
     fn pages(s: &Sqlite) -> i64 {
         s.connection
             .query_row("PRAGMA page_count", [], |r| r.get(0))
@@ -554,21 +593,10 @@ mod tests {
     fn removals_find_their_rows_after_a_reopen_and_within_the_batch_that_adds_them() {
         let (dir, options) = fresh("rows");
         let mut api = Api::<()>::new(ApiConfig::default());
-        let envelope = envelope(&["a@x.test"]);
-        let facts = SmtpFacts::default();
-        let raw = b"Subject: x\r\n\r\nbody\r\n".to_vec();
+        let sample = Sample::new(b"Subject: x\r\n\r\nbody\r\n");
         let ids: Vec<MessageId> = (0..11).map(|_| api.assign(1000, [1; 10]).id).collect();
         let write = |db: &mut Sqlite, add: &[MessageId], removals: &[Removal]| {
-            let records: Vec<Record<'_>> = add
-                .iter()
-                .map(|&id| Record {
-                    id,
-                    received_at_ms: 1000,
-                    envelope: &envelope,
-                    smtp: &facts,
-                    raw: &raw,
-                })
-                .collect();
+            let records = sample.records(add);
             db.write(&records, removals).unwrap();
         };
         let stored = |db: &mut Sqlite| {
@@ -612,21 +640,9 @@ mod tests {
         let (dir, options) = fresh("rollback");
         let mut db = Sqlite::open(&options).unwrap();
         let mut api = Api::<()>::new(ApiConfig::default());
-        let envelope = envelope(&["a@x.test"]);
-        let facts = SmtpFacts::default();
-        let raw = b"Subject: x\r\n\r\nbody\r\n".to_vec();
+        let sample = Sample::new(b"Subject: x\r\n\r\nbody\r\n");
         let ids: Vec<MessageId> = (0..5).map(|_| api.assign(1000, [3; 10]).id).collect();
-        let records = |ids: &[MessageId]| -> Vec<Record<'_>> {
-            ids.iter()
-                .map(|&id| Record {
-                    id,
-                    received_at_ms: 1000,
-                    envelope: &envelope,
-                    smtp: &facts,
-                    raw: &raw,
-                })
-                .collect()
-        };
+        let records = |ids: &[MessageId]| sample.records(ids);
         let first = db.next_seq;
         db.write(&records(&ids[..2]), &[]).unwrap();
         // The second row of this batch takes a `seq` already stored: its insert fails
@@ -652,20 +668,11 @@ mod tests {
         let (dir, options) = fresh("checkpoint");
         let mut db = Sqlite::open(&options).unwrap();
         let mut api = Api::<()>::new(ApiConfig::default());
-        let envelope = envelope(&["a@x.test"]);
-        let facts = SmtpFacts::default();
-        let raw = vec![b'x'; 512 * 1024];
-        let logged = CHECKPOINT_EVERY_BYTES + 4 * raw.len();
-        for _ in 0..logged / raw.len() {
-            let a = api.assign(1000, [2; 10]);
-            let record = Record {
-                id: a.id,
-                received_at_ms: a.received_at_ms,
-                envelope: &envelope,
-                smtp: &facts,
-                raw: &raw,
-            };
-            db.write(&[record], &[]).unwrap();
+        let sample = Sample::new(&vec![b'x'; 512 * 1024]);
+        let logged = CHECKPOINT_EVERY_BYTES + 4 * sample.raw.len();
+        for _ in 0..logged / sample.raw.len() {
+            let id = api.assign(1000, [2; 10]).id;
+            db.write(&sample.records(&[id]), &[]).unwrap();
         }
         // Far below the writer's own checkpoint (WAL_CAP_BYTES): only the thread copies pages in.
         let file = |p: &Path| std::fs::metadata(p).map_or(0, |m| m.len());

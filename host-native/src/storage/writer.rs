@@ -74,7 +74,8 @@ pub struct Status {
 }
 
 impl Status {
-    /// The storage's size on disk after the writer's last batch.
+    /// The storage's size on disk: after the writer's last batch once it is
+    /// idle, at most 100 ms old while it is busy.
     pub fn bytes(&self) -> u64 {
         self.bytes.load(std::sync::atomic::Ordering::Relaxed)
     }
@@ -503,8 +504,9 @@ mod tests {
         assert_eq!(inserted.len(), 7);
         assert_eq!(status.bytes(), 700, "the size after the last batch");
         let sized = log.lock().unwrap().sized;
+        // Twice here (queue dry, writer stopping), more only if a batch took 100 ms.
         assert!(
-            sized <= 2,
+            sized < 7,
             "not after each of 7 queued batches: {sized} looks"
         );
     }
