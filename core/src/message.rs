@@ -295,28 +295,24 @@ fn span_in(raw: &[u8], text: &str) -> Option<Range<usize>> {
 /// `text` with CRLF as LF, in a string of exact capacity (it may be kept for
 /// the message's lifetime); one copy, whether or not there was a CRLF.
 fn lf_owned(text: &str) -> String {
-    match crlf_to_lf(text) {
-        Cow::Borrowed(text) => text.to_owned(),
-        Cow::Owned(mut text) => {
-            text.shrink_to_fit();
-            text
-        }
-    }
+    crlf_to_lf(text).into_owned()
 }
 
 /// `text` with each CRLF as LF; a lone CR stays (as InboxTap reads bodies).
 pub fn crlf_to_lf(text: &str) -> Cow<'_, str> {
     let bytes = text.as_bytes();
     // Only the CRs followed by LF go; memchr finds the CRs.
-    let mut crlfs =
-        memchr::memchr_iter(b'\r', bytes).filter(|&cr| bytes.get(cr + 1) == Some(&b'\n'));
-    let Some(first) = crlfs.next() else {
+    let crlfs =
+        || memchr::memchr_iter(b'\r', bytes).filter(|&cr| bytes.get(cr + 1) == Some(&b'\n'));
+    let count = crlfs().count();
+    if count == 0 {
         return Cow::Borrowed(text);
-    };
-    let mut out = String::with_capacity(text.len() - 1);
-    out.push_str(&text[..first]);
-    let mut from = first + 1;
-    for cr in crlfs {
+    }
+    // Counted first so the string is exact: it may be kept with the message,
+    // and slack or a shrink in place left holes in the heap.
+    let mut out = String::with_capacity(text.len() - count);
+    let mut from = 0;
+    for cr in crlfs() {
         out.push_str(&text[from..cr]);
         from = cr + 1;
     }
