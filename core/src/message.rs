@@ -37,7 +37,7 @@ use mail_parser::{
     MimeHeaders, PartType,
 };
 
-use codes::find_codes;
+use codes::{find_codes, find_codes_outside};
 use header::{header_map, is_field_name, raw_value};
 use html::html_to_text;
 use links::{html_links, text_links};
@@ -175,8 +175,8 @@ fn unparsed(raw: &[u8]) -> ParsedMessage {
         ..ParsedMessage::default()
     };
     let mut seen = BTreeSet::new();
-    text_links(&parsed.text, &mut parsed.links, &mut seen);
-    find_codes(&parsed.text, &mut parsed.codes);
+    let urls = text_links(&parsed.text, &mut parsed.links, &mut seen);
+    find_codes_outside(&parsed.text, &urls, &mut parsed.codes);
     parsed
 }
 
@@ -202,13 +202,14 @@ fn parse_unguarded(raw: &[u8], with_header_fields: bool) -> ParsedMessage {
     let mut links = Vec::new();
     let mut seen = BTreeSet::new();
     html_links(&html, &mut links, &mut seen);
-    text_links(&text, &mut links, &mut seen);
+    let mut text_urls = Some(text_links(&text, &mut links, &mut seen));
     // After the links: a URL in the HTML's text is not a link unless an
     // `<a>` points to it, as before there was a text derived from HTML.
     if text.is_empty() && !html.is_empty() {
         text = html_to_text(&html);
         // An empty text part had a span; the text derived from HTML has none.
         text_span = None;
+        text_urls = None;
     }
 
     let subject = headers
@@ -219,7 +220,10 @@ fn parse_unguarded(raw: &[u8], with_header_fields: bool) -> ParsedMessage {
 
     let mut codes = Vec::new();
     find_codes(&subject, &mut codes);
-    find_codes(&text, &mut codes);
+    match &text_urls {
+        Some(urls) => find_codes_outside(&text, urls, &mut codes),
+        None => find_codes(&text, &mut codes),
+    }
 
     let HeaderFields {
         headers: header_map,

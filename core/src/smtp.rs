@@ -108,7 +108,7 @@ pub struct Envelope {
 }
 
 /// A message the session accepted, to be stored before its 250 is written.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Incoming {
     /// MAIL FROM and RCPT TO.
     pub envelope: Envelope,

@@ -659,7 +659,7 @@ fn json_array(items: &[impl serde::Serialize]) -> Array {
         .unwrap_or_default()
 }
 
-/// Bytes to feed a session: a string as UTF-8, or a Uint8Array.
+/// Bytes from JavaScript: a string as UTF-8, or a Uint8Array (`name` says which argument, in the error).
 fn input_bytes(value: &JsValue, name: &str) -> Result<Vec<u8>, JsValue> {
     match value.as_string() {
         Some(text) => Ok(text.into_bytes()),
@@ -768,19 +768,7 @@ impl Session {
         let mut ids = Vec::new();
         for output in &mut outputs {
             if let (Output::Message(message), Some(now)) = (output, now) {
-                let incoming = std::mem::replace(
-                    message,
-                    Incoming {
-                        envelope: Envelope {
-                            from: String::new(),
-                            to: Vec::new(),
-                        },
-                        raw: Vec::new(),
-                        helo: None,
-                        session: smtp::SessionFacts::default(),
-                    },
-                );
-                ids.push(api.store(incoming, now));
+                ids.push(api.store(std::mem::take(message), now));
             }
         }
         let mut ids = ids.iter();
@@ -1059,10 +1047,7 @@ impl Api {
         let to = strings_of(&to_value, "message.envelope.to must be an array of strings")?;
         let raw_value = field(message, "raw", what)?
             .ok_or_else(|| type_error("message.raw is required (a Uint8Array or a string)"))?;
-        let raw = match raw_value.as_string() {
-            Some(text) => text.into_bytes(),
-            None => bytes_of(&raw_value, "message.raw")?,
-        };
+        let raw = input_bytes(&raw_value, "message.raw")?;
         let mut helo = string_field(message, "helo", what)?;
         let mut session = smtp::SessionFacts::default();
         if let Some(facts) = field(message, "smtp", what)?.filter(|v| !v.is_null()) {
@@ -1111,10 +1096,7 @@ impl Api {
             .as_string()
             .ok_or_else(|| type_error("envelope.from must be a string"))?;
         let to = strings_of(to, "envelope.to must be an array of strings")?;
-        let raw = match raw.as_string() {
-            Some(text) => text.into_bytes(),
-            None => bytes_of(raw, "raw")?,
-        };
+        let raw = input_bytes(raw, "raw")?;
         let (helo, session) = if smtp.is_undefined() || smtp.is_null() {
             (None, smtp::SessionFacts::default())
         } else {

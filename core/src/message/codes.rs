@@ -22,6 +22,12 @@ use super::links::url_matches;
 pub(super) fn find_codes(text: &str, codes: &mut Vec<String>) {
     // `url_matches` looks only where "http" is (memchr): no need to check for "://" first.
     let urls: Vec<Range<usize>> = url_matches(text).map(|(range, _)| range).collect();
+    find_codes_outside(text, &urls, codes);
+}
+
+/// [`find_codes`] for a text whose URL matches (`url_matches` ranges, in
+/// order) were already found.
+pub(super) fn find_codes_outside(text: &str, urls: &[Range<usize>], codes: &mut Vec<String>) {
     // Both lookups stay linear in the text: a message may hold thousands of numbers and URLs.
     let mut seen: HashSet<String> = codes.iter().cloned().collect();
     let mut next_url = 0;

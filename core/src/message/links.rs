@@ -51,11 +51,19 @@ pub(super) fn html_links(html: &str, links: &mut Vec<String>, seen: &mut BTreeSe
     }
 }
 
-/// URLs written in plain text.
-pub(super) fn text_links(text: &str, links: &mut Vec<String>, seen: &mut BTreeSet<String>) {
-    for (_, url) in url_matches(text) {
-        push_link(url.to_owned(), links, seen);
-    }
+/// URLs written in plain text; returns the ranges they were found in, which
+/// the code search skips (so the text is searched for URLs once).
+pub(super) fn text_links(
+    text: &str,
+    links: &mut Vec<String>,
+    seen: &mut BTreeSet<String>,
+) -> Vec<Range<usize>> {
+    url_matches(text)
+        .map(|(range, url)| {
+            push_link(url.to_owned(), links, seen);
+            range
+        })
+        .collect()
 }
 
 /// The http(s) URLs in `text`, trailing punctuation removed, and the ranges
