@@ -63,6 +63,17 @@ pub enum Handled {
     Subscribe(Subscription),
 }
 
+/// Hears whether the writer committed the removals a request caused.
+type Persisting = oneshot::Receiver<Result<(), crate::storage::StorageError>>;
+
+/// The 503 text of a delete that left memory but not the disk: the writer
+/// keeps trying, and until it succeeds a restart would bring the message back.
+fn unwritten_delete(e: &crate::storage::StorageError) -> String {
+    format!(
+        "deleted from memory, but not yet from disk: {e}; mailjar retries the write until the disk takes it (a restart before that brings the messages back)"
+    )
+}
+
 /// What an event stream has to send next.
 pub enum Sendable {
     /// These events, the log head they reach, and how many log entries they came from.
@@ -246,8 +257,8 @@ impl Shared {
     }
 
     /// Queues what left the store for the writer to delete from disk; the
-    /// receiver hears when that was tried. None without `--data-dir` or removals.
-    fn persist_removals(&self, trash: &mailjar_core::api::Trash) -> Option<oneshot::Receiver<()>> {
+    /// receiver hears whether that committed. None without `--data-dir` or removals.
+    fn persist_removals(&self, trash: &mailjar_core::api::Trash) -> Option<Persisting> {
         let writer = self.writer.get()?;
         if trash.is_empty() {
             return None;
@@ -336,9 +347,11 @@ impl Shared {
         loop {
             let job = match next {
                 Ok((handled, persisted)) => {
-                    // A delete is answered once it is on disk (or the write was tried).
-                    if let Some(persisted) = persisted {
-                        let _ = persisted.await;
+                    // A delete is answered once it is on disk, or with the disk's error.
+                    if let Some(persisted) = persisted
+                        && let Ok(Err(e)) = persisted.await
+                    {
+                        return Handled::Ready(Response::error(503, &unwritten_delete(&e)));
                     }
                     return handled;
                 }
@@ -357,7 +370,7 @@ impl Shared {
     fn step(
         &self,
         f: impl FnOnce(&mut WaitingApi) -> Step,
-    ) -> Result<(Handled, Option<oneshot::Receiver<()>>), Job> {
+    ) -> Result<(Handled, Option<Persisting>), Job> {
         let (next, trash, head) = {
             let mut api = self.lock();
             let next = match f(&mut api) {

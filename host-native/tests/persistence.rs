@@ -570,3 +570,66 @@ fn a_failed_write_answers_452_and_mailjar_recovers_by_itself() {
     stop(server);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_delete_that_cannot_be_written_is_a_503_and_is_written_once_the_disk_works() {
+    if std::env::var_os("MAILJAR_E2E_BIN").is_some() {
+        println!(
+            "NOTICE: the write-fault hook exists only in debug builds; skipped for MAILJAR_E2E_BIN"
+        );
+        return;
+    }
+    let dir = data_dir("fault-delete");
+    let flag = dir.with_extension("fail");
+    let _ = std::fs::remove_file(&flag);
+    let server = Server::start_with_env(
+        &["--data-dir", dir.to_str().unwrap()],
+        &[("MAILJAR_DEBUG_FAIL_WRITES_WHILE", flag.as_os_str())],
+    );
+    let sent: Vec<_> = (0..3).map(|i| message(&format!("d{i}"), b"x")).collect();
+    assert_eq!(smtplib_send(&server, &sent), [250; 3]);
+    let kept = ids(&server);
+    std::fs::write(&flag, b"").unwrap();
+    // The disk refuses the delete: the client hears it, not a 200.
+    let deleted = server.request("DELETE", &format!("/api/emails/{}", kept[0]));
+    assert_eq!(deleted.status, 503, "{}", deleted.body);
+    let error = deleted.error();
+    assert!(error.contains("readonly"), "{error}");
+    assert!(error.contains("retr"), "{error}");
+    assert_eq!(server.health()["storage"]["ok"], false);
+    // A delete that removes nothing writes nothing: still a 200.
+    let none = server.request("DELETE", "/api/emails?to=nobody%40local.test");
+    assert_eq!(none.status, 200, "{}", none.body);
+    assert_eq!(none.json()["deleted"], 0);
+    // Writes work again: the delete is written without another request.
+    let recovered = |server: &Server| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while server.health()["storage"]["ok"] != true {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the delete was not retried"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    };
+    std::fs::remove_file(&flag).unwrap();
+    recovered(&server);
+    kill_9(server);
+    let server = Server::start_with_env(
+        &["--data-dir", dir.to_str().unwrap()],
+        &[("MAILJAR_DEBUG_FAIL_WRITES_WHILE", flag.as_os_str())],
+    );
+    assert_eq!(ids(&server), kept[1..]);
+    // Clearing the mailbox, the same.
+    std::fs::write(&flag, b"").unwrap();
+    let cleared = server.request("DELETE", "/api/emails");
+    assert_eq!(cleared.status, 503, "{}", cleared.body);
+    assert!(cleared.error().contains("readonly"), "{}", cleared.body);
+    std::fs::remove_file(&flag).unwrap();
+    recovered(&server);
+    kill_9(server);
+    let server = start(&dir, &[]);
+    assert!(ids(&server).is_empty());
+    stop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}

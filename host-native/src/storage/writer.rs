@@ -34,8 +34,12 @@ pub struct Pending {
 pub enum Job {
     /// Write this message.
     Store(Box<Pending>),
-    /// Delete these messages from disk; `done` hears when that was tried.
-    Remove(Vec<Removal>, Option<oneshot::Sender<()>>),
+    /// Delete these messages from disk; `done` hears whether the write that
+    /// held them committed (a failed one is tried again until it does).
+    Remove(
+        Vec<Removal>,
+        Option<oneshot::Sender<Result<(), StorageError>>>,
+    ),
     /// Write what came before, close the storage (and its lock), then say so on `done`.
     Stop(oneshot::Sender<()>),
 }
@@ -212,7 +216,7 @@ pub fn run(
         }
         if batch.is_empty() && removals.is_empty() {
             for ack in acks {
-                let _ = ack.send(());
+                let _ = ack.send(Ok(()));
             }
             if !stops.is_empty() {
                 break;
@@ -235,6 +239,9 @@ pub fn run(
         let removed = !removals.is_empty();
         let written = storage.write(&records, &removals);
         drop(records);
+        for ack in acks {
+            let _ = ack.send(written.clone());
+        }
         match written {
             Ok(()) => {
                 status.set(None);
@@ -259,9 +266,6 @@ pub fn run(
                     let _ = p.reply.send(Err(e.clone()));
                 }
             }
-        }
-        for ack in acks {
-            let _ = ack.send(());
         }
         // Space is freed only by removals: reclaim it in steps from the batch that had them on.
         reclaiming |= removed;
@@ -487,8 +491,38 @@ mod tests {
                 (vec![], vec![Removal::One(evicted)])
             ]
         );
-        assert_eq!(acked.try_recv(), Ok(()));
+        assert_eq!(acked.try_recv(), Ok(Ok(())));
         assert!(log.tidied >= 1, "space is reclaimed after removals");
+    }
+
+    #[test]
+    fn a_removal_that_fails_is_acked_with_the_error_and_written_once_writes_work() {
+        let mut api = Api::<()>::new(ApiConfig::default());
+        let deleted = api.assign(1, [0; 10]).id;
+        let (done, acked) = oneshot::channel();
+        let log = Arc::new(Mutex::new(Log {
+            fail: true,
+            ..Log::default()
+        }));
+        let mending = log.clone();
+        let heard = std::thread::spawn(move || {
+            let answer = acked.blocking_recv();
+            // The error was heard; now the disk works again.
+            mending.lock().unwrap().fail = false;
+            answer
+        });
+        let jobs = vec![Job::Remove(vec![Removal::One(deleted)], Some(done))];
+        // The writer runs until the removal is written, retrying after RETRY.
+        let (_, status) = write_all(jobs, Limits::default(), &log, &mut |_| Vec::new());
+        assert_eq!(
+            heard.join().unwrap(),
+            Ok(Err(StorageError("disk I/O error".into())))
+        );
+        assert_eq!(
+            log.lock().unwrap().transactions,
+            [(vec![], vec![Removal::One(deleted)])]
+        );
+        assert_eq!(status.error(), None);
     }
 
     #[test]
