@@ -633,3 +633,23 @@ fn a_delete_that_cannot_be_written_is_a_503_and_is_written_once_the_disk_works()
     stop(server);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn while_mailjar_runs_another_process_cannot_open_its_database() {
+    let dir = data_dir("excl");
+    let read = |dir: &Path| {
+        let script = "import sqlite3,sys\ntry:\n  c = sqlite3.connect(sys.argv[1], timeout=0.2)\n  print(c.execute('select count(*) from messages').fetchone()[0])\nexcept sqlite3.OperationalError as e:\n  print(e)\n";
+        let out = std::process::Command::new("python3")
+            .args(["-c", script])
+            .arg(dir.join("mailjar.db"))
+            .output()
+            .expect("python3");
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    let server = start(&dir, &[]);
+    assert_eq!(smtplib_send(&server, &[message("mine", b"x")]), [250]);
+    assert_eq!(read(&dir), "database is locked");
+    stop(server);
+    assert_eq!(read(&dir), "1");
+    let _ = std::fs::remove_dir_all(&dir);
+}
