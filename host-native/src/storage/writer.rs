@@ -78,8 +78,8 @@ pub struct Status {
 }
 
 impl Status {
-    /// The storage's size on disk: after the writer's last batch once it is
-    /// idle, at most 100 ms old while it is busy.
+    /// The storage's size on disk: after the writer's last batch once it has
+    /// been idle for 2 ms, at most 100 ms old while it is busy.
     pub fn bytes(&self) -> u64 {
         self.bytes.load(std::sync::atomic::Ordering::Relaxed)
     }
@@ -115,6 +115,9 @@ const RECLAIM_PAUSE: Duration = Duration::from_millis(20);
 /// How often, at most, a busy writer looks at the storage's size on disk.
 const SIZE_EVERY: Duration = Duration::from_millis(100);
 
+/// How long the writer must have had no work before it looks at the size.
+const SIZE_IDLE: Duration = Duration::from_millis(2);
+
 /// How long the writer waits before it tries failed removals again.
 const RETRY: Duration = Duration::from_millis(200);
 
@@ -139,10 +142,18 @@ pub fn run(
     let mut next: Option<Job> = None;
     while open || !removals.is_empty() {
         if size_stale {
-            // Looked at when the writer runs out of work, and at most every
-            // SIZE_EVERY while busy: two `statx` a batch were a twelfth of its time.
-            if let Ok(job) = jobs.try_recv() {
-                next = Some(job);
+            // Looked at once the writer has had no work for SIZE_IDLE, and at
+            // most every SIZE_EVERY while busy: two `statx` a batch were a
+            // twelfth of its time, and under load the queue runs dry between
+            // most batches for a few microseconds.
+            let idle_wait = if removals.is_empty() {
+                SIZE_IDLE
+            } else {
+                Duration::ZERO
+            };
+            match jobs.recv_timeout(idle_wait) {
+                Ok(job) => next = Some(job),
+                Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {}
             }
             if next.is_none() || sized.elapsed() >= SIZE_EVERY {
                 status.set_bytes(storage.size());
