@@ -64,14 +64,19 @@ pub enum Handled {
 }
 
 /// Hears whether the writer committed the removals a request caused.
-type Persisting = oneshot::Receiver<Result<(), crate::storage::StorageError>>;
+type Persisting = oneshot::Receiver<Result<(), StorageError>>;
 
 /// The 503 text of a delete that left memory but not the disk: the writer
 /// keeps trying, and until it succeeds a restart would bring the message back.
-fn unwritten_delete(e: &crate::storage::StorageError) -> String {
+fn unwritten_delete(e: &StorageError) -> String {
     format!(
         "deleted from memory, but not yet from disk: {e}; mailjar retries the write until the disk takes it (a restart before that brings the messages back)"
     )
+}
+
+/// Why a write was not made: the writer has stopped (mailjar is shutting down).
+fn writer_stopped() -> StorageError {
+    StorageError("the storage writer has stopped".to_owned())
 }
 
 /// What an event stream has to send next.
@@ -190,7 +195,6 @@ impl Shared {
         };
         let entropy = entropy();
         let (reply, receiver) = oneshot::channel();
-        let stopped = || StorageError("the storage writer has stopped".to_owned());
         {
             let mut api = self.lock();
             // Assigned and queued under one lock: the writer sees messages in id order.
@@ -200,9 +204,9 @@ impl Shared {
             let pending = writer::Pending { email, reply };
             writer
                 .send(writer::Job::Store(Box::new(pending)))
-                .map_err(|_| stopped())?;
+                .map_err(|_| writer_stopped())?;
         }
-        receiver.await.unwrap_or_else(|_| Err(stopped()))
+        receiver.await.unwrap_or_else(|_| Err(writer_stopped()))
     }
 
     /// With `--data-dir`: has the writer finish what is queued and close the
@@ -268,9 +272,12 @@ impl Shared {
             return None;
         }
         let (done, receiver) = oneshot::channel();
-        writer
-            .send(writer::Job::Remove(removals, Some(done)))
-            .ok()?;
+        if let Err(refused) = writer.send(writer::Job::Remove(removals, Some(done))) {
+            // The writer has stopped (shutting down): the delete is not on disk.
+            if let writer::Job::Remove(_, Some(done)) = refused.0 {
+                let _ = done.send(Err(writer_stopped()));
+            }
+        }
         Some(receiver)
     }
 
@@ -348,10 +355,11 @@ impl Shared {
             let job = match next {
                 Ok((handled, persisted)) => {
                     // A delete is answered once it is on disk, or with the disk's error.
-                    if let Some(persisted) = persisted
-                        && let Ok(Err(e)) = persisted.await
-                    {
-                        return Handled::Ready(Response::error(503, &unwritten_delete(&e)));
+                    if let Some(persisted) = persisted {
+                        let written = persisted.await.unwrap_or_else(|_| Err(writer_stopped()));
+                        if let Err(e) = written {
+                            return Handled::Ready(Response::error(503, &unwritten_delete(&e)));
+                        }
                     }
                     return handled;
                 }

@@ -537,7 +537,7 @@ mod tests {
     }
 
     #[test]
-    fn a_busy_writer_looks_at_the_size_on_disk_when_its_queue_runs_dry() {
+    fn a_busy_writer_looks_at_the_size_on_disk_once_it_is_idle() {
         let mut api = Api::<()>::new(ApiConfig::default());
         let jobs: Vec<_> = (0..7).map(|_| message(&mut api, 10).0).collect();
         let log = Arc::new(Mutex::new(Log::default()));
