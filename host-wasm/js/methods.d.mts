@@ -137,8 +137,11 @@ export class Inbox {
   waitFor(filter?: MailFilter | string, options?: WaitOptions): Promise<CapturedEmail>;
   waitForLink(filter?: MailFilter | string, options?: WaitOptions & { match?: RegExp | string }): Promise<string>;
   waitForCode(filter?: MailFilter | string, options?: WaitOptions & { match?: RegExp | string }): Promise<string>;
-  raw(id: string): Uint8Array | undefined | Promise<Uint8Array | undefined>;
-  attachment(id: string, index: number): Uint8Array | undefined | Promise<Uint8Array | undefined>;
+  /** The raw bytes of a message of this inbox; undefined for another address's. */
+  raw(id: string, options?: { signal?: AbortSignal }): Promise<Uint8Array | undefined>;
+  /** An attachment of a message of this inbox; undefined for another address's. */
+  attachment(id: string, index: number, options?: { signal?: AbortSignal }): Promise<Uint8Array | undefined>;
+  /** Deletes a message of this inbox; false (nothing deleted) for another address's. */
   delete(id: string, options?: { signal?: AbortSignal }): Promise<boolean>;
   /** Deletes this inbox's mail; resolves to how many. */
   clear(options?: { signal?: AbortSignal }): Promise<number>;

@@ -256,6 +256,11 @@ export class Inbox {
     return mine ? email : null;
   }
 
+  /** Whether message `id` is stored and addressed to this inbox. */
+  async #holds(id, options) {
+    return (await this.get(id, options)) !== null;
+  }
+
   /** Waits for a message to this inbox; see `MailjarMethods.waitFor`. */
   waitFor(filter, options) {
     return this.#mail.waitFor(scoped(filter, this.address), options);
@@ -271,19 +276,19 @@ export class Inbox {
     return this.#mail.waitForCode(scoped(filter, this.address), options);
   }
 
-  /** The raw bytes of one of this server's messages. */
-  raw(id) {
-    return this.#mail.raw(id);
+  /** The raw bytes of a message of this inbox; undefined for another address's. */
+  async raw(id, options) {
+    return (await this.#holds(id, options)) ? this.#mail.raw(id, options) : undefined;
   }
 
-  /** An attachment's bytes. */
-  attachment(id, index) {
-    return this.#mail.attachment(id, index);
+  /** An attachment's bytes, of a message of this inbox; undefined for another address's. */
+  async attachment(id, index, options) {
+    return (await this.#holds(id, options)) ? this.#mail.attachment(id, index, options) : undefined;
   }
 
-  /** Deletes one message by id. */
-  delete(id, options) {
-    return this.#mail.delete(id, options);
+  /** Deletes a message of this inbox by id; false (and nothing deleted) for another address's. */
+  async delete(id, options) {
+    return (await this.#holds(id, options)) ? this.#mail.delete(id, options) : false;
   }
 
   /** Deletes this inbox's mail; resolves to how many went. */

@@ -7,15 +7,29 @@
 /** The version this transport reports to nodemailer. */
 const VERSION = "0.1.0";
 
-/** An SMTP refusal, shaped like nodemailer's own SMTP errors (`responseCode`, `response`, `command`). */
+/**
+ * An SMTP refusal, shaped like nodemailer's own SMTP errors: `code`
+ * (EENVELOPE for MAIL and RCPT, EMESSAGE after DATA), `responseCode`,
+ * `response`, `command`. No reply (the server closed the connection, as a
+ * `disconnect` fault does) is ECONNECTION, as nodemailer reports a dropped socket.
+ */
 function smtpError(reply, command) {
+  if (reply === undefined) {
+    const error = new Error("Connection closed unexpectedly");
+    error.code = "ECONNECTION";
+    error.command = command;
+    return error;
+  }
   const error = new Error(`Can't send mail - ${command} answered ${reply.code} ${reply.text}`);
-  error.code = "EENVELOPE";
+  error.code = command === "DATA" ? "EMESSAGE" : "EENVELOPE";
   error.responseCode = reply.code;
   error.response = reply.wire.trimEnd();
   error.command = command;
   return error;
 }
+
+/** Whether an address needs SMTPUTF8 (RFC 6531): anything beyond ASCII. */
+const NON_ASCII = /[^\u0000-\u007f]/;
 
 /** The message with CRLF line ends and dot-stuffing, ended by the `.` line. */
 function dataBlock(message) {
@@ -51,14 +65,15 @@ export function nodemailerTransport(server, { hostname = "nodemailer.local" } = 
         .then((message) => {
           const connection = server.connect();
           const step = (line, command, expected) => {
-            const replies = connection.send(line);
-            const last = replies.at(-1);
-            if (!last || !expected.includes(last.code)) throw smtpError(last ?? { code: 0, text: "no reply", wire: "" }, command);
+            const last = connection.send(line).at(-1);
+            if (!last || !expected.includes(last.code)) throw smtpError(last, command);
             return last;
           };
           try {
             step(`EHLO ${hostname}\r\n`, "EHLO", [250]);
-            step(`MAIL FROM:<${envelope.from || ""}>\r\n`, "MAIL FROM", [250]);
+            // As nodemailer's SMTP transport does with a server that offers it.
+            const utf8 = [envelope.from || "", ...envelope.to].some((a) => NON_ASCII.test(a));
+            step(`MAIL FROM:<${envelope.from || ""}>${utf8 ? " SMTPUTF8" : ""}\r\n`, "MAIL FROM", [250]);
             const accepted = [];
             const rejected = [];
             let refusal;
@@ -67,7 +82,7 @@ export function nodemailerTransport(server, { hostname = "nodemailer.local" } = 
               if (reply?.code === 250 || reply?.code === 251) accepted.push(to);
               else {
                 rejected.push(to);
-                refusal = smtpError(reply ?? { code: 0, text: "no reply", wire: "" }, "RCPT TO");
+                refusal = smtpError(reply, "RCPT TO");
               }
             }
             if (!accepted.length) throw refusal ?? new Error("no recipients");
@@ -83,7 +98,7 @@ export function nodemailerTransport(server, { hostname = "nodemailer.local" } = 
               rejected,
             });
           } catch (error) {
-            connection.send("QUIT\r\n");
+            if (!connection.closed) connection.send("QUIT\r\n");
             callback(error);
           }
         })

@@ -55,6 +55,12 @@ for (const [name, make] of Object.entries(hosts)) {
       const welcome = await alice.latest();
       assert.equal((await mail.get(welcome.id)).subject, "Welcome");
       assert.equal(await bob.get(welcome.id), null, "an inbox does not show another's mail");
+      // Nor its bytes, nor its attachments, and it cannot delete it.
+      assert.equal(await bob.raw(welcome.id), undefined);
+      assert.equal(await bob.attachment(welcome.id, 0), undefined);
+      assert.equal(await bob.delete(welcome.id), false);
+      assert.equal((await mail.get(welcome.id))?.subject, "Welcome", "still there");
+      assert.match(new TextDecoder().decode(await alice.raw(welcome.id)), /Subject: Welcome/);
       assert.equal(await mail.get("01890000-0000-7000-8000-000000000000"), null);
       // A refusal is a MailjarError with the API's text.
       const refused = await mail.list({ subjectPattern: "(unclosed" }).catch((e) => e);
@@ -125,6 +131,7 @@ for (const [name, make] of Object.entries(hosts)) {
       assert.deepEqual((await mail.faults.list()).map((r) => r.id), [rule.id]);
       const refused = await transport.sendMail({ from: "app@example.test", to: inbox.address, subject: "first try" }).catch((e) => e);
       assert.equal(refused.responseCode, 451, String(refused));
+      assert.equal(refused.code, "EMESSAGE", "a refusal after DATA, as nodemailer's SMTP transport names it");
       assert.deepEqual(await inbox.list(), []);
       await transport.sendMail({ from: "app@example.test", to: inbox.address, subject: "second try" });
       assert.deepEqual((await inbox.list()).map((e) => e.subject), ["second try"]);
@@ -136,6 +143,21 @@ for (const [name, make] of Object.entries(hosts)) {
       assert.equal(await mail.faults.clear(), 0);
       // One object, made once, serves every access.
       assert.equal(mail.faults, mail.faults);
+    });
+
+    test("non-ASCII addresses are captured (SMTPUTF8), and a dropped connection is a connection error", async () => {
+      const inbox = mail.createInbox({ prefix: "jos\u00e9" });
+      const info = await transport.sendMail({ from: "\u00e4pp@example.test", to: inbox.address, subject: "utf8", text: "x" });
+      assert.match(info.response, /^250 /);
+      const [email] = await inbox.list();
+      assert.equal(email.from, "\u00e4pp@example.test");
+      assert.deepEqual(email.envelope.to, [inbox.address]);
+      await mail.faults.add({ match: { to: inbox.address }, stage: "message", times: 1, action: { disconnect: true } });
+      const dropped = await transport.sendMail({ from: "app@example.test", to: inbox.address, subject: "dropped", text: "x" }).catch((e) => e);
+      assert.ok(dropped instanceof Error, String(dropped));
+      assert.equal(dropped.responseCode, undefined);
+      assert.match(dropped.message, /Connection closed unexpectedly/);
+      assert.equal((await inbox.list()).length, 1);
     });
 
     test("events: stored mail of the inbox arrives on the stream", async () => {
