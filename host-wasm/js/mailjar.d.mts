@@ -20,7 +20,9 @@ export interface SmtpReply {
 export interface SmtpOptions {
   /** Host name in the greeting (default: the API domain, "local.test"). */
   hostname?: string;
+  /** The largest message (552 past it); the same bound as `api.maxMessageBytes`: set either. */
   maxMessageBytes?: number;
+  /** Recipients a transaction takes (452 past it); the same bound as `api.maxRecipients`: set either. */
   maxRecipients?: number;
   maxLineBytes?: number;
   maxErrors?: number;
@@ -68,8 +70,11 @@ export interface ApiOptions {
   smtpPort?: number;
   maxMessages?: number;
   maxStoreBytes?: number;
+  /** The same bound as `smtp.maxMessageBytes`: set either (both, and they must agree). */
   maxMessageBytes?: number;
+  /** The same bound as `smtp.maxRecipients`: set either (both, and they must agree). */
   maxRecipients?: number;
+  maxFaults?: number;
 }
 
 /** Options of a MailServer; the clock functions default to Date.now and the real timers. */

@@ -62,6 +62,9 @@ function readyResponse(outcome) {
   return { status: outcome.status, body: outcome.body, json: undefined, bytes: outcome.bytes, headers };
 }
 
+/** The keys of `new MailServer(options)`. */
+const SERVER_OPTIONS = ["api", "smtp", "now", "setTimeout", "clearTimeout"];
+
 const SHUTDOWN_BODY = JSON.stringify({ error: "the server is shutting down" });
 
 /**
@@ -219,10 +222,25 @@ export class MailServer extends MailjarMethods {
   constructor(bindings, options = {}) {
     super();
     if (options === null || typeof options !== "object") throw new TypeError("options must be an object");
+    for (const key of Object.keys(options)) {
+      if (!SERVER_OPTIONS.includes(key)) throw new TypeError(`options.${key} is not an option (the options are ${SERVER_OPTIONS.join(", ")})`);
+    }
     const { api = {}, smtp = {}, now, setTimeout: set, clearTimeout: clear } = options;
+    for (const [name, value] of [["api", api], ["smtp", smtp]]) {
+      if (value === null || typeof value !== "object") throw new TypeError(`options.${name} must be an object`);
+    }
+    // One bound each, set on either side: the sessions enforce it and /health reports it.
+    const shared = {};
+    for (const key of ["maxMessageBytes", "maxRecipients"]) {
+      const [fromApi, fromSmtp] = [api[key], smtp[key]];
+      if (fromApi !== undefined && fromSmtp !== undefined && fromApi !== fromSmtp) {
+        throw new TypeError(`options.api.${key} and options.smtp.${key} differ: set one, it bounds both`);
+      }
+      if ((fromApi ?? fromSmtp) !== undefined) shared[key] = fromApi ?? fromSmtp;
+    }
     this.#bindings = bindings;
-    this.#api = new bindings.Api(api);
-    this.#smtp = { hostname: api.domain ?? "local.test", ...smtp };
+    this.#api = new bindings.Api({ ...api, ...shared });
+    this.#smtp = { hostname: api.domain ?? "local.test", ...smtp, ...shared };
     // Validates the SMTP config now rather than at the first connect().
     new bindings.Session(this.#smtp).free();
     this.#now = now ?? (() => Date.now());

@@ -298,6 +298,34 @@ fn set(object: &Object, key: &str, value: impl Into<JsValue>) {
     let _ = Reflect::set(object, &JsValue::from_str(key), &value.into());
 }
 
+/// The keys `new Session(config)` reads (`SessionConfig`).
+const SESSION_OPTIONS: &[&str] = &[
+    "hostname",
+    "maxMessageBytes",
+    "maxRecipients",
+    "maxLineBytes",
+    "maxErrors",
+    "starttls",
+    "requireTls",
+    "requireAuth",
+    "auth",
+];
+
+/// The keys `new Api(config)` reads (`ApiConfig`).
+const API_OPTIONS: &[&str] = &[
+    "domain",
+    "apiHost",
+    "apiPort",
+    "smtpHost",
+    "smtpPort",
+    "maxMessages",
+    "maxStoreBytes",
+    "maxMessageBytes",
+    "maxRecipients",
+    "maxFaults",
+    "faultSeed",
+];
+
 /// Reads `object[key]`; None when it is undefined or null. Fails when `object` is no object.
 fn field(object: &JsValue, key: &str, what: &str) -> Result<Option<JsValue>, JsValue> {
     if !object.is_object() {
@@ -305,6 +333,24 @@ fn field(object: &JsValue, key: &str, what: &str) -> Result<Option<JsValue>, JsV
     }
     let value = Reflect::get(object, &JsValue::from_str(key))?;
     Ok((!value.is_undefined() && !value.is_null()).then_some(value))
+}
+
+/// Fails, naming the key and the known ones, when `object` has a key not in
+/// `known`: a misspelt option (`maxMessage`) would otherwise be ignored.
+fn only_known(object: &JsValue, what: &str, known: &[&str]) -> Result<(), JsValue> {
+    let Some(object) = object.dyn_ref::<Object>() else {
+        return Err(type_error(format!("{what} must be an object")));
+    };
+    for key in Object::keys(object).iter() {
+        let key = key.as_string().unwrap_or_default();
+        if !known.contains(&key.as_str()) {
+            return Err(type_error(format!(
+                "{what}.{key} is not an option (the options are {})",
+                known.join(", ")
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn string_field(object: &JsValue, key: &str, what: &str) -> Result<Option<String>, JsValue> {
@@ -694,6 +740,7 @@ impl Session {
         let mut c = smtp::Config::default();
         if let Some(config) = config.filter(|c| !c.is_undefined() && !c.is_null()) {
             let what = "config";
+            only_known(&config, what, SESSION_OPTIONS)?;
             if let Some(hostname) = string_field(&config, "hostname", what)? {
                 if hostname.is_empty() || hostname.contains(|ch: char| ch.is_control()) {
                     return Err(range_error(
@@ -917,6 +964,7 @@ impl Api {
         let mut fault_seed = None;
         if let Some(config) = config.filter(|c| !c.is_undefined() && !c.is_null()) {
             let what = "config";
+            only_known(&config, what, API_OPTIONS)?;
             if let Some(domain) = string_field(&config, "domain", what)? {
                 c.domain = domain;
             }

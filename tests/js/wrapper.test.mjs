@@ -108,6 +108,27 @@ describe("bindings", () => {
 });
 
 describe("MailServer", () => {
+  test("a message-size or recipient bound set on either side binds SMTP and shows in /health; a misspelt option is an error", async () => {
+    const limits = async (server) => (await server.request("GET", "/health")).json.limits;
+    for (const options of [{ api: { maxMessageBytes: 1000, maxRecipients: 1 } }, { smtp: { maxMessageBytes: 1000, maxRecipients: 1 } }]) {
+      const server = createMailServer(options);
+      assert.equal((await limits(server)).maxMessageBytes, 1000, JSON.stringify(options));
+      assert.equal((await limits(server)).maxRecipients, 1, JSON.stringify(options));
+      const c = server.connect();
+      const replies = c.send("EHLO c\r\nMAIL FROM:<a@app.test>\r\nRCPT TO:<b@local.test>\r\nRCPT TO:<c@local.test>\r\nDATA\r\n");
+      assert.deepEqual(replies.map((r) => r.code), [250, 250, 250, 452, 354], JSON.stringify(options));
+      const [refused] = c.send(`Subject: big\r\n\r\n${"x".repeat(2000)}\r\n.\r\n`);
+      assert.equal(refused.code, 552, JSON.stringify(options));
+      assert.equal(server.messageCount, 0);
+      server.close();
+    }
+    assert.throws(() => createMailServer({ api: { maxMessageBytes: 1000 }, smtp: { maxMessageBytes: 2000 } }), /differ/);
+    assert.throws(() => createMailServer({ api: { maxMessage: 1000 } }), { name: "TypeError", message: /config\.maxMessage is not an option/ });
+    assert.throws(() => createMailServer({ smtp: { hostName: "x" } }), { name: "TypeError", message: /config\.hostName is not an option/ });
+    assert.throws(() => createMailServer({ apis: {} }), { name: "TypeError", message: /options\.apis is not an option/ });
+    assert.throws(() => createMailServer({ api: null }), { name: "TypeError", message: /options\.api must be an object/ });
+  });
+
   test("SMTP through connect(): messages are stored before the 250 comes back", async () => {
     const server = createMailServer();
     const c = server.connect();
