@@ -4,7 +4,8 @@
 # vitest, Playwright Test and typescript from the registry, copies examples/ there and runs
 # them: node:test in-process and against the native binary (MAILJAR_BIN,
 # default target/debug/mailjar), vitest with the inbox fixture and the
-# matchers, the same with Playwright Test, and tsc on the package's declarations.
+# matchers, the same with Playwright Test, and tsc on the package's declarations
+# and on typed vitest and Playwright test files.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -24,11 +25,14 @@ cd "$project"
 npm init -y >/dev/null
 npm pkg set type=module
 # The versions users get today, pinned so a release elsewhere cannot turn this red.
-npm install --no-audit --no-fund --silent "$tarball" nodemailer@7.0.13 vitest@4.1.12 @playwright/test@1.65.1 typescript@5.9.3
+npm install --no-audit --no-fund --silent "$tarball" nodemailer@7.0.13 vitest@4.1.12 @playwright/test@1.65.1 typescript@5.9.3 @types/node@20.19.43
 echo "installed: $(du -sk node_modules/mailjar | cut -f1) KiB in node_modules/mailjar, $(wc -c <"$tarball") bytes packed"
 
 MAILJAR_BIN="$bin" node --test node-test/
 npx vitest run --root vitest
 npx playwright test -c playwright/playwright.config.mjs
+# The package's own types with no Node types and no esnext lib; then a
+# vitest and a Playwright test file with the fixture and the matchers typed.
 npx tsc -p typescript/tsconfig.json
+npx tsc -p typescript/tsconfig.runners.json
 echo "the npm package works as installed"

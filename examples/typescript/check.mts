@@ -10,6 +10,9 @@ export async function check(): Promise<string[]> {
   const email: CapturedEmail = await inbox.waitFor({ subject: /welcome/i }, { timeoutMs: 1000 });
   const code: string = await client.waitForCode({ to: inbox.address });
   const raw: Uint8Array | undefined = await client.raw(email.id);
+  // Fields the API may leave null are typed so.
+  const date: string | null = email.date;
+  const tls: string | undefined = email.smtp.tls?.version;
   const fixtures = mailjarFixtures(client);
   const rule = await client.faults.add({ match: { to: inbox.address }, stage: "rcpt", action: { reply: { code: 550 } } });
   const held: number = (await mail.faults.list()).length + (await mail.faults.remove(rule.id));
@@ -21,5 +24,5 @@ export async function check(): Promise<string[]> {
   }
   const deleted: number = await inbox.clear();
   mail.close();
-  return [code, String(raw?.length), String(verdict.pass), String(deleted), typeof fixtures.inbox, String(held)];
+  return [code, String(raw?.length), String(verdict.pass), String(deleted), typeof fixtures.inbox, String(held), String(date), String(tls)];
 }

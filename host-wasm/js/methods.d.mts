@@ -1,5 +1,7 @@
 // Types of methods.mjs: the test-facing methods of MailServer and MailjarClient.
 
+import type { SmtpFacts } from "./mailjar.mjs";
+
 /** The list filters; `subject` may be a RegExp (sent as subjectPattern and subjectFlags). */
 export interface MailFilter {
   to?: string;
@@ -31,15 +33,19 @@ export interface CapturedEmail {
   to: string[];
   cc: string[];
   subject: string;
-  date: string;
-  messageId: string;
+  /** The Date header as RFC 3339, or null without one. */
+  date: string | null;
+  /** The Message-ID header without its angle brackets, or null without one. */
+  messageId: string | null;
   headers: Record<string, string>;
   text: string;
   html: string;
   links: string[];
   codes: string[];
-  attachments: { filename: string; contentType: string; size: number; contentId: string; url?: string }[];
+  attachments: { filename: string; contentType: string; size: number; contentId: string | null; url?: string }[];
   size: number;
+  /** What the SMTP session saw: HELO, client address, TLS, AUTH. */
+  smtp: SmtpFacts;
   raw: string;
   [field: string]: unknown;
 }

@@ -1,6 +1,12 @@
 // Types of testing.mjs: fixtures and matchers for vitest and Playwright Test.
 import { CapturedEmail, Inbox, MailjarMethods } from "./methods.mjs";
 
+/**
+ * The fixtures `mailjarFixtures` gives, as a test sees them. Playwright Test
+ * does not infer them: `base.extend<MailjarFixtures<MailServer>>(mailjarFixtures(mail))`.
+ */
+export type MailjarFixtures<M extends MailjarMethods = MailjarMethods> = { mail: M; inbox: Inbox };
+
 /** Fixtures for `test.extend(...)`: `mail` (what was passed in) and a fresh `inbox` per test. */
 export function mailjarFixtures<M extends MailjarMethods>(mail: M): {
   mail: (context: {}, use: (mail: M) => Promise<void>) => Promise<void>;
@@ -22,3 +28,21 @@ export const matchers: {
   /** A code (4 to 8 digits), or this one. */
   toHaveCode(email: CapturedEmail, expected?: string | RegExp): MatcherResult;
 };
+
+/**
+ * The matchers as `expect(email)` has them once extended. vitest needs them
+ * declared once in the project (a `.d.ts` or any module of the tests):
+ *
+ * ```ts
+ * import type { MailjarMatchers } from "mailjar/testing";
+ * declare module "vitest" {
+ *   interface Assertion<T = any> extends MailjarMatchers<T> {}
+ * }
+ * ```
+ */
+export interface MailjarMatchers<R = unknown> {
+  /** A link equal to, starting with, or matching `expected`. */
+  toHaveLinkTo(expected: string | RegExp): R;
+  /** A code (4 to 8 digits), or this one. */
+  toHaveCode(expected?: string | RegExp): R;
+}

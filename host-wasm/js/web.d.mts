@@ -1,4 +1,6 @@
 // Types of web.mjs: mailjar for browsers.
+// The bindings' classes are disposable (`[Symbol.dispose]`): no need for `lib: esnext` in the project.
+/// <reference lib="esnext.disposable" />
 import { FakeClock, MailServer as BoundMailServer, MailServerOptions, SmtpConnection } from "./mailjar.mjs";
 
 /** An in-process mail server: `new MailServer(options?)`. */
