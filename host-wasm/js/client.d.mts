@@ -12,8 +12,13 @@ export interface ClientResponse {
 
 /** A running mailjar over HTTP, with the same methods as MailServer. */
 export class MailjarClient extends MailjarMethods {
-  constructor(url: string | URL, options?: { fetch?: typeof fetch });
-  /** The server's HTTP origin. */
+  /**
+   * `url`: what `--ready-json` prints as `http` (a path is kept). `requestTimeoutMs`
+   * (default 30000): how long a request may go unanswered before it rejects with a
+   * MailjarError 408 (`timeout` true); a wait gets its own `timeoutMs` on top.
+   */
+  constructor(url: string | URL, options?: { fetch?: typeof fetch; requestTimeoutMs?: number });
+  /** The server's HTTP address. */
   readonly url: string;
   /** `/health`. */
   health(options?: { signal?: AbortSignal }): Promise<any>;

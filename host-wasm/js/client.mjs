@@ -4,6 +4,9 @@
 
 import { MailjarError, MailjarMethods, filterQuery } from "./methods.mjs";
 
+/** How long a request other than a wait may go unanswered, by default. */
+const DEFAULT_REQUEST_TIMEOUT_MS = 30_000;
+
 /** Splits a Server-Sent Events body into events: `{event, id, data}` with `data` parsed. */
 async function* readEvents(body, signal) {
   const reader = body.getReader();
@@ -63,22 +66,61 @@ async function* readEvents(body, signal) {
 export class MailjarClient extends MailjarMethods {
   #base;
   #fetch;
+  #requestTimeoutMs;
 
   /**
-   * @param url the server's HTTP address (what `--ready-json` prints as `http`)
-   * @param options `{ fetch }` to use another fetch
+   * @param url the server's HTTP address (what `--ready-json` prints as `http`;
+   *   a path is kept: "http://host/mailjar" asks "http://host/mailjar/api/...")
+   * @param options `{ fetch }` to use another fetch; `requestTimeoutMs` (default
+   *   30000): how long a request may go unanswered before it rejects with a
+   *   MailjarError (`timeout` true); a wait gets its own `timeoutMs` on top
    */
-  constructor(url, { fetch: fetchFn = globalThis.fetch } = {}) {
+  constructor(url, { fetch: fetchFn = globalThis.fetch, requestTimeoutMs = DEFAULT_REQUEST_TIMEOUT_MS } = {}) {
     super();
     if (typeof url !== "string" && !(url instanceof URL)) throw new TypeError("url must be a string or a URL");
     this.#base = new URL(String(url));
+    if (!this.#base.pathname.endsWith("/")) this.#base.pathname += "/";
     if (typeof fetchFn !== "function") throw new TypeError("options.fetch must be a function");
+    if (!Number.isFinite(requestTimeoutMs) || requestTimeoutMs <= 0) throw new TypeError("options.requestTimeoutMs must be a number > 0");
     this.#fetch = fetchFn;
+    this.#requestTimeoutMs = requestTimeoutMs;
   }
 
   /** The server's HTTP address. */
   get url() {
-    return this.#base.origin;
+    return this.#base.href.replace(/\/$/, "");
+  }
+
+  /** Where `path` ("/api/emails") is under the server's address. */
+  #resolve(path) {
+    return new URL(String(path).replace(/^\//, ""), this.#base);
+  }
+
+  /**
+   * fetch, bounded: a server that does not answer within `limitMs` (a stalled
+   * proxy, a stopped process) rejects with a MailjarError 408, one that
+   * cannot be reached with a MailjarError of status 0; the caller's `signal`
+   * aborts with its own reason.
+   */
+  async #send(url, init, limitMs) {
+    const { signal } = init;
+    signal?.throwIfAborted();
+    const controller = new AbortController();
+    const stalled = new MailjarError(408, `no answer from ${this.url} within ${limitMs} ms`);
+    const timer = setTimeout(() => controller.abort(stalled), limitMs);
+    const abort = () => controller.abort(signal.reason);
+    signal?.addEventListener("abort", abort, { once: true });
+    try {
+      const response = await this.#fetch(url, { ...init, signal: controller.signal });
+      const bytes = new Uint8Array(await response.arrayBuffer());
+      return { response, bytes };
+    } catch (error) {
+      if (controller.signal.aborted) throw controller.signal.reason;
+      throw Object.assign(new MailjarError(0, `cannot reach mailjar at ${this.url}: ${error?.cause?.message ?? error?.message ?? error}`), { cause: error });
+    } finally {
+      clearTimeout(timer);
+      signal?.removeEventListener("abort", abort);
+    }
   }
 
   /** `/health` of the server. */
@@ -96,11 +138,15 @@ export class MailjarClient extends MailjarMethods {
   async request(method, url, { signal, body, contentType } = {}) {
     const headers = { accept: "application/json, */*" };
     if (contentType !== undefined) headers["content-type"] = contentType;
-    const response = await this.#fetch(new URL(url, this.#base), { method, signal, headers, body });
+    const target = this.#resolve(url);
+    // A wait may take its timeoutMs (the API's default 10000) before the server answers.
+    const waitMs = /\/api\/emails\/wait$/.test(target.pathname) ? Number(target.searchParams.get("timeoutMs") ?? 10000) : 0;
+    const limitMs = (Number.isFinite(waitMs) ? waitMs : 0) + this.#requestTimeoutMs;
+    const { response, bytes } = await this.#send(target, { method, signal, headers, body }, limitMs);
     const type = response.headers.get("content-type") ?? "";
     const answerHeaders = Object.fromEntries(response.headers);
     if (type.startsWith("application/json")) {
-      const body = await response.text();
+      const body = new TextDecoder().decode(bytes);
       let json;
       try {
         json = JSON.parse(body);
@@ -109,7 +155,6 @@ export class MailjarClient extends MailjarMethods {
       }
       return { status: response.status, body, json, headers: answerHeaders };
     }
-    const bytes = new Uint8Array(await response.arrayBuffer());
     return { status: response.status, body: undefined, json: undefined, bytes, headers: answerHeaders };
   }
 
@@ -140,7 +185,7 @@ export class MailjarClient extends MailjarMethods {
    */
   events(filter, { lastEventId, signal } = {}) {
     const query = filterQuery(filter);
-    const url = new URL(`/api/events${query ? `?${query}` : ""}`, this.#base);
+    const url = this.#resolve(`/api/events${query ? `?${query}` : ""}`);
     const fetchFn = this.#fetch;
     return (async function* stream() {
       const controller = new AbortController();
@@ -150,7 +195,10 @@ export class MailjarClient extends MailjarMethods {
       try {
         const headers = { accept: "text/event-stream" };
         if (lastEventId !== undefined) headers["last-event-id"] = String(lastEventId);
-        const response = await fetchFn(url, { headers, signal: controller.signal });
+        const response = await fetchFn(url, { headers, signal: controller.signal }).catch((error) => {
+          if (controller.signal.aborted) throw error;
+          throw Object.assign(new MailjarError(0, `cannot reach mailjar at ${url.origin}: ${error?.cause?.message ?? error?.message ?? error}`), { cause: error });
+        });
         if (response.status !== 200) {
           const body = await response.text();
           let message = `HTTP ${response.status}`;

@@ -98,7 +98,12 @@ export interface Faults {
   clear(): Promise<number>;
 }
 
-/** A refusal of the API (`status`, the API's text as `message`), or a wait that timed out (`timeout`, status 408). */
+/**
+ * A refusal of the API (`status`, the API's text as `message`), a wait that
+ * timed out (`timeout`, status 408; also a MailjarClient request the server
+ * left unanswered), or a server MailjarClient could not reach (status 0, the
+ * network error as `cause`).
+ */
 export class MailjarError extends Error {
   constructor(status: number, message: string);
   readonly status: number;

@@ -28,6 +28,12 @@ export class MailjarError extends Error {
   }
 }
 
+/** A filter's query for a message: `{"to":"a@b.test"}`, or "any filter" without one. */
+function describeFilter(query) {
+  const fields = Object.fromEntries(new URLSearchParams(query));
+  return Object.keys(fields).length ? JSON.stringify(fields) : "(any)";
+}
+
 /**
  * A filter as an API query string. `filter` is `{to, subject, subjectPattern,
  * subjectFlags, afterId, beforeId, limit}` or a query string; `subject` may
@@ -133,7 +139,7 @@ export class MailjarMethods {
       params.set("timeoutMs", String(left));
       const answer = await this.request("GET", `/api/emails/wait?${params}`, { signal });
       if (answer.status === 408 && deadline - this[now]() > 0) continue;
-      if (answer.status === 408) throw new MailjarError(408, `no message matched within ${timeoutMs} ms`);
+      if (answer.status === 408) throw new MailjarError(408, `no message matched ${describeFilter(query)} within ${timeoutMs} ms`);
       return expectOk(answer).email;
     }
   }
@@ -144,7 +150,8 @@ export class MailjarMethods {
    * it). Messages without such a link are skipped; the wait goes on.
    */
   async waitForLink(filter, { match, timeoutMs = DEFAULT_WAIT_MS, signal } = {}) {
-    return this.#waitForItem(filter, (email) => (email.links ?? []).find((link) => linkMatches(match, link)), { timeoutMs, signal });
+    const what = match === undefined ? "with a link" : `with a link matching ${match}`;
+    return this.#waitForItem(filter, (email) => (email.links ?? []).find((link) => linkMatches(match, link)), { timeoutMs, signal }, what);
   }
 
   /**
@@ -152,15 +159,25 @@ export class MailjarMethods {
    * `filter` that has one (matching `match` when given).
    */
   async waitForCode(filter, { match, timeoutMs = DEFAULT_WAIT_MS, signal } = {}) {
-    return this.#waitForItem(filter, (email) => (email.codes ?? []).find((code) => linkMatches(match, code)), { timeoutMs, signal });
+    const what = match === undefined ? "with a code" : `with a code matching ${match}`;
+    return this.#waitForItem(filter, (email) => (email.codes ?? []).find((code) => linkMatches(match, code)), { timeoutMs, signal }, what);
   }
 
-  async #waitForItem(filter, pick, { timeoutMs, signal }) {
+  async #waitForItem(filter, pick, { timeoutMs, signal }, what) {
     if (!Number.isFinite(timeoutMs) || timeoutMs < 0) throw new TypeError("timeoutMs must be a number >= 0");
     const deadline = this[now]() + timeoutMs;
     let next = filter;
     for (;;) {
-      const email = await this.waitFor(next, { timeoutMs: Math.max(0, deadline - this[now]()), signal });
+      let email;
+      try {
+        email = await this.waitFor(next, { timeoutMs: Math.max(0, deadline - this[now]()), signal });
+      } catch (error) {
+        // Said with the caller's figures, not the last wait's.
+        if (error instanceof MailjarError && error.timeout) {
+          throw new MailjarError(408, `no message ${what} matched ${describeFilter(filterQuery(filter))} within ${timeoutMs} ms`);
+        }
+        throw error;
+      }
       const item = pick(email);
       if (item !== undefined) return item;
       // Skip this message: the next wait starts after it.

@@ -213,3 +213,52 @@ test("the in-process transport reports the stored id and refusals", async () => 
   assert.deepEqual(partial.rejected, ["c@mailjar.test"]);
   mail.close();
 });
+
+test("MailjarClient: an unanswered request is a MailjarError 408, an unreachable server status 0, and a base path is kept", async () => {
+  const net = await import("node:net");
+  const held = [];
+  const silent = net.createServer((socket) => held.push(socket)); // accepts, never answers
+  await new Promise((resolve) => silent.listen(0, "127.0.0.1", resolve));
+  const url = `http://127.0.0.1:${silent.address().port}`;
+  try {
+    const client = new MailjarClient(url, { requestTimeoutMs: 200 });
+    const waited = await client.waitFor({ to: "x@mailjar.test" }, { timeoutMs: 100 }).catch((e) => e);
+    assert.ok(waited instanceof MailjarError, String(waited));
+    assert.equal(waited.status, 408);
+    assert.equal(waited.timeout, true);
+    assert.match(waited.message, /no answer from .* within 300 ms/);
+    const listed = await client.list().catch((e) => e);
+    assert.ok(listed instanceof MailjarError && listed.timeout, String(listed));
+    // The caller's signal still wins, with its reason.
+    const reason = new Error("test over");
+    const aborted = await client.list({}, { signal: AbortSignal.abort(reason) }).catch((e) => e);
+    assert.equal(aborted, reason);
+  } finally {
+    for (const socket of held) socket.destroy();
+    await new Promise((resolve) => silent.close(resolve));
+  }
+  // Nothing listens there now.
+  const unreachable = await new MailjarClient(url).list().catch((e) => e);
+  assert.ok(unreachable instanceof MailjarError, String(unreachable));
+  assert.equal(unreachable.status, 0);
+  assert.equal(unreachable.timeout, false);
+  assert.match(unreachable.message, /cannot reach mailjar at http:\/\/127\.0\.0\.1/);
+  assert.ok(unreachable.cause);
+  const asked = [];
+  const recording = async (target) => {
+    asked.push(String(target));
+    return new Response(JSON.stringify({ emails: [] }), { status: 200, headers: { "content-type": "application/json" } });
+  };
+  await new MailjarClient("http://mail.test:8025/mailjar", { fetch: recording }).list({ to: "a@b.test" });
+  assert.deepEqual(asked, ["http://mail.test:8025/mailjar/api/emails?to=a%40b.test"]);
+});
+
+test("a timed-out waitForLink or waitForCode says what it waited for, and for how long it was asked to", async () => {
+  const mail = new MailServer();
+  const link = await mail.waitForLink({ to: "nobody@mailjar.test" }, { timeoutMs: 30, match: "/verify" }).catch((e) => e);
+  assert.ok(link instanceof MailjarError && link.timeout, String(link));
+  assert.equal(link.message, 'no message with a link matching /verify matched {"to":"nobody@mailjar.test"} within 30 ms');
+  const code = await mail.waitForCode(undefined, { timeoutMs: 20 }).catch((e) => e);
+  assert.equal(code.message, "no message with a code matched (any) within 20 ms");
+  mail.close();
+});
