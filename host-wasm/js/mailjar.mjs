@@ -429,7 +429,8 @@ export class MailServer extends MailjarMethods {
   attachment(id, index) {
     this.#open();
     if (typeof id !== "string") throw new TypeError("id must be a string");
-    if (typeof index !== "number") throw new TypeError("index must be a number");
+    // As MailjarClient checks it: the same call fails the same way on both.
+    if (!Number.isInteger(index) || index < 0) throw new TypeError("index must be an integer >= 0");
     return this.#api.attachment(id, index);
   }
 

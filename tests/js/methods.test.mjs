@@ -58,6 +58,9 @@ for (const [name, make] of Object.entries(hosts)) {
       // Nor its bytes, nor its attachments, and it cannot delete it.
       assert.equal(await bob.raw(welcome.id), undefined);
       assert.equal(await bob.attachment(welcome.id, 0), undefined);
+      for (const index of [-1, 1.5, "0"]) {
+        await assert.rejects(async () => mail.attachment(welcome.id, index), { name: "TypeError", message: "index must be an integer >= 0" });
+      }
       assert.equal(await bob.delete(welcome.id), false);
       assert.equal((await mail.get(welcome.id))?.subject, "Welcome", "still there");
       assert.match(new TextDecoder().decode(await alice.raw(welcome.id)), /Subject: Welcome/);
