@@ -23,7 +23,9 @@ fi
 stage="$CARGO_TARGET_DIR/npm/stage"
 rm -rf "$stage"
 mkdir -p "$stage/js"
-cp host-wasm/package.json host-wasm/README.md "$stage/"
+cp host-wasm/package.json LICENSE-MIT LICENSE-APACHE "$stage/"
+# The package's README is its users' guide, not host-wasm's build notes.
+cp host-wasm/README.npm.md "$stage/README.md"
 cp host-wasm/js/*.mjs host-wasm/js/*.d.mts "$stage/js/"
 mkdir -p "$stage/pkg-web"
 cp host-wasm/pkg-web/mailjar_wasm.js host-wasm/pkg-web/mailjar_wasm.d.ts host-wasm/pkg-web/mailjar_wasm_bg.wasm "$stage/pkg-web/"

@@ -27,6 +27,13 @@ npm pkg set type=module
 # The versions users get today, pinned so a release elsewhere cannot turn this red.
 npm install --no-audit --no-fund --silent "$tarball" nodemailer@7.0.13 vitest@4.1.12 @playwright/test@1.65.1 typescript@5.9.3 @types/node@20.19.43
 echo "installed: $(du -sk node_modules/mailjar | cut -f1) KiB in node_modules/mailjar, $(wc -c <"$tarball") bytes packed"
+# What npm shows: the users' README (not the repository's build notes) and the licenses.
+test -s node_modules/mailjar/LICENSE-MIT && test -s node_modules/mailjar/LICENSE-APACHE
+grep -q '^# mailjar$' node_modules/mailjar/README.md
+if grep -n 'host-wasm/\|\.\./' node_modules/mailjar/README.md; then
+  echo "the package README points into the repository" >&2
+  exit 1
+fi
 
 MAILJAR_BIN="$bin" node --test node-test/
 npx vitest run --root vitest
