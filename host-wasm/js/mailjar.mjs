@@ -463,7 +463,8 @@ export class MailServer extends MailjarMethods {
   }
 
   #open() {
-    if (this.#closed) throw new Error("the mail server is closed");
+    // What a stopped native server answers: 503.
+    if (this.#closed) throw new MailjarError(503, "the mail server is closed");
   }
 
   /** Wakes the idle event streams when the event log moved. */

@@ -265,3 +265,14 @@ test("a timed-out waitForLink or waitForCode says what it waited for, and for ho
   assert.equal(code.message, "no message with a code matched (any) within 20 ms");
   mail.close();
 });
+
+test("after close(), the in-process server's methods reject with a MailjarError 503, as a stopped server answers", async () => {
+  const mail = new MailServer();
+  mail.close();
+  for (const call of [() => mail.list(), () => mail.waitFor({}, { timeoutMs: 10 }), async () => mail.raw("x"), async () => mail.deliverRaw("Subject: x\r\n\r\n")]) {
+    const error = await call().catch((e) => e);
+    assert.ok(error instanceof MailjarError, String(error));
+    assert.equal(error.status, 503);
+    assert.equal(error.message, "the mail server is closed");
+  }
+});
