@@ -10,6 +10,11 @@ export async function check(): Promise<string[]> {
   const email: CapturedEmail = await inbox.waitFor({ subject: /welcome/i }, { timeoutMs: 1000 });
   const code: string = await client.waitForCode({ to: inbox.address });
   const raw: Uint8Array | undefined = await client.raw(email.id);
+  // The transport's info, as nodemailer hands it to its callback.
+  mail.transport().send(undefined, (error, info) => {
+    const stored: string | undefined = info?.storedId;
+    void [error, stored];
+  });
   // Fields the API may leave null are typed so.
   const date: string | null = email.date;
   const tls: string | undefined = email.smtp.tls?.version;

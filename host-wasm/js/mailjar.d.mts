@@ -52,6 +52,27 @@ export interface SmtpFacts {
   auth?: { mechanism: string; username: string } | null;
 }
 
+/** What `sendMail` resolves to through `MailServer.transport()`. */
+export interface MailjarSentInfo {
+  envelope: { from: string | false; to: string[] };
+  /** The Message-ID header nodemailer wrote. */
+  messageId: string;
+  /** The id mailjar stored the message under. */
+  storedId: string;
+  /** The 250 reply. */
+  response: string;
+  accepted: string[];
+  rejected: string[];
+}
+
+/** A nodemailer transport (`name`, `version`, `send`): `nodemailer.createTransport(server.transport())`. */
+export interface MailjarTransport {
+  name: string;
+  version: string;
+  /** `mail` is nodemailer's MailMessage. */
+  send(mail: unknown, callback: (error: Error | null, info?: MailjarSentInfo) => void): void;
+}
+
 /** Options of `MailServer.connect()`. */
 export interface ConnectOptions {
   /** Reported as `smtp.remoteAddr` ("127.0.0.1:50123"). */
@@ -160,7 +181,7 @@ export class MailServer extends MailjarMethods {
   /** The decoded bytes of attachment `index` (0-based); undefined when there is no such message or attachment. */
   attachment(id: string, index: number): Uint8Array | undefined;
   /** A nodemailer transport through an SMTP session of this server (Node): `nodemailer.createTransport(server.transport())`. */
-  transport(options?: { hostname?: string }): { name: string; version: string; send(mail: any, callback: (error: Error | null, info?: any) => void): void };
+  transport(options?: { hostname?: string }): MailjarTransport;
   /** Ends the waits whose deadline has passed by now(); returns how many. */
   expireDue(): number;
   /** Every pending wait gets a 503 and every event stream ends; later calls throw. */

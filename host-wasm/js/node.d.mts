@@ -15,4 +15,4 @@ export function createMailServer(options?: MailServerOptions): MailServer;
 export { FakeClock, SmtpConnection };
 export { MailjarClient } from "./client.mjs";
 export { Inbox, MailjarError, filterQuery } from "./methods.mjs";
-export type { CapturedEmail, MailEvent, MailFilter, MailResponse, MailServerOptions, SmtpReply } from "./mailjar.mjs";
+export type { CapturedEmail, MailEvent, MailFilter, MailResponse, MailServerOptions, MailjarSentInfo, MailjarTransport, SmtpReply } from "./mailjar.mjs";
