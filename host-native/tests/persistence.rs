@@ -412,6 +412,14 @@ fn a_second_instance_on_the_same_directory_is_refused_at_start() {
         "names the directory: {stderr}"
     );
     assert!(stderr.contains("another mailjar"), "{stderr}");
+    // With its lock file deleted (a stale-lock cleanup), the database itself
+    // is still held: the refusal says so, and does not blame the file.
+    std::fs::remove_file(dir.join("mailjar.lock")).unwrap();
+    let (code, stderr) = refused(&dir);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("cannot read"), "{stderr}");
+    assert!(stderr.contains("database is locked"), "{stderr}");
+    assert!(!stderr.contains("move it away"), "{stderr}");
     // The first one is unharmed.
     assert_eq!(smtplib_send(&server, &[message("still here", b"x")]), [250]);
     stop(server);
@@ -456,6 +464,15 @@ fn assert_refused_untouched(dir: &Path, why: &str) {
 
 #[test]
 fn a_damaged_or_newer_database_is_refused_and_left_untouched() {
+    // A file where the directory should be.
+    let file = data_dir("a-file");
+    std::fs::write(&file, b"not a directory").unwrap();
+    let (code, stderr) = refused(&file);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("is not a directory"), "{stderr}");
+    assert_eq!(std::fs::read(&file).unwrap(), b"not a directory");
+    let _ = std::fs::remove_file(&file);
+
     // Not a database at all.
     let dir = data_dir("garbage");
     std::fs::create_dir_all(&dir).unwrap();

@@ -189,6 +189,23 @@ fn lock(dir: &Path) -> Result<File, StorageError> {
     }
 }
 
+/// Whether SQLite's error is a verdict on the file's content (not a
+/// database, corrupt), rather than on what is around it (disk, permissions, locks).
+fn is_damage(e: &rusqlite::Error) -> bool {
+    matches!(
+        e.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::NotADatabase | rusqlite::ErrorCode::DatabaseCorrupt)
+    )
+}
+
+/// A database that could not be read for a reason outside it.
+fn cannot_read(path: &Path, e: &rusqlite::Error) -> StorageError {
+    StorageError(format!(
+        "refusing to start: cannot read {} ({e}); the file was not changed and may be fine: check the disk's free space, the permissions of the file and its directory, and that no other process has it open",
+        path.display()
+    ))
+}
+
 /// Refuses a file that is not a database, a newer schema, or a failing
 /// check, without writing to it; returns the schema version it holds.
 fn check(path: &Path) -> Result<i64, StorageError> {
@@ -210,14 +227,23 @@ fn check(path: &Path) -> Result<i64, StorageError> {
     } else {
         return Ok(0);
     }
+    // Only a verdict on the file's content says "move it away": a full disk,
+    // a read-only directory or a lock held elsewhere says what to fix instead.
+    let blame = |what: &str, e: rusqlite::Error| {
+        if is_damage(&e) {
+            refuse(format!("{what} ({e})"))
+        } else {
+            cannot_read(path, &e)
+        }
+    };
     let connection = Connection::open_with_flags(
         path,
         OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )
-    .map_err(|e| refuse(format!("cannot be opened ({e})")))?;
+    .map_err(|e| blame("cannot be opened", e))?;
     let version: i64 = connection
         .query_row("PRAGMA user_version", [], |r| r.get(0))
-        .map_err(|e| refuse(format!("is not a readable database ({e})")))?;
+        .map_err(|e| blame("is not a readable database", e))?;
     if version > SCHEMA_VERSION {
         return Err(refuse(format!(
             "was written by a newer mailjar (schema {version}; this one knows up to {SCHEMA_VERSION})"
@@ -225,7 +251,7 @@ fn check(path: &Path) -> Result<i64, StorageError> {
     }
     let verdict: String = connection
         .query_row("PRAGMA quick_check", [], |r| r.get(0))
-        .map_err(|e| refuse(format!("fails its integrity check ({e})")))?;
+        .map_err(|e| blame("fails its integrity check", e))?;
     if verdict != "ok" {
         return Err(refuse(format!("fails its integrity check ({verdict})")));
     }
@@ -240,12 +266,29 @@ impl Sqlite {
     /// Locks `DIR` (creating it), checks and opens `DIR/mailjar.db`, and migrates it to this schema.
     pub fn open(options: &Options) -> Result<Sqlite, StorageError> {
         let dir = &options.dir;
+        if dir.exists() && !dir.is_dir() {
+            return Err(error(
+                dir,
+                "is not a directory (--data-dir names a directory)",
+            ));
+        }
         std::fs::create_dir_all(dir)
             .map_err(|e| error(dir, format!("cannot create the data directory: {e}")))?;
         let lock = lock(dir)?;
         let path = dir.join("mailjar.db");
         let version = check(&path)?;
         let mut connection = open_exclusive(&path)?;
+        // SQLite falls back to read-only on a file it may not write, and
+        // would then refuse every write until a restart.
+        if connection
+            .is_readonly(rusqlite::MAIN_DB)
+            .map_err(|e| error(&path, e))?
+        {
+            return Err(StorageError(format!(
+                "refusing to start: {} can only be read (check its permissions and its directory's); mailjar writes every message to it",
+                path.display()
+            )));
+        }
         let fresh = version == 0;
         if fresh {
             // Only take effect before the first table exists.
@@ -556,6 +599,42 @@ mod tests {
             fsync: false,
         };
         (dir, options)
+    }
+
+    #[test]
+    fn only_a_verdict_on_the_content_is_called_damage() {
+        let failure =
+            |code: i32| rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(code), None);
+        assert!(is_damage(&failure(rusqlite::ffi::SQLITE_NOTADB)));
+        assert!(is_damage(&failure(rusqlite::ffi::SQLITE_CORRUPT)));
+        for outside in [
+            rusqlite::ffi::SQLITE_IOERR,
+            rusqlite::ffi::SQLITE_FULL,
+            rusqlite::ffi::SQLITE_READONLY,
+            rusqlite::ffi::SQLITE_BUSY,
+            rusqlite::ffi::SQLITE_CANTOPEN,
+            rusqlite::ffi::SQLITE_PERM,
+        ] {
+            assert!(!is_damage(&failure(outside)), "code {outside}");
+        }
+    }
+
+    #[test]
+    fn a_database_that_can_only_be_read_is_refused_at_open() {
+        use std::os::unix::fs::PermissionsExt;
+        let (dir, options) = fresh("readonly");
+        drop(Sqlite::open(&options).unwrap());
+        let db = dir.join("mailjar.db");
+        std::fs::set_permissions(&db, std::fs::Permissions::from_mode(0o444)).unwrap();
+        if std::fs::OpenOptions::new().write(true).open(&db).is_ok() {
+            // Root writes any file: nothing to show here.
+            println!("NOTICE: running as root, a 0444 file is still writable; skipped");
+            let _ = std::fs::remove_dir_all(&dir);
+            return;
+        }
+        let refused = Sqlite::open(&options).err().expect("refused");
+        assert!(refused.0.contains("can only be read"), "{refused}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     fn envelope(to: &[&str]) -> Envelope {
