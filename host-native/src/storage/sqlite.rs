@@ -632,7 +632,9 @@ mod tests {
             let _ = std::fs::remove_dir_all(&dir);
             return;
         }
-        let refused = Sqlite::open(&options).err().expect("refused");
+        let Err(refused) = Sqlite::open(&options) else {
+            panic!("a database that can only be read was opened");
+        };
         assert!(refused.0.contains("can only be read"), "{refused}");
         let _ = std::fs::remove_dir_all(&dir);
     }
