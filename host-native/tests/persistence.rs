@@ -460,6 +460,9 @@ fn assert_refused_untouched(dir: &Path, why: &str) {
         after.get("mailjar.db"),
         "the database is left byte-identical"
     );
+    let mut names: Vec<_> = after.keys().filter(|n| *n != "mailjar.lock").collect();
+    names.retain(|n| !before.contains_key(*n));
+    assert!(names.is_empty(), "no new files beside it: {names:?}");
 }
 
 #[test]
@@ -668,5 +671,41 @@ fn while_mailjar_runs_another_process_cannot_open_its_database() {
     assert_eq!(read(&dir), "database is locked");
     stop(server);
     assert_eq!(read(&dir), "1");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn space_freed_by_a_lower_limit_at_start_goes_back_to_the_file_system() {
+    let dir = data_dir("reclaim-at-start");
+    let server = start(&dir, &[]);
+    let body = vec![b'x'; 20_000];
+    let sent: Vec<_> = (0..200).map(|i| message(&format!("r{i}"), &body)).collect();
+    assert_eq!(smtplib_send(&server, &sent), vec![250; 200]);
+    stop(server);
+    let db = dir.join("mailjar.db");
+    let before = std::fs::metadata(&db).unwrap().len();
+    assert!(
+        before > 4_000_000,
+        "{before} bytes for 200 messages of 20 kB"
+    );
+    // The lower limit removes 199 rows at load; their pages are handed back
+    // in steps while mailjar idles, without a write or a delete to start it.
+    let server = start(&dir, &["--max-messages", "1"]);
+    assert_eq!(ids(&server).len(), 1);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let bytes = server.health()["storage"]["bytes"].as_u64().unwrap();
+        if bytes < before / 4 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still {bytes} bytes on disk, {before} before"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    stop(server);
+    let after = std::fs::metadata(&db).unwrap().len();
+    assert!(after < before / 4, "{after} bytes after, {before} before");
     let _ = std::fs::remove_dir_all(&dir);
 }

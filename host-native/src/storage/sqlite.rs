@@ -258,6 +258,27 @@ fn check(path: &Path) -> Result<i64, StorageError> {
     Ok(version)
 }
 
+/// Runs [`check`], then removes the `-wal` (when empty) and `-shm` files that
+/// its read-only connection created: a refused start leaves the directory as
+/// it found it, and mailjar itself keeps the log's index in memory.
+fn check_leaving_no_trace(path: &Path) -> Result<i64, StorageError> {
+    let side = |suffix: &str| {
+        let mut name = path.as_os_str().to_owned();
+        name.push(suffix);
+        PathBuf::from(name)
+    };
+    let (wal, shm) = (side("-wal"), side("-shm"));
+    let (had_wal, had_shm) = (wal.exists(), shm.exists());
+    let checked = check(path);
+    if !had_wal && std::fs::metadata(&wal).is_ok_and(|m| m.len() == 0) {
+        let _ = std::fs::remove_file(&wal);
+    }
+    if !had_shm {
+        let _ = std::fs::remove_file(&shm);
+    }
+    checked
+}
+
 fn id_bytes(id: MessageId) -> [u8; 16] {
     id.as_u128().to_be_bytes()
 }
@@ -276,7 +297,7 @@ impl Sqlite {
             .map_err(|e| error(dir, format!("cannot create the data directory: {e}")))?;
         let lock = lock(dir)?;
         let path = dir.join("mailjar.db");
-        let version = check(&path)?;
+        let version = check_leaving_no_trace(&path)?;
         let mut connection = open_exclusive(&path)?;
         // SQLite falls back to read-only on a file it may not write, and
         // would then refuse every write until a restart.
@@ -573,7 +594,12 @@ impl Storage for Sqlite {
             tracing::debug!("incremental vacuum: {e}");
             return false;
         }
-        free(&self.connection) > 0
+        let more = free(&self.connection) > 0;
+        if !more {
+            // The file shrinks when its log is copied in: now, not 16 MiB of mail later.
+            self.checkpointer.wake();
+        }
+        more
     }
 }
 
