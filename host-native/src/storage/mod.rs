@@ -183,12 +183,14 @@ pub fn open_and_load<W>(
         started.elapsed().as_millis()
     );
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let (loaded, removals) = load_into(&mut storage, api, now_ms, threads)?;
+    let (read, removals) = load_into(&mut storage, api, now_ms, threads)?;
+    // What today's limits keep of what was read.
+    let loaded = api.store().len();
     if !removals.is_empty() {
         storage.write(&[], &removals)?;
         tracing::info!(
-            removed = removals.len(),
-            "removed stored messages beyond today's limits (--max-messages, --max-store-bytes, --max-age)"
+            "removed {} stored messages beyond today's limits (--max-messages, --max-store-bytes, --max-age)",
+            read.saturating_sub(loaded)
         );
     }
     tracing::info!(
