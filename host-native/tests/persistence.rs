@@ -529,17 +529,27 @@ fn a_damaged_or_newer_database_is_refused_and_left_untouched() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-#[test]
-fn a_failed_write_answers_452_and_mailjar_recovers_by_itself() {
+/// A data directory and the file whose existence makes writes fail
+/// (`MAILJAR_DEBUG_FAIL_WRITES_WHILE`); None, with a notice, against a
+/// release binary, which has no such hook.
+fn with_write_faults(name: &str) -> Option<(PathBuf, PathBuf)> {
     if std::env::var_os("MAILJAR_E2E_BIN").is_some() {
         println!(
             "NOTICE: the write-fault hook exists only in debug builds; skipped for MAILJAR_E2E_BIN"
         );
-        return;
+        return None;
     }
-    let dir = data_dir("fault");
+    let dir = data_dir(name);
     let flag = dir.with_extension("fail");
     let _ = std::fs::remove_file(&flag);
+    Some((dir, flag))
+}
+
+#[test]
+fn a_failed_write_answers_452_and_mailjar_recovers_by_itself() {
+    let Some((dir, flag)) = with_write_faults("fault") else {
+        return;
+    };
     let mut flags = vec!["--data-dir", dir.to_str().unwrap()];
     flags.push("--log");
     flags.push("info");
@@ -593,15 +603,9 @@ fn a_failed_write_answers_452_and_mailjar_recovers_by_itself() {
 
 #[test]
 fn a_delete_that_cannot_be_written_is_a_503_and_is_written_once_the_disk_works() {
-    if std::env::var_os("MAILJAR_E2E_BIN").is_some() {
-        println!(
-            "NOTICE: the write-fault hook exists only in debug builds; skipped for MAILJAR_E2E_BIN"
-        );
+    let Some((dir, flag)) = with_write_faults("fault-delete") else {
         return;
-    }
-    let dir = data_dir("fault-delete");
-    let flag = dir.with_extension("fail");
-    let _ = std::fs::remove_file(&flag);
+    };
     let server = Server::start_with_env(
         &["--data-dir", dir.to_str().unwrap()],
         &[("MAILJAR_DEBUG_FAIL_WRITES_WHILE", flag.as_os_str())],
