@@ -26,6 +26,11 @@ impl MessageId {
     pub fn from_u128(value: u128) -> MessageId {
         MessageId(value)
     }
+
+    /// When the id was made, in milliseconds since the Unix epoch (its first 48 bits).
+    pub fn time_ms(self) -> u64 {
+        (self.0 >> 80) as u64
+    }
 }
 
 impl fmt::Display for MessageId {

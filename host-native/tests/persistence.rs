@@ -314,6 +314,44 @@ fn ids_after_a_restart_sort_after_the_old_ones_and_a_wait_resumes() {
 }
 
 #[test]
+fn ids_sort_after_a_deleted_newest_message_across_a_restart_even_when_the_clock_is_behind_it() {
+    let dir = data_dir("floor");
+    let server = start(&dir, &[]);
+    assert_eq!(smtplib_send(&server, &[message("stored", b"1")]), [250]);
+    stop(server);
+    // As if the clock had been an hour ahead when it was received: its id
+    // (48 bits of milliseconds first) is moved an hour into the future.
+    let shifted = Command::new("python3")
+        .arg("-c")
+        .arg(
+            "import sqlite3,sys\n\
+             c = sqlite3.connect(sys.argv[1])\n\
+             (seq, i), = c.execute('select seq, id from messages').fetchall()\n\
+             ms = int.from_bytes(i[:6], 'big') + 3600000\n\
+             c.execute('update messages set id = ? where seq = ?', (ms.to_bytes(6, 'big') + i[6:], seq))\n\
+             c.commit()\n",
+        )
+        .arg(dir.join("mailjar.db"))
+        .status()
+        .expect("python3");
+    assert!(shifted.success());
+    let server = start(&dir, &[]);
+    assert_eq!(smtplib_send(&server, &[message("ahead", b"2")]), [250]);
+    let ahead = ids(&server)[1].clone();
+    // Everything is deleted before the next restart: no stored id is left to sort after.
+    assert_eq!(server.delete_all(), 2);
+    stop(server);
+    let server = start(&dir, &[]);
+    assert_eq!(smtplib_send(&server, &[message("later", b"3")]), [250]);
+    let later = ids(&server)[0].clone();
+    assert!(later > ahead, "{later} sorts after the deleted {ahead}");
+    let listed = server.get_ok(&format!("/api/emails?afterId={ahead}"));
+    assert_eq!(listed["emails"][0]["subject"], "later", "{listed}");
+    stop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn deletes_and_evictions_survive_a_restart() {
     let dir = data_dir("deletes");
     let server = start(&dir, &["--max-messages", "4"]);

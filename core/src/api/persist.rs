@@ -87,6 +87,16 @@ impl<W> Api<W> {
         }
     }
 
+    /// Makes every id assigned from now on sort after `id`, and every receive
+    /// time at least its own, whatever the clock says: at start, for the
+    /// greatest id a store ever held when that message was deleted before the
+    /// restart ([`Api::restore`] does the same for a stored one), so a test
+    /// waiting with `afterId` of it is still answered by new mail.
+    pub fn resume_after(&mut self, id: MessageId) {
+        self.ids.resume_after(id);
+        self.last_received_ms = self.last_received_ms.max(id.time_ms());
+    }
+
     /// Stores a message loaded from disk at start, under its stored id and
     /// receive time; call it in id order. Today's limits apply: what they
     /// evict is in the trash ([`Trash::removals`]). Every id assigned
@@ -199,6 +209,19 @@ mod tests {
         let ids: Vec<_> = api.store().snapshot().iter().map(|e| e.id).collect();
         assert_eq!(ids, [a.id, b.id]);
         assert!(api.take_trash().removals().is_empty());
+    }
+
+    #[test]
+    fn ids_resume_after_a_deleted_message_whatever_the_clock_says() {
+        let mut before = api(10);
+        let gone = before.deliver(prepared("gone"), 9_000_000, [7; 10]).id;
+        assert_eq!(gone.time_ms(), 9_000_000);
+        let mut api = api(10);
+        api.resume_after(gone);
+        // The clock is far behind the deleted message.
+        let next = api.deliver(prepared("new"), 1_000, [0; 10]).id;
+        assert!(next > gone);
+        assert_eq!(api.store().get(next).unwrap().received_at_ms, 9_000_000);
     }
 
     #[test]

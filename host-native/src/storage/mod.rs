@@ -80,6 +80,11 @@ pub trait Storage: Send {
     fn load(&mut self, each: &mut dyn FnMut(Vec<Loaded>)) -> Result<(), StorageError>;
     /// Bytes on disk.
     fn size(&self) -> u64;
+    /// The greatest id ever stored, when no stored row holds it any more
+    /// (deleted or evicted): ids made after a restart must sort after it.
+    fn id_floor(&self) -> Option<MessageId> {
+        None
+    }
     /// One small step of upkeep between batches (handing free pages back to
     /// the file system); true while there is more to do.
     fn tidy(&mut self) -> bool {
@@ -108,6 +113,9 @@ pub fn load_into<W>(
 ) -> Result<(usize, Vec<Removal>), StorageError> {
     let mut loaded = 0usize;
     let mut removals = Vec::new();
+    if let Some(floor) = storage.id_floor() {
+        api.resume_after(floor);
+    }
     let (mut parsing, mut restoring) = (Duration::ZERO, Duration::ZERO);
     let started = Instant::now();
     // Rows are read on this thread's helper while the previous batch is parsed and stored.

@@ -25,7 +25,7 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior, pa
 use super::{Loaded, Options, Record, Storage, StorageError};
 
 /// The schema this build writes (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// Pages of 16 KiB: a 2 KiB message and its metadata share a page instead of
 /// spilling into overflow pages (measured: twice the rows per second, 40% less disk).
@@ -68,7 +68,8 @@ const WAL_CAP_BYTES: i64 = 128 * 1024 * 1024;
 const COMMIT_OVERHEAD_BYTES: usize = 3 * PAGE_SIZE as usize;
 
 /// The migrations, from schema `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &["CREATE TABLE messages (
+const MIGRATIONS: &[&str] = &[
+    "CREATE TABLE messages (
         seq INTEGER PRIMARY KEY,
         id BLOB NOT NULL,
         received_ms INTEGER NOT NULL,
@@ -81,7 +82,11 @@ const MIGRATIONS: &[&str] = &["CREATE TABLE messages (
         auth_mechanism TEXT,
         auth_username TEXT,
         raw BLOB NOT NULL
-    );"];
+    );",
+    // 1 to 2: `id_floor`, the greatest id ever stored once it is no longer
+    // (deleted or evicted): new ids sort after it across a restart.
+    "CREATE TABLE meta (key TEXT PRIMARY KEY, value BLOB NOT NULL);",
+];
 
 /// `DIR/mailjar.db`, open for writing, and the lock that keeps it ours.
 pub struct Sqlite {
@@ -100,6 +105,8 @@ pub struct Sqlite {
     next_seq: i64,
     /// Bytes logged, about, since the checkpointer was last woken.
     logged: usize,
+    /// The greatest id ever stored, once no row holds it (`meta.id_floor`).
+    id_floor: Option<MessageId>,
 }
 
 /// A thread with its own connection that copies the write-ahead log into the
@@ -351,6 +358,18 @@ impl Sqlite {
         } else {
             None
         };
+        let id_floor = connection
+            .query_row("SELECT value FROM meta WHERE key = 'id_floor'", [], |r| {
+                r.get::<_, Vec<u8>>(0)
+            })
+            .optional()
+            .map_err(|e| error(&path, e))?
+            .map(|bytes| {
+                <[u8; 16]>::try_from(bytes.as_slice())
+                    .map(|b| MessageId::from_u128(u128::from_be_bytes(b)))
+                    .map_err(|_| error(&path, "meta.id_floor is not a 16-byte id"))
+            })
+            .transpose()?;
         let checkpointer = Checkpointer::start(&path, synchronous)?;
         Ok(Sqlite {
             connection,
@@ -361,6 +380,7 @@ impl Sqlite {
             next_seq: 1,
             checkpointer,
             logged: 0,
+            id_floor,
         })
     }
 
@@ -416,6 +436,12 @@ impl Storage for Sqlite {
                 .or_else(|| added.iter().find(|(a, _)| a == id).map(|(_, seq)| seq))
                 .copied()
         };
+        // The newest row after the inserts; if this write removes it too, its
+        // id becomes the floor new ids must sort after, across a restart.
+        let newest: Option<(MessageId, i64)> = added
+            .last()
+            .copied()
+            .or_else(|| self.rows.last_key_value().map(|(id, seq)| (*id, *seq)));
         let mut gone: Vec<(i64, i64)> = Vec::with_capacity(removals.len());
         for removal in removals {
             match *removal {
@@ -436,6 +462,9 @@ impl Storage for Sqlite {
                 }
             }
         }
+        let floor = newest
+            .filter(|(_, seq)| gone.iter().any(|(low, high)| (low..=high).contains(&seq)))
+            .map(|(id, _)| id);
         // BEGIN and COMMIT as cached statements: a transaction a batch, each
         // parsed anew by `Transaction` was a twentieth of the writer's time.
         let tx = &self.connection;
@@ -469,6 +498,13 @@ impl Storage for Sqlite {
             for (low, high) in &gone {
                 delete.execute([low, high])?;
             }
+            if let Some(floor) = floor {
+                tx.prepare_cached(
+                    "INSERT INTO meta (key, value) VALUES ('id_floor', ?1) \
+                     ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                )?
+                .execute([&id_bytes(floor)[..]])?;
+            }
             tx.prepare_cached("COMMIT")?.execute([])?;
             Ok(())
         })();
@@ -489,6 +525,7 @@ impl Storage for Sqlite {
             self.logged = 0;
             self.checkpointer.wake();
         }
+        self.id_floor = self.id_floor.max(floor);
         self.next_seq += added.len() as i64;
         self.rows.extend(added);
         for removal in removals {
@@ -570,6 +607,10 @@ impl Storage for Sqlite {
 
     fn size(&self) -> u64 {
         bytes_on_disk(&self.path)
+    }
+
+    fn id_floor(&self) -> Option<MessageId> {
+        self.id_floor
     }
 
     fn tidy(&mut self) -> bool {
@@ -706,6 +747,41 @@ mod tests {
         s.connection
             .query_row("PRAGMA page_count", [], |r| r.get(0))
             .unwrap()
+    }
+
+    #[test]
+    fn removing_the_newest_row_keeps_its_id_as_the_floor_across_a_reopen() {
+        let (dir, options) = fresh("floor");
+        let mut api = Api::<()>::new(ApiConfig::default());
+        let sample = Sample::new(b"Subject: x\r\n\r\nbody\r\n");
+        let ids: Vec<MessageId> = (0..4).map(|_| api.assign(1000, [1; 10]).id).collect();
+        {
+            let mut db = Sqlite::open(&options).unwrap();
+            db.write(&sample.records(&ids[..3]), &[]).unwrap();
+            // The oldest goes (an eviction): no floor, the newest is still stored.
+            db.write(&[], &[Removal::One(ids[0])]).unwrap();
+            assert_eq!(db.id_floor(), None);
+        }
+        let mut db = Sqlite::open(&options).unwrap();
+        assert_eq!(db.id_floor(), None);
+        db.load(&mut |_| {}).unwrap();
+        // Everything goes, then one more is added and deleted in one write.
+        db.write(
+            &[],
+            &[Removal::Range {
+                first: ids[0],
+                last: ids[2],
+            }],
+        )
+        .unwrap();
+        assert_eq!(db.id_floor(), Some(ids[2]));
+        db.write(&sample.records(&ids[3..]), &[Removal::One(ids[3])])
+            .unwrap();
+        drop(db);
+        let db = Sqlite::open(&options).unwrap();
+        assert_eq!(db.id_floor(), Some(ids[3]));
+        drop(db);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
