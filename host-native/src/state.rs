@@ -67,8 +67,14 @@ pub enum Handled {
 type Persisting = oneshot::Receiver<Result<(), StorageError>>;
 
 /// The 503 text of a delete that left memory but not the disk: the writer
-/// keeps trying, and until it succeeds a restart would bring the message back.
+/// keeps trying, and until it succeeds a restart would bring the message back;
+/// a stopped writer (shutting down) tries nothing more.
 fn unwritten_delete(e: &StorageError) -> String {
+    if *e == writer_stopped() {
+        return format!(
+            "deleted from memory, but not from disk: {e} (mailjar is stopping; the messages come back at the next start)"
+        );
+    }
     format!(
         "deleted from memory, but not yet from disk: {e}; mailjar retries the write until the disk takes it (a restart before that brings the messages back)"
     )
@@ -354,8 +360,12 @@ impl Shared {
         loop {
             let job = match next {
                 Ok((handled, persisted)) => {
-                    // A delete is answered once it is on disk, or with the disk's error.
-                    if let Some(persisted) = persisted {
+                    // A DELETE is answered once it is on disk, or with the disk's
+                    // error. Any other request may have expired messages too
+                    // (`--max-age`): those are written, or retried, on their own.
+                    if let Some(persisted) = persisted
+                        && request.method == "DELETE"
+                    {
                         let written = persisted.await.unwrap_or_else(|_| Err(writer_stopped()));
                         if let Err(e) = written {
                             return Handled::Ready(Response::error(503, &unwritten_delete(&e)));

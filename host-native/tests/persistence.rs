@@ -697,6 +697,38 @@ fn a_delete_that_cannot_be_written_is_a_503_and_is_written_once_the_disk_works()
 }
 
 #[test]
+fn with_a_failing_disk_a_read_that_expires_mail_is_still_answered() {
+    let Some((dir, flag)) = with_write_faults("fault-expiry") else {
+        return;
+    };
+    let server = Server::start_with_env(
+        &["--data-dir", dir.to_str().unwrap(), "--max-age", "1s"],
+        &[("MAILJAR_DEBUG_FAIL_WRITES_WHILE", flag.as_os_str())],
+    );
+    assert_eq!(
+        smtplib_send(&server, &[message("short-lived", b"x")]),
+        [250]
+    );
+    std::fs::write(&flag, b"").unwrap();
+    // Reads go on while the message expires: whichever of them (or the
+    // timer) removes it, none is refused for the disk's sake.
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let mut seen = 0;
+    while Instant::now() < deadline {
+        let health = server.request("GET", "/health");
+        assert_eq!(health.status, 200, "{}", health.body);
+        seen += 1;
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(seen > 10);
+    assert_eq!(server.emails("").len(), 0, "expired");
+    assert_eq!(server.health()["storage"]["ok"], false);
+    std::fs::remove_file(&flag).unwrap();
+    stop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn while_mailjar_runs_another_process_cannot_open_its_database() {
     let dir = data_dir("excl");
     let read = |dir: &Path| {

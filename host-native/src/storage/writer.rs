@@ -278,12 +278,13 @@ pub fn run(
         let removed = !removals.is_empty();
         let written = storage.write(&records, &removals);
         drop(records);
+        // /health says what the deletes hear, before they hear it.
+        status.set(written.as_ref().err().map(ToString::to_string));
         for ack in acks {
             let _ = ack.send(written.clone());
         }
         match written {
             Ok(()) => {
-                status.set(None);
                 removals.clear();
                 let mut replies = Vec::with_capacity(batch.len());
                 let mut messages = Vec::with_capacity(batch.len());
@@ -300,7 +301,6 @@ pub fn run(
                 }
             }
             Err(e) => {
-                status.set(Some(e.to_string()));
                 for p in batch {
                     let _ = p.reply.send(Err(e.clone()));
                 }
@@ -558,7 +558,8 @@ mod tests {
             answer
         });
         let jobs = vec![Job::Remove(vec![Removal::One(deleted)], Some(done))];
-        // The writer runs until the removal is written, retrying after RETRY.
+        // The writer runs until the removal is written: the queue is closed,
+        // so it retries at once, until the helper thread mends the disk.
         let (_, status) = write_all(jobs, Limits::default(), &log, &mut |_| Vec::new());
         assert_eq!(
             heard.join().unwrap(),
