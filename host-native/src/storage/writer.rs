@@ -118,9 +118,9 @@ const SIZE_EVERY: Duration = Duration::from_millis(100);
 /// How long the writer must have had no work before it looks at the size.
 const SIZE_IDLE: Duration = Duration::from_millis(2);
 
-/// For how long after reclaiming ends an idle writer keeps looking at the
-/// size on disk (every SIZE_EVERY): the file shrinks when the checkpoint
-/// thread next copies the log in.
+/// For how long after reclaiming ends, or after the size last changed, an
+/// idle writer keeps looking at the size on disk (every SIZE_EVERY): the file
+/// shrinks when the checkpoint thread next copies the log in.
 const SETTLE: Duration = Duration::from_secs(2);
 
 /// How long the writer waits before it tries failed removals again.
@@ -165,7 +165,12 @@ pub fn run(
                 Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {}
             }
             if next.is_none() || sized.elapsed() >= SIZE_EVERY {
-                status.set_bytes(storage.size());
+                let size = storage.size();
+                if size != status.bytes() && settling.is_some() {
+                    // Still shrinking (a slow checkpoint): keep looking.
+                    settling = Some(Instant::now() + SETTLE);
+                }
+                status.set_bytes(size);
                 size_stale = false;
                 sized = Instant::now();
             }
