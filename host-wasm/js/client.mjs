@@ -106,8 +106,9 @@ export class MailjarClient extends MailjarMethods {
     const { signal } = init;
     signal?.throwIfAborted();
     const controller = new AbortController();
-    const stalled = new MailjarError(408, `no answer from ${this.url} within ${limitMs} ms`);
-    const timer = setTimeout(() => controller.abort(stalled), limitMs);
+    const stalled = Object.assign(new MailjarError(408, `no answer from ${this.url} within ${limitMs} ms`), { unanswered: true });
+    // Timers take at most 2^31 - 1 ms (a longer one fires at once).
+    const timer = setTimeout(() => controller.abort(stalled), Math.min(limitMs, 2 ** 31 - 1));
     const abort = () => controller.abort(signal.reason);
     signal?.addEventListener("abort", abort, { once: true });
     try {
@@ -186,6 +187,7 @@ export class MailjarClient extends MailjarMethods {
   events(filter, { lastEventId, signal } = {}) {
     const query = filterQuery(filter);
     const url = this.#resolve(`/api/events${query ? `?${query}` : ""}`);
+    const base = this.url;
     const fetchFn = this.#fetch;
     return (async function* stream() {
       const controller = new AbortController();
@@ -197,7 +199,7 @@ export class MailjarClient extends MailjarMethods {
         if (lastEventId !== undefined) headers["last-event-id"] = String(lastEventId);
         const response = await fetchFn(url, { headers, signal: controller.signal }).catch((error) => {
           if (controller.signal.aborted) throw error;
-          throw Object.assign(new MailjarError(0, `cannot reach mailjar at ${url.origin}: ${error?.cause?.message ?? error?.message ?? error}`), { cause: error });
+          throw Object.assign(new MailjarError(0, `cannot reach mailjar at ${base}: ${error?.cause?.message ?? error?.message ?? error}`), { cause: error });
         });
         if (response.status !== 200) {
           const body = await response.text();

@@ -96,6 +96,8 @@ export interface ApiOptions {
   /** The same bound as `smtp.maxRecipients`: set either (both, and they must agree). */
   maxRecipients?: number;
   maxFaults?: number;
+  /** Seeds the fault rules' `probability` draws, for repeatable tests (default: random). */
+  faultSeed?: number;
 }
 
 /** Options of a MailServer; the clock functions default to Date.now and the real timers. */

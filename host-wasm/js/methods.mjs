@@ -173,7 +173,8 @@ export class MailjarMethods {
         email = await this.waitFor(next, { timeoutMs: Math.max(0, deadline - this[now]()), signal });
       } catch (error) {
         // Said with the caller's figures, not the last wait's.
-        if (error instanceof MailjarError && error.timeout) {
+        // A server that never answered (MailjarClient's `unanswered`) is said as it is.
+        if (error instanceof MailjarError && error.timeout && !error.unanswered) {
           throw new MailjarError(408, `no message ${what} matched ${describeFilter(filterQuery(filter))} within ${timeoutMs} ms`);
         }
         throw error;

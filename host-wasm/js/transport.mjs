@@ -9,11 +9,12 @@ const VERSION = "0.1.0";
 
 /**
  * An SMTP refusal, shaped like nodemailer's own SMTP errors: `code`
- * (EENVELOPE for MAIL and RCPT, EMESSAGE after DATA), `responseCode`,
+ * (EENVELOPE for MAIL, RCPT and the DATA command, EMESSAGE for the message
+ * after it, `command` "MESSAGE"), `responseCode`,
  * `response`, `command`. No reply (the server closed the connection, as a
  * `disconnect` fault does) is ECONNECTION, as nodemailer reports a dropped socket.
  */
-function smtpError(reply, command) {
+function smtpError(reply, command, code = command === "MESSAGE" ? "EMESSAGE" : "EENVELOPE") {
   if (reply === undefined) {
     const error = new Error("Connection closed unexpectedly");
     error.code = "ECONNECTION";
@@ -21,7 +22,7 @@ function smtpError(reply, command) {
     return error;
   }
   const error = new Error(`Can't send mail - ${command} answered ${reply.code} ${reply.text}`);
-  error.code = command === "DATA" ? "EMESSAGE" : "EENVELOPE";
+  error.code = code;
   error.responseCode = reply.code;
   error.response = reply.wire.trimEnd();
   error.command = command;
@@ -87,7 +88,7 @@ export function nodemailerTransport(server, { hostname = "nodemailer.local" } = 
             }
             if (!accepted.length) throw refusal ?? new Error("no recipients");
             step("DATA\r\n", "DATA", [354]);
-            const done = step(dataBlock(message), "DATA", [250]);
+            const done = step(dataBlock(message), "MESSAGE", [250]);
             connection.send("QUIT\r\n");
             callback(null, {
               envelope,

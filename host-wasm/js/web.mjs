@@ -26,8 +26,10 @@ export class MailServer extends BoundMailServer {
 
 /** A new in-memory mail server, once the wasm is loaded; see `MailServer` for the options. */
 export async function createMailServer(options = {}) {
-  await load(options.wasm);
-  return new MailServer(options);
+  // `wasm` is where to load from, not an option of the server.
+  const { wasm, ...serverOptions } = options ?? {};
+  await load(wasm);
+  return new MailServer(serverOptions);
 }
 
 export { MailjarClient } from "./client.mjs";

@@ -46,7 +46,13 @@ for (const [name, make] of Object.entries(hosts)) {
       assert.match(bob.address, /^bob-[0-9a-f]{16}@example\.test$/);
       await transport.sendMail({ from: "app@example.test", to: alice.address, subject: "Order #12 shipped", text: "a" });
       await transport.sendMail({ from: "app@example.test", to: bob.address, subject: "Order #13 shipped", text: "b" });
-      await transport.sendMail({ from: "app@example.test", to: alice.address, subject: "Welcome", text: "c" });
+      await transport.sendMail({
+        from: "app@example.test",
+        to: alice.address,
+        subject: "Welcome",
+        text: "c",
+        attachments: [{ filename: "terms.txt", content: "the terms" }],
+      });
       assert.deepEqual((await alice.list()).map((e) => e.subject), ["Order #12 shipped", "Welcome"]);
       assert.deepEqual((await bob.list()).map((e) => e.subject), ["Order #13 shipped"]);
       assert.deepEqual((await alice.list({ subject: /^order #\d+/i })).map((e) => e.subject), ["Order #12 shipped"]);
@@ -64,6 +70,7 @@ for (const [name, make] of Object.entries(hosts)) {
       assert.equal(await bob.delete(welcome.id), false);
       assert.equal((await mail.get(welcome.id))?.subject, "Welcome", "still there");
       assert.match(new TextDecoder().decode(await alice.raw(welcome.id)), /Subject: Welcome/);
+      assert.equal(new TextDecoder().decode(await alice.attachment(welcome.id, 0)), "the terms");
       assert.equal(await mail.get("01890000-0000-7000-8000-000000000000"), null);
       // A refusal is a MailjarError with the API's text.
       const refused = await mail.list({ subjectPattern: "(unclosed" }).catch((e) => e);
@@ -155,6 +162,11 @@ for (const [name, make] of Object.entries(hosts)) {
       const [email] = await inbox.list();
       assert.equal(email.from, "\u00e4pp@example.test");
       assert.deepEqual(email.envelope.to, [inbox.address]);
+      // A refused DATA command is an envelope error, as nodemailer names it.
+      await mail.faults.add({ match: { to: inbox.address }, stage: "data", times: 1, action: { reply: { code: 554, text: "5.3.0 No data" } } });
+      const noData = await transport.sendMail({ from: "app@example.test", to: inbox.address, subject: "no data", text: "x" }).catch((e) => e);
+      assert.equal(noData.responseCode, 554, String(noData));
+      assert.equal(noData.code, "EENVELOPE", String(noData));
       await mail.faults.add({ match: { to: inbox.address }, stage: "message", times: 1, action: { disconnect: true } });
       const dropped = await transport.sendMail({ from: "app@example.test", to: inbox.address, subject: "dropped", text: "x" }).catch((e) => e);
       assert.ok(dropped instanceof Error, String(dropped));
@@ -275,4 +287,13 @@ test("after close(), the in-process server's methods reject with a MailjarError 
     assert.equal(error.status, 503);
     assert.equal(error.message, "the mail server is closed");
   }
+});
+
+test("the browser build's createMailServer takes `wasm` (where to load from) beside the server's options", async () => {
+  const { readFile } = await import("node:fs/promises");
+  const web = await import("../../host-wasm/js/web.mjs");
+  const wasm = await readFile(new URL("../../host-wasm/pkg-web/mailjar_wasm_bg.wasm", import.meta.url));
+  const mail = await web.createMailServer({ wasm, api: { maxMessages: 5 } });
+  assert.equal((await mail.request("GET", "/health")).json.limits.maxMessages, 5);
+  mail.close();
 });
