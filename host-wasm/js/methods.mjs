@@ -270,7 +270,9 @@ export class Inbox {
   async get(id, options) {
     const email = await this.#mail.get(id, options);
     const address = this.address.toLowerCase();
-    const mine = email && [...(email.envelope?.to ?? []), ...(email.to ?? []), ...(email.cc ?? [])].some((a) => a.toLowerCase() === address);
+    // As the server's `to` filter reads it: the envelope, the To header and Cc.
+    const toHeader = [...String(email?.headers?.to ?? "").matchAll(/<([^<>]+)>|([^\s,<>"]+@[^\s,<>"]+)/g)].map((m) => m[1] ?? m[2]);
+    const mine = email && [...(email.envelope?.to ?? []), ...(email.to ?? []), ...toHeader, ...(email.cc ?? [])].some((a) => a.trim().toLowerCase() === address);
     return mine ? email : null;
   }
 
