@@ -4,6 +4,11 @@
 
 import { MailjarError, MailjarMethods, filterQuery } from "./methods.mjs";
 
+/** A fetch that failed before any answer: a MailjarError of status 0 with the network error as `cause`. */
+function unreachable(url, error) {
+  return Object.assign(new MailjarError(0, `cannot reach mailjar at ${url}: ${error?.cause?.message ?? error?.message ?? error}`), { cause: error });
+}
+
 /** How long a request other than a wait may go unanswered, by default. */
 const DEFAULT_REQUEST_TIMEOUT_MS = 30_000;
 
@@ -117,7 +122,7 @@ export class MailjarClient extends MailjarMethods {
       return { response, bytes };
     } catch (error) {
       if (controller.signal.aborted) throw controller.signal.reason;
-      throw Object.assign(new MailjarError(0, `cannot reach mailjar at ${this.url}: ${error?.cause?.message ?? error?.message ?? error}`), { cause: error });
+      throw unreachable(this.url, error);
     } finally {
       clearTimeout(timer);
       signal?.removeEventListener("abort", abort);
@@ -199,7 +204,7 @@ export class MailjarClient extends MailjarMethods {
         if (lastEventId !== undefined) headers["last-event-id"] = String(lastEventId);
         const response = await fetchFn(url, { headers, signal: controller.signal }).catch((error) => {
           if (controller.signal.aborted) throw error;
-          throw Object.assign(new MailjarError(0, `cannot reach mailjar at ${base}: ${error?.cause?.message ?? error?.message ?? error}`), { cause: error });
+          throw unreachable(base, error);
         });
         if (response.status !== 200) {
           const body = await response.text();

@@ -269,12 +269,7 @@ fn check(path: &Path) -> Result<i64, StorageError> {
 /// its read-only connection created: a refused start leaves the directory as
 /// it found it, and mailjar itself keeps the log's index in memory.
 fn check_leaving_no_trace(path: &Path) -> Result<i64, StorageError> {
-    let side = |suffix: &str| {
-        let mut name = path.as_os_str().to_owned();
-        name.push(suffix);
-        PathBuf::from(name)
-    };
-    let (wal, shm) = (side("-wal"), side("-shm"));
+    let (wal, shm) = (beside(path, "-wal"), beside(path, "-shm"));
     let (had_wal, had_shm) = (wal.exists(), shm.exists());
     let checked = check(path);
     if !had_wal && std::fs::metadata(&wal).is_ok_and(|m| m.len() == 0) {
@@ -286,8 +281,21 @@ fn check_leaving_no_trace(path: &Path) -> Result<i64, StorageError> {
     checked
 }
 
+/// SQLite's file beside the database: `mailjar.db-wal`, `mailjar.db-shm`.
+fn beside(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
 fn id_bytes(id: MessageId) -> [u8; 16] {
     id.as_u128().to_be_bytes()
+}
+
+/// The id [`id_bytes`] wrote; None for a blob of another length.
+fn id_of(bytes: &[u8]) -> Option<MessageId> {
+    let bytes = <[u8; 16]>::try_from(bytes).ok()?;
+    Some(MessageId::from_u128(u128::from_be_bytes(bytes)))
 }
 
 impl Sqlite {
@@ -365,9 +373,7 @@ impl Sqlite {
             .optional()
             .map_err(|e| error(&path, e))?
             .map(|bytes| {
-                <[u8; 16]>::try_from(bytes.as_slice())
-                    .map(|b| MessageId::from_u128(u128::from_be_bytes(b)))
-                    .map_err(|_| error(&path, "meta.id_floor is not a 16-byte id"))
+                id_of(&bytes).ok_or_else(|| error(&path, "meta.id_floor is not a 16-byte id"))
             })
             .transpose()?;
         let checkpointer = Checkpointer::start(&path, synchronous)?;
@@ -416,9 +422,7 @@ fn open_exclusive(path: &Path) -> Result<Connection, StorageError> {
 /// Bytes of the database file and its write-ahead log.
 pub fn bytes_on_disk(path: &Path) -> u64 {
     let len = |p: &Path| std::fs::metadata(p).map_or(0, |m| m.len());
-    let mut wal = path.as_os_str().to_owned();
-    wal.push("-wal");
-    len(path) + len(Path::new(&wal))
+    len(path) + len(&beside(path, "-wal"))
 }
 
 impl Storage for Sqlite {
@@ -555,9 +559,7 @@ impl Storage for Sqlite {
         let mut batch_bytes = 0usize;
         while let Some(row) = rows.next()? {
             let id: Vec<u8> = row.get(0)?;
-            let id = <[u8; 16]>::try_from(id.as_slice())
-                .map(|b| MessageId::from_u128(u128::from_be_bytes(b)))
-                .map_err(|_| error(&self.path, "a stored id is not 16 bytes"))?;
+            let id = id_of(&id).ok_or_else(|| error(&self.path, "a stored id is not 16 bytes"))?;
             let seq: i64 = row.get(11)?;
             self.rows.insert(id, seq);
             self.next_seq = self.next_seq.max(seq + 1);

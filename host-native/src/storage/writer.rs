@@ -419,6 +419,14 @@ mod tests {
         (job, assigned, receiver)
     }
 
+    /// A storage whose writes fail until `fail` is cleared.
+    fn failing_log() -> Arc<Mutex<Log>> {
+        Arc::new(Mutex::new(Log {
+            fail: true,
+            ..Log::default()
+        }))
+    }
+
     /// Queues `jobs`, closes the queue, runs the writer to the end.
     fn write_all(
         jobs: Vec<Job>,
@@ -504,10 +512,7 @@ mod tests {
     fn a_failed_commit_answers_its_batch_with_the_error_and_inserts_nothing() {
         let mut api = Api::<()>::new(ApiConfig::default());
         let (job, _, mut reply) = message(&mut api, 10);
-        let log = Arc::new(Mutex::new(Log {
-            fail: true,
-            ..Log::default()
-        }));
+        let log = failing_log();
         let (inserted, status) = write_all(vec![job], Limits::default(), &log, &mut |_| Vec::new());
         assert!(inserted.is_empty());
         let answer = reply.try_recv().unwrap();
@@ -551,10 +556,7 @@ mod tests {
         let mut api = Api::<()>::new(ApiConfig::default());
         let deleted = api.assign(1, [0; 10]).id;
         let (done, acked) = oneshot::channel();
-        let log = Arc::new(Mutex::new(Log {
-            fail: true,
-            ..Log::default()
-        }));
+        let log = failing_log();
         let mending = log.clone();
         let heard = std::thread::spawn(move || {
             let answer = acked.blocking_recv();
