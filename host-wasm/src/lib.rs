@@ -827,8 +827,9 @@ impl Session {
             };
             write_wire_output(output, stored, &mut wire);
         }
-        // Reply text, ids and JSON are UTF-8: nothing is replaced.
-        Ok(String::from_utf8_lossy(&wire).into_owned())
+        // Reply text, ids and JSON are UTF-8: taken as it is, not scanned and copied.
+        Ok(String::from_utf8(wire)
+            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()))
     }
 
     /// The 421 to write when the client was idle too long; the session is closed after it.
