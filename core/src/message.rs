@@ -120,7 +120,10 @@ pub fn parse(raw: &[u8]) -> ParsedMessage {
 
 /// As [`parse`], but `headers`, `from`, `date` and `message_id` are left
 /// empty: the store reads them again with [`header_fields`] when a message is
-/// shown, so decoding them at delivery would be work thrown away.
+/// shown, so decoding them at delivery would be work thrown away. So are
+/// `text` and `html` when their span is known (the store keeps the span):
+/// links and codes are found in the raw bytes there, CRLF and all, which
+/// finds the same ones (a CR ends a URL and borders a code as an LF does).
 pub fn parse_for_store(raw: &[u8]) -> ParsedMessage {
     std::panic::catch_unwind(|| parse_unguarded(raw, false)).unwrap_or_else(|_| unparsed(raw))
 }
@@ -191,22 +194,25 @@ fn parse_unguarded(raw: &[u8], with_header_fields: bool) -> ParsedMessage {
     };
     let headers = &root.headers;
 
-    let (mut text, mut text_span) = body(&message, raw, &message.text_body, false);
-    let (html, html_span) = body(&message, raw, &message.html_body, true);
+    let (text_source, mut text_span) = body(&message, raw, &message.text_body, false);
+    let (html_source, html_span) = body(&message, raw, &message.html_body, true);
+    let text_empty = text_source.is_empty();
+    let html_empty = html_source.is_empty();
     // mail-parser takes a line without a colon for a header name.
     let no_headers = !headers.iter().any(|h| is_field_name(h.name()));
-    if no_headers && text.is_empty() && html.is_empty() && message.attachments.is_empty() {
+    if no_headers && text_empty && html_empty && message.attachments.is_empty() {
         return unparsed(raw);
     }
 
     let mut links = Vec::new();
     let mut seen = BTreeSet::new();
-    html_links(&html, &mut links, &mut seen);
-    let mut text_urls = Some(text_links(&text, &mut links, &mut seen));
+    html_links(html_source, &mut links, &mut seen);
+    let mut text_urls = Some(text_links(text_source, &mut links, &mut seen));
+    let mut text: Cow<'_, str> = Cow::Borrowed(text_source);
     // After the links: a URL in the HTML's text is not a link unless an
     // `<a>` points to it, as before there was a text derived from HTML.
-    if text.is_empty() && !html.is_empty() {
-        text = html_to_text(&html);
+    if text_empty && !html_empty {
+        text = Cow::Owned(html_to_text(&crlf_to_lf(html_source)));
         // An empty text part had a span; the text derived from HTML has none.
         text_span = None;
         text_urls = None;
@@ -235,6 +241,11 @@ fn parse_unguarded(raw: &[u8], with_header_fields: bool) -> ParsedMessage {
     } else {
         HeaderFields::default()
     };
+    // What the store keeps as a span it does not need as a string.
+    let kept = |source: &str, span: &Option<Range<usize>>| match span {
+        Some(_) if !with_header_fields => String::new(),
+        _ => lf_owned(source),
+    };
     ParsedMessage {
         from,
         to_headers: addresses(headers, HeaderName::To),
@@ -243,8 +254,11 @@ fn parse_unguarded(raw: &[u8], with_header_fields: bool) -> ParsedMessage {
         date,
         message_id,
         headers: header_map,
-        text,
-        html,
+        text: match text {
+            Cow::Owned(derived) => derived,
+            Cow::Borrowed(source) => kept(source, &text_span),
+        },
+        html: kept(html_source, &html_span),
         links,
         codes,
         attachments: message.attachments().map(attachment_info).collect(),
@@ -263,29 +277,30 @@ fn first<'a, 'x>(headers: &'a [Header<'x>], name: HeaderName<'_>) -> Option<&'a 
 /// no text part (and the other way round), and lists inline parts of other
 /// text types too; those are skipped.
 ///
-/// Also says where the body stands in `raw` when mail-parser left it
-/// undecoded there, so the store can keep a range instead of a copy.
-fn body(
-    message: &Message<'_>,
+/// The body comes as mail-parser gives it (CRLF line endings), with where
+/// it stands in `raw` when mail-parser left it undecoded there, so the store
+/// can keep a range instead of a copy.
+fn body<'m>(
+    message: &'m Message<'_>,
     raw: &[u8],
     ids: &[u32],
     want_html: bool,
-) -> (String, Option<Range<usize>>) {
+) -> (&'m str, Option<Range<usize>>) {
     for &id in ids {
         let Some(part) = message.parts.get(id as usize) else {
             continue;
         };
         match &part.body {
             PartType::Html(html) if want_html => {
-                return (lf_owned(html), span_in(raw, html));
+                return (html, span_in(raw, html));
             }
             PartType::Text(text) if !want_html && is_plain(part) => {
-                return (lf_owned(text), span_in(raw, text));
+                return (text, span_in(raw, text));
             }
             _ => {}
         }
     }
-    (String::new(), None)
+    ("", None)
 }
 
 /// The range of `raw` that `text` borrows, when it points into `raw` (a

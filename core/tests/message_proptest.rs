@@ -1,4 +1,5 @@
-//! `parse` never panics: not on arbitrary bytes, not on mutated messages.
+//! `parse` never panics: not on arbitrary bytes, not on mutated messages;
+//! and the store finds what `parse` finds.
 
 use std::path::{Path, PathBuf};
 use std::sync::LazyLock;
@@ -155,4 +156,49 @@ proptest! {
         let raw = seed.get(&SEEDS).clone();
         parse_checked(&apply(raw, &edits))?;
     }
+
+    /// Links and codes are found in a body as mail-parser gives it, CRLF and
+    /// all, not in an LF copy (`parse_for_store` keeps no copy): line endings
+    /// of every kind beside URLs, codes, separators and copyright marks must
+    /// find what the same body with LF line endings finds.
+    #[test]
+    fn links_and_codes_do_not_depend_on_crlf(
+        html in any::<bool>(),
+        tokens in prop::collection::vec(prop::sample::select(BODY_TOKENS), 0..40),
+    ) {
+        use mailjar_core::id::IdGenerator;
+        use mailjar_core::smtp::{Envelope, Incoming};
+        use mailjar_core::store::{Email, Prepared};
+
+        let kind = if html { "html" } else { "plain" };
+        let message = |body: &str| {
+            format!("From: a@example.com\r\nSubject: 4321 x\r\nContent-Type: text/{kind}; charset=utf-8\r\n\r\n{body}")
+                .into_bytes()
+        };
+        let body = tokens.concat();
+        let raw = message(&body);
+        let parsed = parse(&raw);
+        let with_lf = parse(&message(&body.replace("\r\n", "\n")));
+        prop_assert_eq!(&parsed.links, &with_lf.links);
+        prop_assert_eq!(&parsed.codes, &with_lf.codes);
+
+        let email = Email::new(
+            IdGenerator::new().next(1, [0; 10]),
+            1,
+            Prepared::new(Incoming { envelope: Envelope::default(), raw, helo: None, session: Default::default() }),
+        );
+        let strings = |v: &[Box<str>]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        prop_assert_eq!(strings(email.links()), parsed.links);
+        prop_assert_eq!(strings(email.codes()), parsed.codes);
+        prop_assert_eq!(email.text(), parsed.text);
+        prop_assert_eq!(email.html(), parsed.html);
+    }
 }
+
+/// Pieces of a body around which CR and LF might matter.
+const BODY_TOKENS: &[&str] = &[
+    "\r\n", "\r", "\n", "\r\r\n", " ", "\t", "-", ".", ",", ":", "/", "(c)", "\u{a9}", "x", "_",
+    "123456", "9876", "12", "2026", "https://example.com/a", "http://h.example/", "HTTP://X.EXAMPLE/p?q=1",
+    "<a href=\"https://l.example/\r\nz\">", "<a\r\nhref='http://m.example/x'>", "</a>", "<p>", "<br>",
+    "&amp;", "\u{78ba}\u{8a8d}", "(", ")", "\"",
+];
