@@ -3,7 +3,7 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches, Parser};
 
 /// Capture email from applications under test and read it back over a JSON HTTP API.
 #[derive(Debug, Clone, Parser)]
@@ -154,6 +154,22 @@ fn parse_bytes(text: &str) -> Result<usize, String> {
 }
 
 impl Settings {
+    /// The settings from the command line and the `MAILJAR_*` environment,
+    /// where an empty variable counts as unset (`MAILJAR_DATA_DIR=` in a
+    /// compose file means memory only, not "a value is required"). Exits with
+    /// clap's message and status 2 on a bad command line, as `parse` does.
+    pub fn from_command_line() -> Settings {
+        let empty = |name: &std::ffi::OsStr| std::env::var_os(name).is_some_and(|v| v.is_empty());
+        let command = Settings::command().mut_args(|arg| {
+            if arg.get_env().is_some_and(empty) {
+                arg.env(None)
+            } else {
+                arg
+            }
+        });
+        Settings::from_arg_matches(&command.get_matches()).unwrap_or_else(|e| e.exit())
+    }
+
     /// Checks what clap cannot: limits that must be positive and consistent.
     pub fn validate(&self) -> Result<(), String> {
         let positive = [

@@ -1,11 +1,10 @@
 //! `mailjar`: the command-line entry point.
 
-use clap::Parser;
 use mailjar::{Server, Settings};
 use tracing_subscriber::EnvFilter;
 
 fn main() -> std::process::ExitCode {
-    let settings = Settings::parse();
+    let settings = Settings::from_command_line();
     let filter = EnvFilter::try_new(&settings.log).unwrap_or_else(|e| {
         eprintln!(
             "mailjar: --log {:?} is not a log filter ({e}); using info",

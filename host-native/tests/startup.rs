@@ -30,3 +30,28 @@ fn a_taken_port_names_the_listener_and_the_address() {
         assert!(output.stdout.is_empty(), "no ready line: {output:?}");
     }
 }
+
+/// An empty `MAILJAR_*` variable (`MAILJAR_DATA_DIR=` in a compose file or a
+/// CI matrix) means the setting is off, as if it were not set: mailjar starts
+/// with the default, not with "a value is required".
+#[test]
+fn an_empty_environment_variable_counts_as_unset() {
+    let empty = std::ffi::OsStr::new("");
+    let server = common::Server::start_with_env(
+        &[],
+        &[
+            ("MAILJAR_DATA_DIR", empty),
+            ("MAILJAR_MAX_AGE", empty),
+            ("MAILJAR_FSYNC", empty),
+            ("MAILJAR_AUTH", empty),
+            ("MAILJAR_TLS_CERT", empty),
+        ],
+    );
+    let health = server.health();
+    assert_eq!(health["storage"]["kind"], "memory", "{health}");
+    // No --auth: any credentials are accepted.
+    let (mut smtp, _) = common::Smtp::connect(server.smtp);
+    smtp.write(b"EHLO t\r\nAUTH PLAIN AGFueQBhbnk=\r\n");
+    assert_eq!(smtp.reply().code, 250);
+    assert_eq!(smtp.reply().code, 235);
+}
