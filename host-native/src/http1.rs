@@ -19,7 +19,9 @@
 //!   [`WRITE_STALL_TIMEOUT`] ends the connection (a client that stops reading
 //!   holds its socket buffers and one chunk, and only that long);
 //! - caps on head, URL, headers and body sizes (see [`reader`]), and on open
-//!   connections ([`HttpConnections`]: past it a new connection gets 503);
+//!   connections ([`HttpConnections`]: past it a new connection takes the
+//!   slot of the connection that has waited longest for a request, and gets
+//!   503 only when every open connection is busy with one);
 //! - `Expect: 100-continue` for HTTP/1.1 clients; HEAD is asked of the API as
 //!   GET and answered with GET's status and headers and no body;
 //! - a client that goes away while its request is in flight drops that
@@ -45,7 +47,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
 use mailjar_core::response::{CHUNK_BYTES, ChunkSource};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
 use tower_service::Service;
 use warp::http::{self, HeaderValue};
 
@@ -84,12 +86,68 @@ pub struct Timeouts {
     pub write_stall: Duration,
 }
 
+/// How long a new connection over the cap waits for the idle connection it
+/// asked to close to let go of its slot.
+const RECLAIM_WAIT: Duration = Duration::from_millis(250);
+
 /// The cap on open HTTP connections, and the live count of them (for `/health`).
 #[derive(Debug, Clone)]
 pub struct HttpConnections {
     slots: Arc<Semaphore>,
     max: usize,
     refusing: Arc<Semaphore>,
+    idle: IdleConnections,
+}
+
+/// The open connections that are waiting for a request (kept alive between
+/// requests, or connected and not yet asking): over the cap, the one that
+/// has waited longest is asked to close so that a new connection can open.
+/// Clients reconnect to a closed kept-alive connection; idle sockets they
+/// keep (a pool of `fetch` connections) then no longer lock others out.
+#[derive(Debug, Clone, Default)]
+pub struct IdleConnections {
+    /// Waited on by idle connections, oldest first; one is woken to close.
+    close_one: Arc<Notify>,
+    /// How many connections are idle now.
+    count: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl IdleConnections {
+    /// Asks the connection that has been idle longest to close; false when none is idle.
+    fn close_oldest(&self) -> bool {
+        if self.count.load(std::sync::atomic::Ordering::Acquire) == 0 {
+            return false;
+        }
+        self.close_one.notify_one();
+        true
+    }
+
+    /// Counts a connection as idle until the guard drops; `asked` completes
+    /// when it is the one asked to close.
+    fn waiting(&self) -> IdleGuard<'_> {
+        self.count.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        IdleGuard { idle: self }
+    }
+}
+
+/// An idle connection, counted in [`IdleConnections`] while it lives.
+struct IdleGuard<'a> {
+    idle: &'a IdleConnections,
+}
+
+impl IdleGuard<'_> {
+    /// Completes when this connection is the one asked to close.
+    async fn asked(&self) {
+        self.idle.close_one.notified().await;
+    }
+}
+
+impl Drop for IdleGuard<'_> {
+    fn drop(&mut self) {
+        self.idle
+            .count
+            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
 }
 
 impl HttpConnections {
@@ -100,7 +158,13 @@ impl HttpConnections {
             slots: Arc::new(Semaphore::new(max)),
             max,
             refusing: Arc::new(Semaphore::new(MAX_REFUSING)),
+            idle: IdleConnections::default(),
         }
+    }
+
+    /// The idle connections, for [`serve_connection`].
+    pub fn idle(&self) -> IdleConnections {
+        self.idle.clone()
     }
 
     /// How many HTTP connections are open now.
@@ -116,6 +180,22 @@ impl HttpConnections {
     /// A slot for a new connection, held while it is open; None when full.
     pub fn try_open(&self) -> Option<OwnedSemaphorePermit> {
         self.slots.clone().try_acquire_owned().ok()
+    }
+
+    /// A slot for a new connection: a free one, else the one the longest-idle
+    /// connection gives up when asked to close; None when every open
+    /// connection is busy with a request.
+    pub async fn open_or_reclaim(&self) -> Option<OwnedSemaphorePermit> {
+        if let Some(slot) = self.try_open() {
+            return Some(slot);
+        }
+        if !self.idle.close_oldest() {
+            return None;
+        }
+        tokio::time::timeout(RECLAIM_WAIT, self.slots.clone().acquire_owned())
+            .await
+            .ok()?
+            .ok()
     }
 
     /// Leave to answer a refused connection; None when too many are being answered.
@@ -223,6 +303,7 @@ pub async fn serve_connection<T, S>(
     mut service: S,
     mut shutdown: watch::Receiver<bool>,
     timeouts: Timeouts,
+    idle: IdleConnections,
 ) -> io::Result<()>
 where
     T: AsyncRead + AsyncWrite + Unpin,
@@ -230,13 +311,14 @@ where
 {
     let mut reader = RequestReader::new();
     loop {
-        let head = match read_head(&mut stream, &mut reader, &mut shutdown, &timeouts).await? {
-            Next::Head(head) => head,
-            Next::Closed => return Ok(()),
-            Next::Refused(refusal) => {
-                return write_error(&mut stream, &refusal, timeouts.write_stall).await;
-            }
-        };
+        let head =
+            match read_head(&mut stream, &mut reader, &mut shutdown, &timeouts, &idle).await? {
+                Next::Head(head) => head,
+                Next::Closed => return Ok(()),
+                Next::Refused(refusal) => {
+                    return write_error(&mut stream, &refusal, timeouts.write_stall).await;
+                }
+            };
         if !exchange(
             &mut stream,
             &mut reader,
@@ -438,6 +520,7 @@ async fn read_head<T: AsyncRead + Unpin>(
     reader: &mut RequestReader,
     shutdown: &mut watch::Receiver<bool>,
     timeouts: &Timeouts,
+    idle_connections: &IdleConnections,
 ) -> io::Result<Next> {
     let mut deadline: Option<tokio::time::Instant> = None;
     loop {
@@ -450,8 +533,11 @@ async fn read_head<T: AsyncRead + Unpin>(
         if !idle {
             deadline.get_or_insert_with(|| tokio::time::Instant::now() + timeouts.head);
         }
+        let waiting = idle.then(|| idle_connections.waiting());
         // Through a scratch array: an idle connection keeps no read buffer.
         let read = tokio::select! {
+            // Biased: bytes that have arrived are read even when this connection was asked to close.
+            biased;
             read = read_into(stream, reader.buffer_mut()) => read?,
             _ = sleep_until(deadline) => {
                 return Ok(Next::Refused(Refusal {
@@ -462,7 +548,13 @@ async fn read_head<T: AsyncRead + Unpin>(
             _ = shut_down(shutdown), if idle => return Ok(Next::Closed),
             // A kept-alive connection with nothing to ask is let go after a while.
             _ = tokio::time::sleep(timeouts.idle), if idle => return Ok(Next::Closed),
+            // Or at once, when a new connection needs its slot.
+            _ = async { if let Some(w) = &waiting { w.asked().await } }, if idle => {
+                tracing::debug!("an idle HTTP connection closed to make room for a new one");
+                return Ok(Next::Closed);
+            }
         };
+        drop(waiting);
         if read == 0 {
             return Ok(Next::Closed);
         }

@@ -328,7 +328,9 @@ fn json(response: Response) -> http::Response<Bytes> {
 ///
 /// Each connection is driven by [`crate::http1`], which hands requests to the
 /// warp filter. At most `options.connections.max()` are open at once; past
-/// it a new connection is answered 503 `{"error"}` and closed.
+/// it a new connection takes the slot of the connection that has waited
+/// longest for a request, and is answered 503 `{"error"}` and closed only
+/// when every open one is busy with a request.
 pub async fn serve(listener: TcpListener, context: HttpContext, options: http1::HttpOptions) {
     let mut shutdown = context.shutdown.clone();
     let timeouts = http1::Timeouts {
@@ -353,7 +355,7 @@ pub async fn serve(listener: TcpListener, context: HttpContext, options: http1::
             _ = stopped(&mut shutdown) => break,
         };
         let _ = stream.set_nodelay(true);
-        let Some(slot) = connections.try_open() else {
+        let Some(slot) = connections.open_or_reclaim().await else {
             tracing::warn!(%peer, "too many HTTP connections: refused");
             let connections = connections.clone();
             tokio::spawn(async move {
@@ -370,8 +372,9 @@ pub async fn serve(listener: TcpListener, context: HttpContext, options: http1::
         };
         let service = service.clone();
         let shutdown = shutdown.clone();
+        let idle = connections.idle();
         tokio::spawn(async move {
-            let connection = http1::serve_connection(stream, service, shutdown, timeouts);
+            let connection = http1::serve_connection(stream, service, shutdown, timeouts, idle);
             if let Err(e) = connection.await {
                 tracing::debug!(%peer, "HTTP connection ended: {e}");
             }

@@ -91,7 +91,13 @@ fn start(pipe_bytes: usize, chunks: usize, size: usize, timeouts: Timeouts) -> R
     let pulled = Arc::new(AtomicUsize::new(0));
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let service = service(chunks, size, pulled.clone());
-    let server = tokio::spawn(serve_connection(server, service, shutdown_rx, timeouts));
+    let server = tokio::spawn(serve_connection(
+        server,
+        service,
+        shutdown_rx,
+        timeouts,
+        Default::default(),
+    ));
     Running {
         client,
         server,
@@ -413,7 +419,13 @@ async fn large_bodies_are_written_after_their_head() {
     };
     let (mut client, server) = tokio::io::duplex(1 << 20);
     let (_tx, rx) = watch::channel(false);
-    let server = tokio::spawn(serve_connection(server, service, rx, timeouts()));
+    let server = tokio::spawn(serve_connection(
+        server,
+        service,
+        rx,
+        timeouts(),
+        Default::default(),
+    ));
     client
         .write_all(b"GET / HTTP/1.1\r\nConnection: close\r\n\r\n")
         .await
@@ -488,7 +500,13 @@ fn response_heads_carry_the_framing_and_close() {
 fn a_connection_future_stays_small() {
     let (_client, server) = tokio::io::duplex(1024);
     let (_tx, rx) = watch::channel(false);
-    let future = serve_connection(server, service(0, 0, Arc::default()), rx, timeouts());
+    let future = serve_connection(
+        server,
+        service(0, 0, Arc::default()),
+        rx,
+        timeouts(),
+        Default::default(),
+    );
     let size = std::mem::size_of_val(&future);
     assert!(size <= 1536, "the connection future is {size} bytes");
 }
