@@ -65,16 +65,13 @@ pub(super) fn find_codes_outside(text: &str, urls: &[Range<usize>], codes: &mut 
 }
 
 /// Where the first ASCII digit at or after `from` is (`bytes.len()` if none).
-/// Most of a text has no digits: it is skipped 16 bytes at a time, a test
-/// the compiler turns into vector instructions.
+/// Most of a text has no digits: it is skipped a chunk at a time (see
+/// [`any_digit`]).
 pub(super) fn next_digit(bytes: &[u8], from: usize) -> usize {
     let rest = bytes.get(from..).unwrap_or_default();
     let mut skipped = 0;
     for chunk in rest.chunks_exact(16) {
-        let any = chunk
-            .iter()
-            .fold(false, |any, b| any | (b.wrapping_sub(b'0') < 10));
-        if any {
+        if any_digit(chunk) {
             break;
         }
         skipped += 16;
@@ -83,6 +80,41 @@ pub(super) fn next_digit(bytes: &[u8], from: usize) -> usize {
         .iter()
         .position(u8::is_ascii_digit)
         .map_or(bytes.len(), |p| from + skipped + p)
+}
+
+/// Whether a 16-byte chunk holds an ASCII digit: a test the compiler turns
+/// into vector instructions where the target has them.
+#[cfg(not(target_arch = "wasm32"))]
+fn any_digit(chunk: &[u8]) -> bool {
+    chunk
+        .iter()
+        .fold(false, |any, b| any | (b.wrapping_sub(b'0') < 10))
+}
+
+/// Whether a 16-byte chunk holds an ASCII digit, eight bytes at a time: the
+/// wasm build has no vector instructions (Safari before 16.4 lacks them),
+/// and a byte at a time was a twentieth of a delivery there.
+#[cfg(target_arch = "wasm32")]
+fn any_digit(chunk: &[u8]) -> bool {
+    chunk.chunks_exact(8).any(|word| {
+        let word = u64::from_le_bytes(word.try_into().unwrap_or_default());
+        word_has_digit(word)
+    })
+}
+
+/// Whether any byte of `word` is an ASCII digit (`0x30..=0x39`): the
+/// "has a byte between m and n" test of Bit Twiddling Hacks, exact for
+/// every byte value (bytes with the top bit set never count).
+#[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
+pub(super) fn word_has_digit(word: u64) -> bool {
+    const ONES: u64 = u64::MAX / 255;
+    const LOW7: u64 = ONES * 127;
+    const HIGH: u64 = ONES * 128;
+    // Bytes strictly between M and N, so '0' - 1 and '9' + 1.
+    const M: u64 = b'0' as u64 - 1;
+    const N: u64 = b'9' as u64 + 1;
+    let low = word & LOW7;
+    (ONES * (127 + N)).wrapping_sub(low) & !word & low.wrapping_add(ONES * (127 - M)) & HIGH != 0
 }
 
 /// Whether the digit run `text[start..end]` stands on its own; `floor` is

@@ -882,7 +882,35 @@ fn encoded_words_mixed_with_text() {
     assert_eq!(p.subject, "Re: café and ü end");
 }
 
+/// The wasm build's word-at-a-time digit test, exact for every byte value at
+/// every position, whatever the other bytes (the neighbours of the digits, a
+/// top bit, zero).
+#[test]
+fn the_word_digit_test_is_exact() {
+    for filler in [0u8, b'/', b':', b'a', 0x7f, 0x80, 0xb0, 0xff] {
+        for byte in 0..=255u8 {
+            for at in 0..8 {
+                let mut bytes = [filler; 8];
+                bytes[at] = byte;
+                assert_eq!(
+                    super::codes::word_has_digit(u64::from_le_bytes(bytes)),
+                    byte.is_ascii_digit(),
+                    "{bytes:?}"
+                );
+            }
+        }
+    }
+}
+
 proptest::proptest! {
+    #[test]
+    fn the_word_digit_test_matches_a_byte_at_a_time(bytes in proptest::prelude::any::<[u8; 8]>()) {
+        proptest::prop_assert_eq!(
+            super::codes::word_has_digit(u64::from_le_bytes(bytes)),
+            bytes.iter().any(u8::is_ascii_digit)
+        );
+    }
+
     #[test]
     fn the_digit_skip_finds_the_first_digit(text in "[a-z0-9 /:é]{0,70}", from in 0usize..80) {
         let bytes = text.as_bytes();
