@@ -1040,7 +1040,9 @@ impl Api {
             ..request
         };
         let now = time_ms(now_ms, "nowMs")?;
-        let object = match self.inner.answer(&request, now, &DateClock) {
+        let outcome = self.inner.answer(&request, now, &DateClock);
+        self.free_trash();
+        let object = match outcome {
             Outcome::Ready(response) => ready_object_of_kind(Some("ready"), response),
             Outcome::Wait(parking) => {
                 let handle = Object::new();
@@ -1116,6 +1118,7 @@ impl Api {
         let delivered = self
             .inner
             .deliver_and_wake(prepared, now, entropy(), &DateClock);
+        self.free_trash();
         let object = Object::new();
         set(&object, "id", delivered.id.to_string());
         let woken: Array = delivered
@@ -1328,6 +1331,7 @@ impl Api {
         let delivered =
             self.inner
                 .deliver_and_wake(Prepared::new(incoming), now, entropy(), &DateClock);
+        self.free_trash();
         self.woken.extend(
             delivered
                 .woken
@@ -1335,6 +1339,14 @@ impl Api {
                 .map(|(wait, response)| woken_object(wait, response)),
         );
         delivered.id.to_string()
+    }
+
+    /// Frees what the core let go of (evicted, deleted, expired messages):
+    /// the core keeps it for the host to drop outside its lock, and this host
+    /// has no lock, so it drops it at once. Called after every call that can
+    /// remove messages; without it they stayed in memory for good.
+    fn free_trash(&mut self) {
+        drop(self.inner.take_trash());
     }
 
     fn unsubscribe_id(&mut self, id: SubscriberId) -> bool {

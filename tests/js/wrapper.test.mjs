@@ -329,3 +329,32 @@ describe("MailServer", () => {
     assert.deepEqual(await pending, { value: undefined, done: true });
   });
 });
+
+describe("memory", () => {
+  // initSync hands back the instance it already made: its memory only grows.
+  const memory = () => bindings.initSync().memory.buffer.byteLength;
+  const big = (i) => `Subject: big ${i}\r\n\r\n${"0123456789abcdef".repeat(8 * 1024)}\r\n`;
+
+  test("messages evicted, deleted or cleared give their memory back", () => {
+    const server = createMailServer({ api: { maxMessages: 10 } });
+    const connection = server.connect();
+    connection.send("EHLO memory\r\n");
+    // 128 KiB a message: 60 MiB through a store that keeps ten.
+    const deliver = (i) => {
+      connection.send(`MAIL FROM:<a@app.test>\r\nRCPT TO:<m${i % 3}@local.test>\r\nDATA\r\n`);
+      assert.equal(connection.send(`${big(i)}.\r\n`)[0].code, 250);
+    };
+    for (let i = 0; i < 60; i += 1) deliver(i);
+    const warm = memory();
+    for (let i = 60; i < 540; i += 1) {
+      deliver(i);
+      server.deliverRaw(big(i), { from: "a@app.test", to: [`r${i % 3}@local.test`] });
+      if (i % 50 === 0) server.request("DELETE", "/api/emails?to=m1@local.test");
+    }
+    const grown = memory() - warm;
+    // 120 MiB went through; what the store keeps is about 2.5 MiB.
+    assert.ok(grown < 24 * 1024 * 1024, `the wasm memory grew by ${(grown / 2 ** 20).toFixed(1)} MiB`);
+    server.close();
+  });
+});
+
