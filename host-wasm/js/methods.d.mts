@@ -134,7 +134,8 @@ export abstract class MailjarMethods {
   /** The fault rules (README "Fault injection"). */
   readonly faults: Faults;
   /** A fresh address with the same methods scoped to it. */
-  createInbox(options?: { domain?: string; prefix?: string }): Inbox;
+  /** With `signal`, every call of the inbox also ends when it aborts. */
+  createInbox(options?: { domain?: string; prefix?: string; signal?: AbortSignal }): Inbox;
 }
 
 /** An address and the methods scoped to it. */

@@ -235,40 +235,54 @@ export class MailjarMethods {
    * A fresh address and the same methods scoped to it, so parallel tests do
    * not see each other's mail: `inbox.address`, `inbox.waitFor()`, ...
    * `domain` defaults to "mailjar.test" (mailjar accepts any recipient).
+   * With `signal`, every call of the inbox uses it besides its own: when it
+   * aborts, the inbox's pending waits end and later calls reject at once
+   * (the test fixture aborts it when its test ends).
    */
-  createInbox({ domain = "mailjar.test", prefix = "inbox" } = {}) {
+  createInbox({ domain = "mailjar.test", prefix = "inbox", signal } = {}) {
+    if (signal !== undefined && !(signal instanceof AbortSignal)) throw new TypeError("signal must be an AbortSignal");
     const unique = globalThis.crypto.randomUUID().replaceAll("-", "").slice(0, 16);
-    return new Inbox(this, `${prefix}-${unique}@${domain}`);
+    return new Inbox(this, `${prefix}-${unique}@${domain}`, signal);
   }
 }
 
 /** An address and the test methods scoped to it; made by `createInbox()`. */
 export class Inbox {
   #mail;
+  #signal;
 
   /**
    * @param mail a MailServer or MailjarClient
    * @param address the recipient this inbox sees
+   * @param signal ends every call of this inbox when it aborts (optional)
    */
-  constructor(mail, address) {
+  constructor(mail, address, signal) {
     this.#mail = mail;
+    this.#signal = signal;
     /** The address to send to. */
     this.address = address;
   }
 
+  /** `options` with the inbox's signal added to the call's own. */
+  #with(options) {
+    if (this.#signal === undefined) return options;
+    const own = options?.signal;
+    return { ...options, signal: own === undefined ? this.#signal : eitherSignal(own, this.#signal) };
+  }
+
   /** This inbox's messages matching `filter`, in receive order. */
   list(filter, options) {
-    return this.#mail.list(scoped(filter, this.address), options);
+    return this.#mail.list(scoped(filter, this.address), this.#with(options));
   }
 
   /** This inbox's newest message matching `filter`, or null. */
   latest(filter, options) {
-    return this.#mail.latest(scoped(filter, this.address), options);
+    return this.#mail.latest(scoped(filter, this.address), this.#with(options));
   }
 
   /** A message of this inbox by id, or null (also when it was sent to another address). */
   async get(id, options) {
-    const email = await this.#mail.get(id, options);
+    const email = await this.#mail.get(id, this.#with(options));
     const address = this.address.toLowerCase();
     // As the server's `to` filter reads it: the envelope, the To header and Cc.
     const toHeader = [...String(email?.headers?.to ?? "").matchAll(/<([^<>]+)>|([^\s,<>"]+@[^\s,<>"]+)/g)].map((m) => m[1] ?? m[2]);
@@ -283,41 +297,51 @@ export class Inbox {
 
   /** Waits for a message to this inbox; see `MailjarMethods.waitFor`. */
   waitFor(filter, options) {
-    return this.#mail.waitFor(scoped(filter, this.address), options);
+    return this.#mail.waitFor(scoped(filter, this.address), this.#with(options));
   }
 
   /** Waits for a link in mail to this inbox; see `MailjarMethods.waitForLink`. */
   waitForLink(filter, options) {
-    return this.#mail.waitForLink(scoped(filter, this.address), options);
+    return this.#mail.waitForLink(scoped(filter, this.address), this.#with(options));
   }
 
   /** Waits for a code in mail to this inbox; see `MailjarMethods.waitForCode`. */
   waitForCode(filter, options) {
-    return this.#mail.waitForCode(scoped(filter, this.address), options);
+    return this.#mail.waitForCode(scoped(filter, this.address), this.#with(options));
   }
 
   /** The raw bytes of a message of this inbox; undefined for another address's. */
   async raw(id, options) {
-    return (await this.#holds(id, options)) ? this.#mail.raw(id, options) : undefined;
+    return (await this.#holds(id, options)) ? this.#mail.raw(id, this.#with(options)) : undefined;
   }
 
   /** An attachment's bytes, of a message of this inbox; undefined for another address's. */
   async attachment(id, index, options) {
-    return (await this.#holds(id, options)) ? this.#mail.attachment(id, index, options) : undefined;
+    return (await this.#holds(id, options)) ? this.#mail.attachment(id, index, this.#with(options)) : undefined;
   }
 
   /** Deletes a message of this inbox by id; false (and nothing deleted) for another address's. */
   async delete(id, options) {
-    return (await this.#holds(id, options)) ? this.#mail.delete(id, options) : false;
+    return (await this.#holds(id, options)) ? this.#mail.delete(id, this.#with(options)) : false;
   }
 
   /** Deletes this inbox's mail; resolves to how many went. */
   clear(options) {
-    return this.#mail.clear({ to: this.address }, options);
+    return this.#mail.clear({ to: this.address }, this.#with(options));
   }
 
   /** The event stream of this inbox's mail. */
   events(filter, options) {
-    return this.#mail.events(scoped(filter, this.address), options);
+    return this.#mail.events(scoped(filter, this.address), this.#with(options));
   }
+}
+
+/** A signal that aborts when either does, with the reason of the first. */
+function eitherSignal(a, b) {
+  if (typeof AbortSignal.any === "function") return AbortSignal.any([a, b]);
+  const either = new AbortController();
+  const first = [a, b].find((s) => s.aborted);
+  if (first) either.abort(first.reason);
+  else for (const s of [a, b]) s.addEventListener("abort", () => either.abort(s.reason), { once: true, signal: either.signal });
+  return either.signal;
 }

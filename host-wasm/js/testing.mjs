@@ -4,8 +4,10 @@
 
 /**
  * Fixtures for `test.extend(...)` (vitest or Playwright Test): `mail` is the
- * server or client passed in, `inbox` a fresh inbox on it for each test,
- * cleared after the test.
+ * server or client passed in, `inbox` a fresh inbox on it for each test.
+ * When the test ends (passed, failed or timed out) the inbox's pending
+ * waits end with "the test ended" (nothing stays parked on the server) and
+ * its mail is cleared.
  *
  * ```js
  * const test = base.extend(mailjarFixtures(new MailjarClient(url)));
@@ -21,9 +23,14 @@ export function mailjarFixtures(mail) {
       await use(mail);
     },
     inbox: async ({ mail: server }, use) => {
-      const inbox = server.createInbox();
-      await use(inbox);
-      await inbox.clear().catch(() => {});
+      const ended = new AbortController();
+      const inbox = server.createInbox({ signal: ended.signal });
+      try {
+        await use(inbox);
+      } finally {
+        ended.abort(new Error("the test ended"));
+        await server.clear({ to: inbox.address }).catch(() => {});
+      }
     },
   };
 }

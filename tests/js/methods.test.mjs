@@ -9,6 +9,7 @@ import { after, before, describe, test } from "node:test";
 import nodemailer from "nodemailer";
 
 import { MailServer, MailjarClient, MailjarError } from "../../host-wasm/js/node.mjs";
+import { mailjarFixtures } from "../../host-wasm/js/testing.mjs";
 import { startServer } from "./lib/native.mjs";
 
 let native;
@@ -110,6 +111,50 @@ for (const [name, make] of Object.entries(hosts)) {
       const aborted = inbox.waitFor({ subject: "never" }, { timeoutMs: 5000, signal: controller.signal }).catch((e) => e);
       controller.abort(new Error("test over"));
       assert.equal((await aborted).message, "test over");
+    });
+
+    test("an inbox's signal ends its pending waits; the fixture's inbox ends them when its test does", async () => {
+      const parked = async () => (mail.health ? await mail.health() : (await mail.request("GET", "/health")).json).waits;
+      const until = async (n) => {
+        const deadline = Date.now() + 5000;
+        while ((await parked()) !== n) {
+          assert.ok(Date.now() < deadline, `never ${n} parked waits`);
+          await new Promise((r) => setTimeout(r, 20));
+        }
+      };
+      await until(0);
+      const controller = new AbortController();
+      const inbox = mail.createInbox({ signal: controller.signal });
+      const own = new AbortController();
+      const waits = [
+        inbox.waitFor({ subject: "never" }, { timeoutMs: 30000 }),
+        inbox.waitForCode({}, { timeoutMs: 30000 }),
+        // A signal of the call's own works beside the inbox's.
+        inbox.waitForLink({}, { timeoutMs: 30000, signal: own.signal }),
+      ].map((wait) => wait.catch((e) => e));
+      await until(3);
+      controller.abort(new Error("the test ended"));
+      for (const ended of await Promise.all(waits)) assert.equal(ended.message, "the test ended");
+      await until(0);
+      // An inbox whose signal has aborted asks nothing more.
+      assert.equal((await inbox.list().catch((e) => e)).message, "the test ended");
+      assert.throws(() => mail.createInbox({ signal: "soon" }), { name: "TypeError", message: /signal must be an AbortSignal/ });
+
+      // The fixture: a test that ends (passed, failed or timed out) while its
+      // inbox still waits ends the wait, and its mail is cleared.
+      const fixtures = mailjarFixtures(mail);
+      let pending;
+      let address;
+      await fixtures.inbox({ mail }, async (fresh) => {
+        address = fresh.address;
+        await transport.sendMail({ from: "app@example.test", to: address, subject: "left behind" });
+        await fresh.waitFor({ subject: "left behind" }, { timeoutMs: 5000 });
+        pending = fresh.waitFor({ subject: "never" }, { timeoutMs: 30000 }).catch((e) => e);
+        await until(1);
+      });
+      assert.match((await pending).message, /test ended/);
+      await until(0);
+      assert.deepEqual(await mail.list({ to: address }), []);
     });
 
     test("waitForLink and waitForCode skip mail without a match", async () => {
