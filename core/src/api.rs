@@ -319,8 +319,9 @@ impl<W> Api<W> {
     /// What the API let go of since the last call: drop it outside the lock.
     ///
     /// A host calls this after every call that can remove messages
-    /// ([`Api::answer`], [`Api::complete`], the deliveries and inserts):
-    /// until it does, evicted and deleted messages stay in memory.
+    /// ([`Api::handle`], [`Api::answer`], [`Api::complete`], the deliveries
+    /// and inserts, and the expiry of old messages): until it does, evicted
+    /// and deleted messages stay in memory.
     pub fn take_trash(&mut self) -> Trash {
         std::mem::take(&mut self.trash)
     }

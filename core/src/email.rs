@@ -90,11 +90,11 @@ impl Body {
     /// for its line endings), else a copy.
     ///
     /// The span is taken on [`ParsedMessage`]'s word (`text_span`): the
-    /// parser compared those bytes with the body it returns, and checking
-    /// again cost a tenth of a delivery in WebAssembly. A span that breaks
-    /// the promise makes the body read wrong, never panic ([`Body::get`]
-    /// checks its bounds and UTF-8).
-    /// ([`message::parse_for_store`] leaves `text` empty when it gives a span.)
+    /// parser's body borrows those very bytes, and checking them again cost
+    /// a tenth of a delivery in WebAssembly. A span that breaks the promise
+    /// makes the body read wrong, never panic ([`Body::get`] checks its
+    /// bounds and UTF-8). [`message::parse_for_store`] may leave `text`
+    /// empty when it gives a span.
     fn new(text: String, span: Option<std::ops::Range<usize>>, raw: &[u8]) -> Body {
         match span {
             Some(span) if span.end <= raw.len() && span.start <= span.end => {
