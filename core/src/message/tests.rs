@@ -904,6 +904,17 @@ fn the_word_digit_test_is_exact() {
 
 proptest::proptest! {
     #[test]
+    fn the_wasm_chunk_test_matches_a_byte_at_a_time(bytes in proptest::prelude::any::<[u8; 16]>(), at in 0usize..17) {
+        // A digit at `at` (none when 16) among bytes made digit-free, or the bytes as drawn.
+        let mut chunk = bytes.map(|b| if b.is_ascii_digit() { b'x' } else { b });
+        if at < 16 {
+            chunk[at] = b'0' + (bytes[at] % 10);
+        }
+        proptest::prop_assert_eq!(super::codes::any_digit_by_words(&chunk), at < 16);
+        proptest::prop_assert_eq!(super::codes::any_digit_by_words(&bytes), bytes.iter().any(u8::is_ascii_digit));
+    }
+
+    #[test]
     fn the_word_digit_test_matches_a_byte_at_a_time(bytes in proptest::prelude::any::<[u8; 8]>()) {
         proptest::prop_assert_eq!(
             super::codes::word_has_digit(u64::from_le_bytes(bytes)),
