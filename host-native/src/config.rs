@@ -54,7 +54,7 @@ pub struct Settings {
     /// How long an HTTP client may take to send a request body once its head has arrived (408 after, and the connection closes).
     #[arg(long, env = "MAILJAR_HTTP_BODY_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
     pub http_body_timeout: Duration,
-    /// Most HTTP connections open at once (a new one above it is answered 503 and closed).
+    /// Most HTTP connections open at once (above it a new one takes the slot of a kept-alive connection idle for 100 ms or more, else it is answered 503 and closed).
     #[arg(long, env = "MAILJAR_MAX_HTTP_CONNECTIONS", default_value_t = 1000)]
     pub max_http_connections: usize,
     /// Most SMTP connections open at once (421 at accept above it).

@@ -20,8 +20,8 @@
 //!   holds its socket buffers and one chunk, and only that long);
 //! - caps on head, URL, headers and body sizes (see [`reader`]), and on open
 //!   connections ([`HttpConnections`]: past it a new connection takes the
-//!   slot of the connection that has waited longest for a request, and gets
-//!   503 only when every open connection is busy with one);
+//!   slot of the kept-alive connection that has been idle longest, at least
+//!   [`RECLAIM_GRACE`], which is closed; with none, it gets 503);
 //! - `Expect: 100-continue` for HTTP/1.1 clients; HEAD is asked of the API as
 //!   GET and answered with GET's status and headers and no body;
 //! - a client that goes away while its request is in flight drops that
@@ -34,6 +34,7 @@
 //!   written as its source produces bytes, for as long as it lasts, while
 //!   the socket is watched so a client that goes away ends it at once.
 
+mod idle;
 pub mod reader;
 
 use std::convert::Infallible;
@@ -47,10 +48,11 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
 use mailjar_core::response::{CHUNK_BYTES, ChunkSource};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tower_service::Service;
 use warp::http::{self, HeaderValue};
 
+pub use idle::IdleConnections;
 pub use reader::{
     MAX_BODY_BYTES, MAX_HEAD_BYTES, MAX_HEADER_BYTES, MAX_URL_BYTES, Refusal, RequestHead,
     RequestReader, Step,
@@ -89,6 +91,10 @@ pub struct Timeouts {
 /// How long a new connection over the cap waits for the idle connection it
 /// asked to close to let go of its slot.
 const RECLAIM_WAIT: Duration = Duration::from_millis(250);
+/// How long a kept-alive connection must have been idle before a new one
+/// may take its slot: a client that has just had an answer may be sending
+/// its next request on it at this moment.
+const RECLAIM_GRACE: Duration = Duration::from_millis(100);
 
 /// The cap on open HTTP connections, and the live count of them (for `/health`).
 #[derive(Debug, Clone)]
@@ -97,57 +103,6 @@ pub struct HttpConnections {
     max: usize,
     refusing: Arc<Semaphore>,
     idle: IdleConnections,
-}
-
-/// The open connections that are waiting for a request (kept alive between
-/// requests, or connected and not yet asking): over the cap, the one that
-/// has waited longest is asked to close so that a new connection can open.
-/// Clients reconnect to a closed kept-alive connection; idle sockets they
-/// keep (a pool of `fetch` connections) then no longer lock others out.
-#[derive(Debug, Clone, Default)]
-pub struct IdleConnections {
-    /// Waited on by idle connections, oldest first; one is woken to close.
-    close_one: Arc<Notify>,
-    /// How many connections are idle now.
-    count: Arc<std::sync::atomic::AtomicUsize>,
-}
-
-impl IdleConnections {
-    /// Asks the connection that has been idle longest to close; false when none is idle.
-    fn close_oldest(&self) -> bool {
-        if self.count.load(std::sync::atomic::Ordering::Acquire) == 0 {
-            return false;
-        }
-        self.close_one.notify_one();
-        true
-    }
-
-    /// Counts a connection as idle until the guard drops; `asked` completes
-    /// when it is the one asked to close.
-    fn waiting(&self) -> IdleGuard<'_> {
-        self.count.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-        IdleGuard { idle: self }
-    }
-}
-
-/// An idle connection, counted in [`IdleConnections`] while it lives.
-struct IdleGuard<'a> {
-    idle: &'a IdleConnections,
-}
-
-impl IdleGuard<'_> {
-    /// Completes when this connection is the one asked to close.
-    async fn asked(&self) {
-        self.idle.close_one.notified().await;
-    }
-}
-
-impl Drop for IdleGuard<'_> {
-    fn drop(&mut self) {
-        self.idle
-            .count
-            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
-    }
 }
 
 impl HttpConnections {
@@ -182,14 +137,12 @@ impl HttpConnections {
         self.slots.clone().try_acquire_owned().ok()
     }
 
-    /// A slot for a new connection: a free one, else the one the longest-idle
-    /// connection gives up when asked to close; None when every open
-    /// connection is busy with a request.
-    pub async fn open_or_reclaim(&self) -> Option<OwnedSemaphorePermit> {
-        if let Some(slot) = self.try_open() {
-            return Some(slot);
-        }
-        if !self.idle.close_oldest() {
+    /// For a new connection over the cap: the slot of the kept-alive
+    /// connection that has been idle longest (at least [`RECLAIM_GRACE`]),
+    /// which is asked to close; None when there is none, or its slot went
+    /// to another new connection first.
+    pub async fn reclaim(&self) -> Option<OwnedSemaphorePermit> {
+        if !self.idle.close_oldest(RECLAIM_GRACE) {
             return None;
         }
         tokio::time::timeout(RECLAIM_WAIT, self.slots.clone().acquire_owned())
@@ -297,7 +250,9 @@ enum Framing {
 }
 
 /// Serves one connection until the client closes it, a request asks to close,
-/// a protocol error or a deadline ends it, or the server shuts down while it is idle.
+/// a protocol error or a deadline ends it, the server shuts down while it is
+/// idle, or (idle after an answer) `idle` asks it to give its slot to a new
+/// connection.
 pub async fn serve_connection<T, S>(
     mut stream: T,
     mut service: S,
@@ -310,15 +265,24 @@ where
     S: Service<http::Request<Empty<Bytes>>, Response = warp::reply::Response, Error = Infallible>,
 {
     let mut reader = RequestReader::new();
+    // Only a connection that has been answered can give its slot away while idle.
+    let mut kept_alive: Option<&IdleConnections> = None;
     loop {
-        let head =
-            match read_head(&mut stream, &mut reader, &mut shutdown, &timeouts, &idle).await? {
-                Next::Head(head) => head,
-                Next::Closed => return Ok(()),
-                Next::Refused(refusal) => {
-                    return write_error(&mut stream, &refusal, timeouts.write_stall).await;
-                }
-            };
+        let head = match read_head(
+            &mut stream,
+            &mut reader,
+            &mut shutdown,
+            &timeouts,
+            kept_alive,
+        )
+        .await?
+        {
+            Next::Head(head) => head,
+            Next::Closed => return Ok(()),
+            Next::Refused(refusal) => {
+                return write_error(&mut stream, &refusal, timeouts.write_stall).await;
+            }
+        };
         if !exchange(
             &mut stream,
             &mut reader,
@@ -334,6 +298,7 @@ where
         }
         // An idle connection holds no buffer.
         reader.release();
+        kept_alive = Some(&idle);
     }
 }
 
@@ -520,7 +485,7 @@ async fn read_head<T: AsyncRead + Unpin>(
     reader: &mut RequestReader,
     shutdown: &mut watch::Receiver<bool>,
     timeouts: &Timeouts,
-    idle_connections: &IdleConnections,
+    kept_alive: Option<&IdleConnections>,
 ) -> io::Result<Next> {
     let mut deadline: Option<tokio::time::Instant> = None;
     loop {
@@ -533,7 +498,7 @@ async fn read_head<T: AsyncRead + Unpin>(
         if !idle {
             deadline.get_or_insert_with(|| tokio::time::Instant::now() + timeouts.head);
         }
-        let waiting = idle.then(|| idle_connections.waiting());
+        let mut waiting = kept_alive.filter(|_| idle).map(IdleConnections::waiting);
         // Through a scratch array: an idle connection keeps no read buffer.
         let read = tokio::select! {
             // Biased: bytes that have arrived are read even when this connection was asked to close.
@@ -549,7 +514,7 @@ async fn read_head<T: AsyncRead + Unpin>(
             // A kept-alive connection with nothing to ask is let go after a while.
             _ = tokio::time::sleep(timeouts.idle), if idle => return Ok(Next::Closed),
             // Or at once, when a new connection needs its slot.
-            _ = async { if let Some(w) = &waiting { w.asked().await } }, if idle => {
+            _ = async { match &mut waiting { Some(w) => w.asked().await, None => std::future::pending().await } }, if idle => {
                 tracing::debug!("an idle HTTP connection closed to make room for a new one");
                 return Ok(Next::Closed);
             }

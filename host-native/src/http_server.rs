@@ -328,9 +328,9 @@ fn json(response: Response) -> http::Response<Bytes> {
 ///
 /// Each connection is driven by [`crate::http1`], which hands requests to the
 /// warp filter. At most `options.connections.max()` are open at once; past
-/// it a new connection takes the slot of the connection that has waited
-/// longest for a request, and is answered 503 `{"error"}` and closed only
-/// when every open one is busy with a request.
+/// it a new connection takes the slot of the kept-alive connection that has
+/// been idle longest (see [`http1::HttpConnections::reclaim`]), and without
+/// one it is answered 503 `{"error"}` and closed.
 pub async fn serve(listener: TcpListener, context: HttpContext, options: http1::HttpOptions) {
     let mut shutdown = context.shutdown.clone();
     let timeouts = http1::Timeouts {
@@ -355,26 +355,33 @@ pub async fn serve(listener: TcpListener, context: HttpContext, options: http1::
             _ = stopped(&mut shutdown) => break,
         };
         let _ = stream.set_nodelay(true);
-        let Some(slot) = connections.open_or_reclaim().await else {
-            tracing::warn!(%peer, "too many HTTP connections: refused");
-            let connections = connections.clone();
-            tokio::spawn(async move {
-                let refusal = http1::Refusal {
-                    status: 503,
-                    error: format!(
-                        "too many HTTP connections (at most {}; see --max-http-connections)",
-                        connections.max()
-                    ),
-                };
-                http1::refuse_connection(stream, &connections, &refusal).await;
-            });
-            continue;
-        };
+        // Taken here, in accept order; over the cap the connection's own task
+        // waits for an idle one to give way, so the accept loop never waits.
+        let slot = connections.try_open();
+        let connections = connections.clone();
         let service = service.clone();
         let shutdown = shutdown.clone();
-        let idle = connections.idle();
         tokio::spawn(async move {
-            let connection = http1::serve_connection(stream, service, shutdown, timeouts, idle);
+            let slot = match slot {
+                Some(slot) => slot,
+                None => match connections.reclaim().await {
+                    Some(slot) => slot,
+                    None => {
+                        tracing::warn!(%peer, "too many HTTP connections: refused");
+                        let refusal = http1::Refusal {
+                            status: 503,
+                            error: format!(
+                                "too many HTTP connections (at most {}; see --max-http-connections)",
+                                connections.max()
+                            ),
+                        };
+                        http1::refuse_connection(stream, &connections, &refusal).await;
+                        return;
+                    }
+                },
+            };
+            let connection =
+                http1::serve_connection(stream, service, shutdown, timeouts, connections.idle());
             if let Err(e) = connection.await {
                 tracing::debug!(%peer, "HTTP connection ended: {e}");
             }

@@ -177,9 +177,9 @@ fn past_max_http_connections_new_ones_get_503_while_busy_ones_and_smtp_still_ans
         .map(|i| parked_wait(&server, &format!("cap{i}@local.test")))
         .collect();
     until_health(&server, 7, 7);
-    // The eighth fills the cap: every open connection is busy with a request.
+    // The eighth fills the cap: every open connection is busy with a request
+    // (or has not been answered yet: only a kept-alive connection gives way).
     let eighth = parked_wait(&server, "cap7@local.test");
-    std::thread::sleep(Duration::from_millis(200));
     for _ in 0..30 {
         let response = http_exchange(
             server.http,
@@ -222,35 +222,43 @@ fn past_max_http_connections_new_ones_get_503_while_busy_ones_and_smtp_still_ans
 }
 
 /// Clients keep idle connections for reuse (`fetch`'s pool): at the cap, a
-/// new connection takes the slot of the one that has waited longest for a
-/// request instead of being refused, and the others are untouched.
+/// new connection takes the slot of the kept-alive one that has been idle
+/// longest instead of being refused, and the others are untouched.
 #[test]
 fn at_max_http_connections_the_longest_idle_connection_makes_room() {
-    let server = Server::start_with(&["--max-http-connections", "3"]);
+    let server = Server::start_with(&["--max-http-connections", "4"]);
     let busy = parked_wait(&server, "busy@local.test");
-    until_health(&server, 1, 1);
+    // Connected before every other and never answered: not idle in this sense, it keeps its slot.
+    let mut fresh = connect(&server);
+    until_health(&server, 1, 2);
     let mut oldest = connect(&server);
     oldest
         .write_all(b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n")
         .unwrap();
     assert_eq!(common::read_http_response(&mut oldest).status, 200);
-    std::thread::sleep(Duration::from_millis(100));
+    std::thread::sleep(Duration::from_millis(300));
     let mut newer = KeepAlive::new(server.http);
     assert_eq!(newer.get("/health").status, 200);
+    // Both idle for longer than the grace a connection that was just answered gets.
+    std::thread::sleep(Duration::from_millis(300));
 
-    // Three open: the busy one, then two idle. A new one takes the oldest idle's slot.
+    // Four open: the busy one, the fresh one, then two idle. A new one takes the oldest idle's slot.
     let response = http_exchange(
         server.http,
         b"GET /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
     );
     assert_eq!(response.status, 200, "{}", response.body);
-    assert_eq!(response.json()["httpConnections"], 3, "{}", response.body);
+    assert_eq!(response.json()["httpConnections"], 4, "{}", response.body);
     // The oldest idle connection was closed, with nothing written to it.
     let mut rest = Vec::new();
     assert_eq!(oldest.read_to_end(&mut rest).expect("EOF"), 0, "{rest:?}");
     // The newer idle one is still open and served on its socket; the wait is still parked.
     let health = newer.get("/health").json();
     assert_eq!(health["waits"], 1, "{health}");
+    fresh
+        .write_all(b"GET /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    assert_eq!(common::read_http_response(&mut fresh).status, 200);
     drop(busy);
 }
 
