@@ -133,14 +133,13 @@ export abstract class MailjarMethods {
   clear(filter?: { to: string } | string, options?: { signal?: AbortSignal }): Promise<number>;
   /** The fault rules (README "Fault injection"). */
   readonly faults: Faults;
-  /** A fresh address with the same methods scoped to it. */
-  /** With `signal`, every call of the inbox also ends when it aborts. */
-  createInbox(options?: { domain?: string; prefix?: string; signal?: AbortSignal }): Inbox;
+  /** A fresh address with the same methods scoped to it; with `signal`, every call of the inbox also ends when it aborts. */
+  createInbox(options?: { domain?: string; prefix?: string; signal?: AbortSignal | null }): Inbox;
 }
 
 /** An address and the methods scoped to it. */
 export class Inbox {
-  constructor(mail: MailjarMethods, address: string);
+  constructor(mail: MailjarMethods, address: string, signal?: AbortSignal);
   /** The address to send to. */
   readonly address: string;
   list(filter?: MailFilter | string, options?: { signal?: AbortSignal }): Promise<CapturedEmail[]>;

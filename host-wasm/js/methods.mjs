@@ -240,9 +240,9 @@ export class MailjarMethods {
    * (the test fixture aborts it when its test ends).
    */
   createInbox({ domain = "mailjar.test", prefix = "inbox", signal } = {}) {
-    if (signal !== undefined && !(signal instanceof AbortSignal)) throw new TypeError("signal must be an AbortSignal");
+    if (signal != null && !(signal instanceof AbortSignal)) throw new TypeError("signal must be an AbortSignal");
     const unique = globalThis.crypto.randomUUID().replaceAll("-", "").slice(0, 16);
-    return new Inbox(this, `${prefix}-${unique}@${domain}`, signal);
+    return new Inbox(this, `${prefix}-${unique}@${domain}`, signal ?? undefined);
   }
 }
 
@@ -263,26 +263,54 @@ export class Inbox {
     this.address = address;
   }
 
-  /** `options` with the inbox's signal added to the call's own. */
-  #with(options) {
-    if (this.#signal === undefined) return options;
-    const own = options?.signal;
-    return { ...options, signal: own === undefined ? this.#signal : eitherSignal(own, this.#signal) };
+  /**
+   * Calls `call` with `options` whose signal is the call's own and the
+   * inbox's together; a signal linked for the call is let go when it settles.
+   */
+  async #call(options, call) {
+    const { signal, release } = this.#link(options?.signal);
+    try {
+      return await call(signal === undefined ? options : { ...options, signal });
+    } finally {
+      release();
+    }
+  }
+
+  /** The call's own signal and the inbox's as one (undefined: the call's options as they are). */
+  #link(own) {
+    const inbox = this.#signal;
+    const none = () => {};
+    if (inbox === undefined) return { signal: undefined, release: none };
+    if (own == null) return { signal: inbox, release: none };
+    if (typeof AbortSignal.any === "function") return { signal: AbortSignal.any([own, inbox]), release: none };
+    // Runtimes without AbortSignal.any (Node before 20.3, older browsers).
+    const either = new AbortController();
+    const first = [own, inbox].find((s) => s.aborted);
+    if (first) {
+      either.abort(first.reason);
+      return { signal: either.signal, release: none };
+    }
+    const links = [own, inbox].map((source) => {
+      const abort = () => either.abort(source.reason);
+      source.addEventListener("abort", abort, { once: true });
+      return () => source.removeEventListener("abort", abort);
+    });
+    return { signal: either.signal, release: () => links.forEach((unlink) => unlink()) };
   }
 
   /** This inbox's messages matching `filter`, in receive order. */
   list(filter, options) {
-    return this.#mail.list(scoped(filter, this.address), this.#with(options));
+    return this.#call(options, (o) => this.#mail.list(scoped(filter, this.address), o));
   }
 
   /** This inbox's newest message matching `filter`, or null. */
   latest(filter, options) {
-    return this.#mail.latest(scoped(filter, this.address), this.#with(options));
+    return this.#call(options, (o) => this.#mail.latest(scoped(filter, this.address), o));
   }
 
   /** A message of this inbox by id, or null (also when it was sent to another address). */
   async get(id, options) {
-    const email = await this.#mail.get(id, this.#with(options));
+    const email = await this.#call(options, (o) => this.#mail.get(id, o));
     const address = this.address.toLowerCase();
     // As the server's `to` filter reads it: the envelope, the To header and Cc.
     const toHeader = [...String(email?.headers?.to ?? "").matchAll(/<([^<>]+)>|([^\s,<>"]+@[^\s,<>"]+)/g)].map((m) => m[1] ?? m[2]);
@@ -297,51 +325,43 @@ export class Inbox {
 
   /** Waits for a message to this inbox; see `MailjarMethods.waitFor`. */
   waitFor(filter, options) {
-    return this.#mail.waitFor(scoped(filter, this.address), this.#with(options));
+    return this.#call(options, (o) => this.#mail.waitFor(scoped(filter, this.address), o));
   }
 
   /** Waits for a link in mail to this inbox; see `MailjarMethods.waitForLink`. */
   waitForLink(filter, options) {
-    return this.#mail.waitForLink(scoped(filter, this.address), this.#with(options));
+    return this.#call(options, (o) => this.#mail.waitForLink(scoped(filter, this.address), o));
   }
 
   /** Waits for a code in mail to this inbox; see `MailjarMethods.waitForCode`. */
   waitForCode(filter, options) {
-    return this.#mail.waitForCode(scoped(filter, this.address), this.#with(options));
+    return this.#call(options, (o) => this.#mail.waitForCode(scoped(filter, this.address), o));
   }
 
   /** The raw bytes of a message of this inbox; undefined for another address's. */
   async raw(id, options) {
-    return (await this.#holds(id, options)) ? this.#mail.raw(id, this.#with(options)) : undefined;
+    return (await this.#holds(id, options)) ? this.#call(options, (o) => this.#mail.raw(id, o)) : undefined;
   }
 
   /** An attachment's bytes, of a message of this inbox; undefined for another address's. */
   async attachment(id, index, options) {
-    return (await this.#holds(id, options)) ? this.#mail.attachment(id, index, this.#with(options)) : undefined;
+    return (await this.#holds(id, options)) ? this.#call(options, (o) => this.#mail.attachment(id, index, o)) : undefined;
   }
 
   /** Deletes a message of this inbox by id; false (and nothing deleted) for another address's. */
   async delete(id, options) {
-    return (await this.#holds(id, options)) ? this.#mail.delete(id, this.#with(options)) : false;
+    return (await this.#holds(id, options)) ? this.#call(options, (o) => this.#mail.delete(id, o)) : false;
   }
 
   /** Deletes this inbox's mail; resolves to how many went. */
   clear(options) {
-    return this.#mail.clear({ to: this.address }, this.#with(options));
+    return this.#call(options, (o) => this.#mail.clear({ to: this.address }, o));
   }
 
   /** The event stream of this inbox's mail. */
   events(filter, options) {
-    return this.#mail.events(scoped(filter, this.address), this.#with(options));
+    // The stream lives past this call: its linked signal is let go when either aborts.
+    const { signal } = this.#link(options?.signal);
+    return this.#mail.events(scoped(filter, this.address), signal === undefined ? options : { ...options, signal });
   }
-}
-
-/** A signal that aborts when either does, with the reason of the first. */
-function eitherSignal(a, b) {
-  if (typeof AbortSignal.any === "function") return AbortSignal.any([a, b]);
-  const either = new AbortController();
-  const first = [a, b].find((s) => s.aborted);
-  if (first) either.abort(first.reason);
-  else for (const s of [a, b]) s.addEventListener("abort", () => either.abort(s.reason), { once: true, signal: either.signal });
-  return either.signal;
 }

@@ -133,12 +133,45 @@ for (const [name, make] of Object.entries(hosts)) {
         inbox.waitForLink({}, { timeoutMs: 30000, signal: own.signal }),
       ].map((wait) => wait.catch((e) => e));
       await until(3);
+      // The call's own signal ends that call alone.
+      own.abort(new Error("this wait is over"));
+      assert.equal((await waits[2]).message, "this wait is over");
+      await until(2);
       controller.abort(new Error("the test ended"));
-      for (const ended of await Promise.all(waits)) assert.equal(ended.message, "the test ended");
+      for (const ended of await Promise.all(waits.slice(0, 2))) assert.equal(ended.message, "the test ended");
       await until(0);
       // An inbox whose signal has aborted asks nothing more.
       assert.equal((await inbox.list().catch((e) => e)).message, "the test ended");
       assert.throws(() => mail.createInbox({ signal: "soon" }), { name: "TypeError", message: /signal must be an AbortSignal/ });
+      // null is no signal, on the inbox as on a call.
+      assert.deepEqual(await mail.createInbox({ signal: null }).list(), []);
+      assert.deepEqual(await mail.createInbox({ signal: new AbortController().signal }).list({}, { signal: null }), []);
+
+      // Without AbortSignal.any (Node before 20.3): the same, and the links let go when calls settle.
+      const any = AbortSignal.any;
+      try {
+        AbortSignal.any = undefined;
+        const inboxSignal = new AbortController();
+        const fallback = mail.createInbox({ signal: inboxSignal.signal });
+        const callSignal = new AbortController();
+        const counted = { n: 0 };
+        const add = callSignal.signal.addEventListener.bind(callSignal.signal);
+        const remove = callSignal.signal.removeEventListener.bind(callSignal.signal);
+        callSignal.signal.addEventListener = (...args) => { counted.n += 1; add(...args); };
+        callSignal.signal.removeEventListener = (...args) => { counted.n -= 1; remove(...args); };
+        for (let i = 0; i < 3; i += 1) await fallback.list({}, { signal: callSignal.signal });
+        assert.equal(counted.n, 0, "every listener added for a call was removed when it settled");
+        const pendingCall = fallback.waitFor({ subject: "never" }, { timeoutMs: 30000, signal: callSignal.signal }).catch((e) => e);
+        const pendingInbox = fallback.waitFor({ subject: "never" }, { timeoutMs: 30000 }).catch((e) => e);
+        await until(2);
+        callSignal.abort(new Error("call over"));
+        assert.equal((await pendingCall).message, "call over");
+        inboxSignal.abort(new Error("inbox over"));
+        assert.equal((await pendingInbox).message, "inbox over");
+        await until(0);
+      } finally {
+        AbortSignal.any = any;
+      }
 
       // The fixture: a test that ends (passed, failed or timed out) while its
       // inbox still waits ends the wait, and its mail is cleared.
