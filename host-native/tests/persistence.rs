@@ -583,18 +583,31 @@ fn with_write_faults(name: &str) -> Option<(PathBuf, PathBuf)> {
     Some((dir, flag))
 }
 
+/// mailjar on `dir`, its writes failing while `flag` exists.
+fn start_failing_while(dir: &Path, flag: &Path, extra: &[&str]) -> Server {
+    let mut flags = vec!["--data-dir", dir.to_str().expect("utf-8 temp dir")];
+    flags.extend_from_slice(extra);
+    Server::start_with_env(
+        &flags,
+        &[("MAILJAR_DEBUG_FAIL_WRITES_WHILE", flag.as_os_str())],
+    )
+}
+
+/// Waits until `/health` says the storage writes again (a retried write went through).
+fn until_storage_ok(server: &Server) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while server.health()["storage"]["ok"] != true {
+        assert!(Instant::now() < deadline, "the write was not retried");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 #[test]
 fn a_failed_write_answers_452_and_mailjar_recovers_by_itself() {
     let Some((dir, flag)) = with_write_faults("fault") else {
         return;
     };
-    let mut flags = vec!["--data-dir", dir.to_str().unwrap()];
-    flags.push("--log");
-    flags.push("info");
-    let server = Server::start_with_env(
-        &flags,
-        &[("MAILJAR_DEBUG_FAIL_WRITES_WHILE", flag.as_os_str())],
-    );
+    let server = start_failing_while(&dir, &flag, &["--log", "info"]);
     assert_eq!(smtplib_send(&server, &[message("first", b"1")]), [250]);
     std::fs::write(&flag, b"").unwrap();
     // Every message of a failing transaction: 452 4.3.1, never 250.
@@ -644,10 +657,7 @@ fn a_delete_that_cannot_be_written_is_a_503_and_is_written_once_the_disk_works()
     let Some((dir, flag)) = with_write_faults("fault-delete") else {
         return;
     };
-    let server = Server::start_with_env(
-        &["--data-dir", dir.to_str().unwrap()],
-        &[("MAILJAR_DEBUG_FAIL_WRITES_WHILE", flag.as_os_str())],
-    );
+    let server = start_failing_while(&dir, &flag, &[]);
     let sent: Vec<_> = (0..3).map(|i| message(&format!("d{i}"), b"x")).collect();
     assert_eq!(smtplib_send(&server, &sent), [250; 3]);
     let kept = ids(&server);
@@ -664,23 +674,10 @@ fn a_delete_that_cannot_be_written_is_a_503_and_is_written_once_the_disk_works()
     assert_eq!(none.status, 200, "{}", none.body);
     assert_eq!(none.json()["deleted"], 0);
     // Writes work again: the delete is written without another request.
-    let recovered = |server: &Server| {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while server.health()["storage"]["ok"] != true {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the delete was not retried"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
-    };
     std::fs::remove_file(&flag).unwrap();
-    recovered(&server);
+    until_storage_ok(&server);
     kill_9(server);
-    let server = Server::start_with_env(
-        &["--data-dir", dir.to_str().unwrap()],
-        &[("MAILJAR_DEBUG_FAIL_WRITES_WHILE", flag.as_os_str())],
-    );
+    let server = start_failing_while(&dir, &flag, &[]);
     assert_eq!(ids(&server), kept[1..]);
     // Clearing the mailbox, the same.
     std::fs::write(&flag, b"").unwrap();
@@ -688,7 +685,7 @@ fn a_delete_that_cannot_be_written_is_a_503_and_is_written_once_the_disk_works()
     assert_eq!(cleared.status, 503, "{}", cleared.body);
     assert!(cleared.error().contains("readonly"), "{}", cleared.body);
     std::fs::remove_file(&flag).unwrap();
-    recovered(&server);
+    until_storage_ok(&server);
     kill_9(server);
     let server = start(&dir, &[]);
     assert!(ids(&server).is_empty());
@@ -701,10 +698,7 @@ fn with_a_failing_disk_a_read_that_expires_mail_is_still_answered() {
     let Some((dir, flag)) = with_write_faults("fault-expiry") else {
         return;
     };
-    let server = Server::start_with_env(
-        &["--data-dir", dir.to_str().unwrap(), "--max-age", "1s"],
-        &[("MAILJAR_DEBUG_FAIL_WRITES_WHILE", flag.as_os_str())],
-    );
+    let server = start_failing_while(&dir, &flag, &["--max-age", "1s"]);
     assert_eq!(
         smtplib_send(&server, &[message("short-lived", b"x")]),
         [250]

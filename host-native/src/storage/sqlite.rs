@@ -661,6 +661,13 @@ mod tests {
     }
 
     /// A fresh data directory and its options.
+    /// A small message to store, and `n` ids for it in receive order.
+    fn small_sample(n: usize) -> (Sample, Vec<MessageId>) {
+        let mut api = Api::<()>::new(ApiConfig::default());
+        let ids = (0..n).map(|_| api.assign(1000, [1; 10]).id).collect();
+        (Sample::new(b"Subject: x\r\n\r\nbody\r\n"), ids)
+    }
+
     fn fresh(name: &str) -> (PathBuf, Options) {
         let dir = temp(name);
         let options = Options {
@@ -754,9 +761,7 @@ mod tests {
     #[test]
     fn removing_the_newest_row_keeps_its_id_as_the_floor_across_a_reopen() {
         let (dir, options) = fresh("floor");
-        let mut api = Api::<()>::new(ApiConfig::default());
-        let sample = Sample::new(b"Subject: x\r\n\r\nbody\r\n");
-        let ids: Vec<MessageId> = (0..4).map(|_| api.assign(1000, [1; 10]).id).collect();
+        let (sample, ids) = small_sample(4);
         {
             let mut db = Sqlite::open(&options).unwrap();
             db.write(&sample.records(&ids[..3]), &[]).unwrap();
@@ -789,9 +794,7 @@ mod tests {
     #[test]
     fn removals_find_their_rows_after_a_reopen_and_within_the_batch_that_adds_them() {
         let (dir, options) = fresh("rows");
-        let mut api = Api::<()>::new(ApiConfig::default());
-        let sample = Sample::new(b"Subject: x\r\n\r\nbody\r\n");
-        let ids: Vec<MessageId> = (0..11).map(|_| api.assign(1000, [1; 10]).id).collect();
+        let (sample, ids) = small_sample(11);
         let write = |db: &mut Sqlite, add: &[MessageId], removals: &[Removal]| {
             let records = sample.records(add);
             db.write(&records, removals).unwrap();
@@ -836,9 +839,7 @@ mod tests {
     fn a_write_that_fails_midway_is_rolled_back_and_the_next_one_commits() {
         let (dir, options) = fresh("rollback");
         let mut db = Sqlite::open(&options).unwrap();
-        let mut api = Api::<()>::new(ApiConfig::default());
-        let sample = Sample::new(b"Subject: x\r\n\r\nbody\r\n");
-        let ids: Vec<MessageId> = (0..5).map(|_| api.assign(1000, [3; 10]).id).collect();
+        let (sample, ids) = small_sample(5);
         let records = |ids: &[MessageId]| sample.records(ids);
         let first = db.next_seq;
         db.write(&records(&ids[..2]), &[]).unwrap();
