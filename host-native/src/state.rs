@@ -67,17 +67,18 @@ pub enum Handled {
 type Persisting = oneshot::Receiver<Result<(), StorageError>>;
 
 /// The 503 text of a delete that left memory but not the disk: the writer
-/// keeps trying, and until it succeeds a restart would bring the message back;
-/// a stopped writer (shutting down) tries nothing more.
-fn unwritten_delete(e: &StorageError) -> String {
-    if *e == writer_stopped() {
-        return format!(
-            "deleted from memory, but not from disk: {e} (mailjar is stopping; the messages come back at the next start)"
-        );
+/// keeps trying (`Some` error), and until it succeeds a restart would bring
+/// the message back; a stopped writer (`None`: shutting down) tries nothing more.
+fn unwritten_delete(e: Option<&StorageError>) -> String {
+    match e {
+        Some(e) => format!(
+            "deleted from memory, but not yet from disk: {e}; mailjar retries the write until the disk takes it (a restart before that brings the messages back)"
+        ),
+        None => format!(
+            "deleted from memory, but not from disk: {} (mailjar is stopping; the messages come back at the next start)",
+            writer_stopped()
+        ),
     }
-    format!(
-        "deleted from memory, but not yet from disk: {e}; mailjar retries the write until the disk takes it (a restart before that brings the messages back)"
-    )
 }
 
 /// Why a write was not made: the writer has stopped (mailjar is shutting down).
@@ -278,12 +279,9 @@ impl Shared {
             return None;
         }
         let (done, receiver) = oneshot::channel();
-        if let Err(refused) = writer.send(writer::Job::Remove(removals, Some(done))) {
-            // The writer has stopped (shutting down): the delete is not on disk.
-            if let writer::Job::Remove(_, Some(done)) = refused.0 {
-                let _ = done.send(Err(writer_stopped()));
-            }
-        }
+        // A stopped writer (shutting down) drops the job, and `done` with it:
+        // the receiver hears that the delete is not on disk.
+        let _ = writer.send(writer::Job::Remove(removals, Some(done)));
         Some(receiver)
     }
 
@@ -366,9 +364,13 @@ impl Shared {
                     if let Some(persisted) = persisted
                         && request.method == "DELETE"
                     {
-                        let written = persisted.await.unwrap_or_else(|_| Err(writer_stopped()));
-                        if let Err(e) = written {
-                            return Handled::Ready(Response::error(503, &unwritten_delete(&e)));
+                        let unwritten = match persisted.await {
+                            Ok(Ok(())) => None,
+                            Ok(Err(e)) => Some(unwritten_delete(Some(&e))),
+                            Err(_) => Some(unwritten_delete(None)),
+                        };
+                        if let Some(text) = unwritten {
+                            return Handled::Ready(Response::error(503, &text));
                         }
                     }
                     return handled;
