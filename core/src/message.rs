@@ -196,7 +196,7 @@ fn parse_unguarded(raw: &[u8], with_header_fields: bool) -> ParsedMessage {
     };
     let headers = &root.headers;
 
-    let (text_source, mut text_span) = body(&message, raw, &message.text_body, false);
+    let (text_source, text_span) = body(&message, raw, &message.text_body, false);
     let (html_source, html_span) = body(&message, raw, &message.html_body, true);
     let text_empty = text_source.is_empty();
     let html_empty = html_source.is_empty();
@@ -209,16 +209,12 @@ fn parse_unguarded(raw: &[u8], with_header_fields: bool) -> ParsedMessage {
     let mut links = Vec::new();
     let mut seen = BTreeSet::new();
     html_links(html_source, &mut links, &mut seen);
-    let mut text_urls = Some(text_links(text_source, &mut links, &mut seen));
-    let mut text: Cow<'_, str> = Cow::Borrowed(text_source);
+    let text_urls = text_links(text_source, &mut links, &mut seen);
     // After the links: a URL in the HTML's text is not a link unless an
     // `<a>` points to it, as before there was a text derived from HTML.
-    if text_empty && !html_empty {
-        text = Cow::Owned(html_to_text(&crlf_to_lf(html_source)));
-        // An empty text part had a span; the text derived from HTML has none.
-        text_span = None;
-        text_urls = None;
-    }
+    let derived = (text_empty && !html_empty).then(|| html_to_text(&crlf_to_lf(html_source)));
+    // An empty text part had a span; the text derived from HTML has none.
+    let text_span = text_span.filter(|_| derived.is_none());
 
     let subject = headers
         .iter()
@@ -228,9 +224,9 @@ fn parse_unguarded(raw: &[u8], with_header_fields: bool) -> ParsedMessage {
 
     let mut codes = Vec::new();
     find_codes(&subject, &mut codes);
-    match &text_urls {
-        Some(urls) => find_codes_outside(&text, urls, &mut codes),
-        None => find_codes(&text, &mut codes),
+    match &derived {
+        None => find_codes_outside(text_source, &text_urls, &mut codes),
+        Some(derived) => find_codes(derived, &mut codes),
     }
 
     let HeaderFields {
@@ -256,10 +252,7 @@ fn parse_unguarded(raw: &[u8], with_header_fields: bool) -> ParsedMessage {
         date,
         message_id,
         headers: header_map,
-        text: match text {
-            Cow::Owned(derived) => derived,
-            Cow::Borrowed(source) => kept(source, &text_span),
-        },
+        text: derived.unwrap_or_else(|| kept(text_source, &text_span)),
         html: kept(html_source, &html_span),
         links,
         codes,
