@@ -91,13 +91,10 @@ fn any_digit(chunk: &[u8]) -> bool {
         .fold(false, |any, b| any | (b.wrapping_sub(b'0') < 10))
 }
 
-/// Whether a 16-byte chunk holds an ASCII digit, eight bytes at a time: the
-/// wasm build has no vector instructions (Safari before 16.4 lacks them),
-/// and a byte at a time was a twentieth of a delivery there.
+// The wasm build has no vector instructions (Safari before 16.4 lacks them),
+// and a byte at a time was a twentieth of a delivery there.
 #[cfg(target_arch = "wasm32")]
-fn any_digit(chunk: &[u8]) -> bool {
-    any_digit_by_words(chunk)
-}
+use any_digit_by_words as any_digit;
 
 /// Whether a chunk (a multiple of eight bytes long) holds an ASCII digit,
 /// eight bytes at a time. Built natively too, for its tests.
