@@ -9,6 +9,9 @@ function unreachable(url, error) {
   return Object.assign(new MailjarError(0, `cannot reach mailjar at ${url}: ${error?.cause?.message ?? error?.message ?? error}`), { cause: error });
 }
 
+/** Decodes JSON answers (one call each, so one decoder serves them all). */
+const utf8 = new TextDecoder();
+
 /** How long a request other than a wait may go unanswered, by default. */
 const DEFAULT_REQUEST_TIMEOUT_MS = 30_000;
 
@@ -111,9 +114,10 @@ export class MailjarClient extends MailjarMethods {
     const { signal } = init;
     signal?.throwIfAborted();
     const controller = new AbortController();
-    const stalled = Object.assign(new MailjarError(408, `no answer from ${this.url} within ${limitMs} ms`), { unanswered: true });
+    // Made only when the timer fires: most requests are answered.
+    const stalled = () => Object.assign(new MailjarError(408, `no answer from ${this.url} within ${limitMs} ms`), { unanswered: true });
     // Timers take at most 2^31 - 1 ms (a longer one fires at once).
-    const timer = setTimeout(() => controller.abort(stalled), Math.min(limitMs, 2 ** 31 - 1));
+    const timer = setTimeout(() => controller.abort(stalled()), Math.min(limitMs, 2 ** 31 - 1));
     const abort = () => controller.abort(signal.reason);
     signal?.addEventListener("abort", abort, { once: true });
     try {
@@ -152,7 +156,7 @@ export class MailjarClient extends MailjarMethods {
     const type = response.headers.get("content-type") ?? "";
     const answerHeaders = Object.fromEntries(response.headers);
     if (type.startsWith("application/json")) {
-      const body = new TextDecoder().decode(bytes);
+      const body = utf8.decode(bytes);
       let json;
       try {
         json = JSON.parse(body);
