@@ -182,6 +182,20 @@ impl Store {
         (email, evicted)
     }
 
+    /// Evicts the newest message when it alone is over the byte limit, which
+    /// [`Store::push`] never does (a message just received stays); returns
+    /// it. For a message loaded at start under a lower limit than it was
+    /// stored with: kept, it would hold memory past `--max-store-bytes` for good.
+    pub fn evict_newest_over_limit(&mut self) -> Option<Arc<Email>> {
+        if self.bytes <= self.limits.max_bytes {
+            return None;
+        }
+        let newest = self.emails.pop_back()?;
+        self.bytes -= newest.footprint();
+        self.evicted += 1;
+        Some(newest)
+    }
+
     /// How many messages are stored.
     pub fn len(&self) -> usize {
         self.emails.len()

@@ -743,6 +743,41 @@ fn while_mailjar_runs_another_process_cannot_open_its_database() {
 }
 
 #[test]
+fn a_stored_message_alone_over_a_lower_byte_limit_is_evicted_at_start() {
+    let dir = data_dir("alone-over");
+    let server = start(&dir, &[]);
+    let big = message("big", &vec![b'x'; 300_000]);
+    assert_eq!(smtplib_send(&server, &[big]), [250]);
+    let gone = ids(&server)[0].clone();
+    stop(server);
+    // Today's store bound is a third of that one message: keeping it would
+    // hold memory past --max-store-bytes for as long as mailjar runs.
+    let limits = [
+        "--max-store-bytes",
+        "100000",
+        "--max-message-bytes",
+        "100000",
+    ];
+    let server = start(&dir, &limits);
+    assert!(ids(&server).is_empty());
+    let health = server.health();
+    assert_eq!(health["evicted"], 1, "{health}");
+    assert!(
+        health["storeBytes"].as_u64().unwrap() <= 100_000,
+        "{health}"
+    );
+    kill_9(server);
+    // It left the disk too, and new ids still sort after it.
+    let server = start(&dir, &[]);
+    assert!(ids(&server).is_empty());
+    assert_eq!(smtplib_send(&server, &[message("after", b"1")]), [250]);
+    let after = ids(&server)[0].clone();
+    assert!(after > gone, "{after} sorts after the evicted {gone}");
+    stop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn space_freed_by_a_lower_limit_at_start_goes_back_to_the_file_system() {
     let dir = data_dir("reclaim-at-start");
     let server = start(&dir, &[]);

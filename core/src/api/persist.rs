@@ -98,8 +98,9 @@ impl<W> Api<W> {
     }
 
     /// Stores a message loaded from disk at start, under its stored id and
-    /// receive time; call it in id order. Today's limits apply: what they
-    /// evict is in the trash ([`Trash::removals`]). Every id assigned
+    /// receive time; call it in id order. Today's limits apply, to this
+    /// message too when it alone is over the byte limit: what they evict is
+    /// in the trash ([`Trash::removals`]). Every id assigned
     /// afterwards sorts after this one, even when the clock is behind it.
     ///
     /// The host builds the message with [`Email::new`] (parsing it), which
@@ -112,6 +113,10 @@ impl<W> Api<W> {
         self.ids.resume_after(id);
         self.last_received_ms = self.last_received_ms.max(email.received_at_ms);
         self.insert_email(email);
+        // Unlike a delivery, a restored message goes when it alone is over today's limit.
+        if let Some(newest) = self.store.evict_newest_over_limit() {
+            self.forget(vec![newest], Reason::Evicted);
+        }
         Ok(())
     }
 
@@ -258,6 +263,43 @@ mod tests {
         let next = api.deliver(prepared("new"), 1_000, [0; 10]).id;
         assert!(next > stored[4]);
         assert!(api.store().get(next).unwrap().received_at_ms >= 5_000_004);
+    }
+
+    #[test]
+    fn a_restored_message_alone_over_todays_byte_limit_is_evicted() {
+        let mut old = api(10);
+        let small = old.deliver(prepared("small"), 5_000_000, [9; 10]).id;
+        let big = old
+            .deliver(prepared(&"x".repeat(4000)), 5_000_001, [9; 10])
+            .id;
+        // Started again with a byte limit the big message alone is over.
+        let mut api: TestApi = Api::new(ApiConfig {
+            store: StoreLimits {
+                max_messages: 10,
+                max_bytes: 2000,
+            },
+            ..ApiConfig::default()
+        });
+        api.restore(Email::new(small, 5_000_000, prepared("small")))
+            .unwrap();
+        api.restore(Email::new(big, 5_000_001, prepared(&"x".repeat(4000))))
+            .unwrap();
+        assert_eq!(
+            api.take_trash().removals(),
+            [Removal::One(small), Removal::One(big)],
+            "at load even the newest message goes when it alone is over the limit"
+        );
+        assert_eq!(api.store().len(), 0);
+        assert_eq!(api.store().bytes(), 0);
+        assert_eq!(api.store().evicted(), 2);
+        // Ids still resume after it, and a delivery now is kept as always.
+        let next = api.deliver(prepared(&"y".repeat(4000)), 1_000, [0; 10]).id;
+        assert!(next > big);
+        assert_eq!(
+            api.store().len(),
+            1,
+            "a message just received is never evicted"
+        );
     }
 
     #[test]
