@@ -34,15 +34,28 @@ impl Reply {
 
     /// Appends the reply as it goes on the wire (`NNN-text\r\n` ... `NNN text\r\n`).
     pub fn write_to(&self, out: &mut Vec<u8>) {
-        // Written in place: no string is formatted per line.
-        let code = self.code.to_string();
+        // Written in place: no string is formatted or allocated per reply.
+        let digits;
+        let formatted;
+        let code: &[u8] = if (100..=999).contains(&self.code) {
+            let c = self.code;
+            digits = [
+                b'0' + (c / 100) as u8,
+                b'0' + (c / 10 % 10) as u8,
+                b'0' + (c % 10) as u8,
+            ];
+            &digits
+        } else {
+            formatted = self.code.to_string();
+            formatted.as_bytes()
+        };
         let last = self.lines.len().saturating_sub(1);
         if self.lines.is_empty() {
-            out.extend_from_slice(code.as_bytes());
+            out.extend_from_slice(code);
             out.extend_from_slice(b" \r\n");
         }
         for (i, line) in self.lines.iter().enumerate() {
-            out.extend_from_slice(code.as_bytes());
+            out.extend_from_slice(code);
             out.push(if i == last { b' ' } else { b'-' });
             out.extend_from_slice(line.as_bytes());
             out.extend_from_slice(b"\r\n");
@@ -113,5 +126,9 @@ mod tests {
             lines: Vec::new(),
         };
         assert_eq!(none.to_bytes(), b"421 \r\n");
+        // Codes outside three digits (no SMTP reply has one) are still written whole.
+        assert_eq!(Reply::new(42, "x").to_bytes(), b"42 x\r\n");
+        assert_eq!(Reply::new(1000, "x").to_bytes(), b"1000 x\r\n");
+        assert_eq!(Reply::new(100, "x").to_bytes(), b"100 x\r\n");
     }
 }
