@@ -75,21 +75,26 @@ const SHUTDOWN_BODY = JSON.stringify({ error: "the server is shutting down" });
  */
 function expandOutputs(text) {
   const outputs = [];
-  let lines = [];
-  let replyStart = 0;
-  for (let at = 0; at < text.length; ) {
+  const length = text.length;
+  for (let at = 0; at < length; ) {
     const end = text.indexOf("\r\n", at);
     if (end < 0) break;
     const first = text.charCodeAt(at);
     if (first >= 48 && first <= 57) {
-      if (lines.length === 0) replyStart = at;
-      lines.push(text.slice(at + 4, end));
       // "NNN-" goes on; "NNN " is the reply's last line.
-      if (text.charCodeAt(at + 3) !== 45) {
-        const code = Number(text.slice(at, at + 3));
-        outputs.push({ type: "reply", code, text: lines.join("\n"), lines, wire: text.slice(replyStart, end + 2) });
-        lines = [];
+      const code = (first - 48) * 100 + (text.charCodeAt(at + 1) - 48) * 10 + (text.charCodeAt(at + 2) - 48);
+      const start = at;
+      const lines = [text.slice(at + 4, end)];
+      let last = end;
+      while (text.charCodeAt(at + 3) === 45) {
+        at = last + 2;
+        last = text.indexOf("\r\n", at);
+        if (last < 0) return outputs;
+        lines.push(text.slice(at + 4, last));
       }
+      const wire = start === 0 && last + 2 === length ? text : text.slice(start, last + 2);
+      outputs.push({ type: "reply", code, text: lines.length === 1 ? lines[0] : lines.join("\n"), lines, wire });
+      at = last + 2;
     } else {
       const space = text.indexOf(" ", at);
       const word = space < 0 || space > end ? text.slice(at, end) : text.slice(at, space);
@@ -98,8 +103,8 @@ function expandOutputs(text) {
         const [id, stage, action] = JSON.parse(text.slice(space + 1, end));
         outputs.push({ type: "fault", id, stage, action });
       } else outputs.push({ type: word });
+      at = end + 2;
     }
-    at = end + 2;
   }
   return outputs;
 }
@@ -304,7 +309,10 @@ export class MailServer extends MailjarMethods {
     // The clock first: the bytes live in the shared scratch buffer until the call.
     const now = this.#now();
     const outputs = expandOutputs(session.receiveInto(passBytes(data, "data"), this.#api, now));
-    this.#delivered();
+    if (outputs.at(-1)?.type === "woken") {
+      outputs.pop();
+      this.#delivered();
+    } else this.#wakeStreams();
     return outputs;
   }
 
@@ -469,6 +477,8 @@ export class MailServer extends MailjarMethods {
 
   /** Wakes the idle event streams when the event log moved. */
   #wakeStreams() {
+    // None idle, none to wake: a stream that goes idle later reads the head itself.
+    if (this.#idleStreams.size === 0) return;
     const head = this.#api.eventHead;
     if (head === this.#eventHead) return;
     this.#eventHead = head;

@@ -796,7 +796,8 @@ impl Session {
     /// line), a stored message as `stored <id>`, a fault as `fault` and the
     /// JSON of `[id, stage, action]`, and `starttls` and `close` as those
     /// words. The answers to the parked waits it woke are kept for
-    /// `api.takeWoken()`.
+    /// `api.takeWoken()`, and then the text ends with `woken` (without it,
+    /// there is nothing to take).
     #[wasm_bindgen(js_name = receiveInto)]
     pub fn receive_into(
         &mut self,
@@ -826,6 +827,9 @@ impl Session {
                 _ => None,
             };
             write_wire_output(output, stored, &mut wire);
+        }
+        if !api.woken.is_empty() {
+            wire.extend_from_slice(b"woken\r\n");
         }
         // Reply text, ids and JSON are UTF-8: taken as it is, not scanned and copied.
         Ok(String::from_utf8(wire)

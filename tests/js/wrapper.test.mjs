@@ -227,6 +227,44 @@ describe("MailServer", () => {
     // Nothing keeps the process alive for the remaining 60 s: node --test would hang otherwise.
   });
 
+  test("a message sent through connect() answers a parked wait and wakes an idle event stream", { timeout: 10_000 }, async () => {
+    const server = createMailServer();
+    const waiting = server.request("GET", "/api/emails/wait?subject=code&timeoutMs=60000");
+    const stream = server.events({ to: "u@local.test" });
+    const next = stream.next();
+    // The stream reads what there is, finds nothing and goes idle.
+    await new Promise(setImmediate);
+    const connection = server.connect();
+    connection.send("EHLO client.test\r\nMAIL FROM:<a@app.test>\r\nRCPT TO:<u@local.test>\r\nDATA\r\n");
+    const replies = connection.send(`${message}.\r\n`);
+    assert.deepEqual(
+      replies.map((r) => r.code),
+      [250],
+      "only replies: the bindings' mark that waits were woken is not one",
+    );
+    const answered = await waiting;
+    assert.equal(answered.status, 200);
+    assert.equal(answered.json.email.id, replies[0].messageId);
+    assert.equal(server.pendingWaits, 0);
+    const { value } = await next;
+    assert.deepEqual([value.event, value.id], ["stored", replies[0].messageId]);
+    await stream.return();
+
+    // The bindings end their text with `woken` when, and only when, a delivery woke a wait.
+    const api = new bindings.Api();
+    const session = new bindings.Session();
+    session.open();
+    const send = (text) => session.receiveInto(text, api, 2_000_000_000_000);
+    send("EHLO client.test\r\nMAIL FROM:<a@app.test>\r\nRCPT TO:<u@local.test>\r\nDATA\r\n");
+    assert.doesNotMatch(send(`${message}.\r\n`), /woken/);
+    assert.equal(api.takeWoken(), undefined);
+    assert.equal(api.handle({ method: "GET", path: "/api/emails/wait", query: "subject=later&timeoutMs=60000" }, 2_000_000_000_000).kind, "wait");
+    send("MAIL FROM:<a@app.test>\r\nRCPT TO:<u@local.test>\r\nDATA\r\n");
+    const text = send(`Subject: later\r\n\r\nx\r\n.\r\n`);
+    assert.match(text, /\r\nwoken\r\n$/);
+    assert.equal(api.takeWoken().length, 1);
+  });
+
   test("fake time: injected timers decide when a wait times out", async () => {
     const clock = new FakeClock(1_000_000);
     const server = createMailServer({ now: clock.now, setTimeout: clock.setTimeout, clearTimeout: clock.clearTimeout });
