@@ -368,6 +368,14 @@ fn required_string(object: &JsValue, key: &str, what: &str) -> Result<String, Js
         .ok_or_else(|| type_error(format!("{what}.{key} is required (a string)")))
 }
 
+/// A number as JavaScript writes it (`String(n)`): `1.5`, `NaN`, `Infinity`.
+/// Rust's float formatting would cost the wasm about 14 KB for error texts alone.
+fn number_text(n: f64) -> String {
+    js_sys::Number::from(n)
+        .to_string_with_radix(10)
+        .map_or_else(|_| String::new(), String::from)
+}
+
 /// A whole number in `min..=max`.
 fn integer(value: &JsValue, name: &str, min: u64, max: u64) -> Result<u64, JsValue> {
     let Some(n) = value.as_f64() else {
@@ -375,7 +383,8 @@ fn integer(value: &JsValue, name: &str, min: u64, max: u64) -> Result<u64, JsVal
     };
     if !n.is_finite() || n.fract() != 0.0 || n < min as f64 || n > max as f64 {
         return Err(range_error(format!(
-            "{name} must be an integer from {min} to {max}, not {n}"
+            "{name} must be an integer from {min} to {max}, not {}",
+            number_text(n)
         )));
     }
     Ok(n as u64)
@@ -404,7 +413,8 @@ const MAX_TIME_MS: f64 = 253_402_300_799_999.0;
 fn time_ms(now_ms: f64, name: &str) -> Result<u64, JsValue> {
     if !now_ms.is_finite() || !(0.0..=MAX_TIME_MS).contains(&now_ms) {
         return Err(range_error(format!(
-            "{name} must be a time in milliseconds since the Unix epoch, from 0 to {MAX_TIME_MS} (the end of the year 9999), not {now_ms}"
+            "{name} must be a time in milliseconds since the Unix epoch, from 0 to 253402300799999 (the end of the year 9999), not {}",
+            number_text(now_ms)
         )));
     }
     Ok(now_ms.floor() as u64)
