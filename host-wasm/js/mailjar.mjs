@@ -217,6 +217,9 @@ export class MailServer extends MailjarMethods {
   #clearTimeout;
   /** Event streams waiting for the event log to move. */
   #idleStreams = new Set();
+  /** The bindings' wasm memory, and a view of it (renewed when the memory grows). */
+  #memory;
+  #memoryView = new Uint8Array(0);
   #eventHead = 0;
   #closed = false;
 
@@ -244,6 +247,7 @@ export class MailServer extends MailjarMethods {
       if ((fromApi ?? fromSmtp) !== undefined) shared[key] = fromApi ?? fromSmtp;
     }
     this.#bindings = bindings;
+    this.#memory = bindings.wasmMemory();
     this.#api = new bindings.Api({ ...api, ...shared });
     this.#smtp = { hostname: api.domain ?? "local.test", ...smtp, ...shared };
     // Validates the SMTP config now rather than at the first connect().
@@ -306,14 +310,33 @@ export class MailServer extends MailjarMethods {
    */
   [receive](session, data) {
     if (this.#closed) return session.receive(passBytes(data, "data"));
-    // The clock first: the bytes live in the shared scratch buffer until the call.
+    // The clock first: no JavaScript runs between writing the input and reading it.
     const now = this.#now();
-    const outputs = expandOutputs(session.receiveInto(passBytes(data, "data"), this.#api, now));
+    const length = this.#writeInput(session, data);
+    const outputs = expandOutputs(session.receiveInput(length, this.#api, now));
     if (outputs.at(-1)?.type === "woken") {
       outputs.pop();
       this.#delivered();
     } else this.#wakeStreams();
     return outputs;
+  }
+
+  /**
+   * Writes `data` (a string as UTF-8) where the session reads its next
+   * input, in the wasm memory itself: one copy, none through a buffer of
+   * our own. Returns the number of bytes written.
+   */
+  #writeInput(session, data) {
+    const bytes = typeof data === "string" ? undefined : toBytes(data, "data");
+    // UTF-8 takes at most 3 bytes per UTF-16 code unit.
+    const room = bytes === undefined ? data.length * 3 : bytes.length;
+    const at = session.inputBuffer(room);
+    // Room may have grown the memory, which replaces its buffer.
+    if (this.#memoryView.buffer !== this.#memory.buffer) this.#memoryView = new Uint8Array(this.#memory.buffer);
+    const target = this.#memoryView.subarray(at, at + room);
+    if (bytes === undefined) return encoder.encodeInto(data, target).written;
+    target.set(bytes);
+    return room;
   }
 
   /** Answers the waits the last deliveries woke, and wakes the event streams. */

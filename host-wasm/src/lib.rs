@@ -738,6 +738,8 @@ fn outputs_of(outputs: &[Output]) -> Array {
 #[wasm_bindgen]
 pub struct Session {
     inner: smtp::Session,
+    /// Where JavaScript writes the bytes of the next `receiveInput` (`inputBuffer`).
+    input: Vec<u8>,
 }
 
 #[wasm_bindgen]
@@ -777,7 +779,10 @@ impl Session {
         let mut word = [0u8; 8];
         word.copy_from_slice(&seed[..8]);
         inner.set_entropy(u64::from_le_bytes(word));
-        Ok(Session { inner })
+        Ok(Session {
+            inner,
+            input: Vec::new(),
+        })
     }
 
     /// The 220 greeting to write as soon as the client connects.
@@ -816,7 +821,52 @@ impl Session {
         #[wasm_bindgen(js_name = nowMs)] now_ms: f64,
     ) -> Result<String, JsValue> {
         let bytes = input_bytes(bytes, "receiveInto(bytes): bytes")?;
-        let mut outputs = self.inner.receive(&bytes);
+        self.receive_and_store(&bytes, api, now_ms)
+    }
+
+    /// Room for `len` bytes of client input in this module's memory (see
+    /// `wasmMemory()`), for `receiveInput`: the offset to write them at.
+    /// JavaScript writes them there itself (`TextEncoder.encodeInto` puts a
+    /// string's UTF-8 straight in), which spares the copy `receiveInto`
+    /// makes. Valid until the next call on this session.
+    #[wasm_bindgen(js_name = inputBuffer)]
+    pub fn input_buffer(&mut self, len: usize) -> usize {
+        self.input.clear();
+        self.input.resize(len, 0);
+        self.input.as_mut_ptr() as usize
+    }
+
+    /// `receiveInto` of the first `len` bytes written at `inputBuffer()`'s offset.
+    #[wasm_bindgen(js_name = receiveInput)]
+    pub fn receive_input(
+        &mut self,
+        len: usize,
+        api: &mut Api,
+        #[wasm_bindgen(js_name = nowMs)] now_ms: f64,
+    ) -> Result<String, JsValue> {
+        let mut input = std::mem::take(&mut self.input);
+        let result = self.receive_and_store(&input[..len.min(input.len())], api, now_ms);
+        // A session keeps room for a usual chunk, not for the largest it was fed.
+        if input.capacity() <= KEPT_INPUT_BYTES {
+            input.clear();
+            self.input = input;
+        }
+        result
+    }
+}
+
+/// The most input room a session keeps between calls (see `Session.inputBuffer`).
+const KEPT_INPUT_BYTES: usize = 64 * 1024;
+
+impl Session {
+    /// Feeds `bytes` to the session and stores the messages it completes; the outputs in wire form.
+    fn receive_and_store(
+        &mut self,
+        bytes: &[u8],
+        api: &mut Api,
+        now_ms: f64,
+    ) -> Result<String, JsValue> {
+        let mut outputs = self.inner.receive(bytes);
         // Time is checked only when there is a message to store.
         let now = if outputs.iter().any(|o| matches!(o, Output::Message(_))) {
             Some(time_ms(now_ms, "nowMs")?)
@@ -845,7 +895,10 @@ impl Session {
         Ok(String::from_utf8(wire)
             .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()))
     }
+}
 
+#[wasm_bindgen]
+impl Session {
     /// The 421 to write when the client was idle too long; the session is closed after it.
     #[wasm_bindgen(unchecked_return_type = "ReplyOutput")]
     pub fn timeout(&mut self) -> JsValue {
@@ -1367,6 +1420,12 @@ impl Api {
         self.replays.remove(&id);
         self.inner.unsubscribe(id)
     }
+}
+
+/// This module's `WebAssembly.Memory`, where `Session.inputBuffer` gives room.
+#[wasm_bindgen(js_name = wasmMemory)]
+pub fn wasm_memory() -> JsValue {
+    wasm_bindgen::memory()
 }
 
 /// The version of mailjar-wasm.

@@ -148,6 +148,29 @@ describe("MailServer", () => {
     assert.deepEqual(c.messageIds, [accepted.messageId]);
   });
 
+  test("connect() stores exactly the bytes sent, as strings or bytes, small or large, in any chunks", async () => {
+    const server = createMailServer({ smtp: { maxMessageBytes: 4 * 1024 * 1024 } });
+    const connection = server.connect();
+    const stored = async (id) => new Uint8Array(await server.raw(id));
+    connection.send("EHLO client.test\r\n");
+    const envelope = "MAIL FROM:<a@app.test>\r\nRCPT TO:<u@local.test>\r\nDATA\r\n";
+    // Multi-byte UTF-8 (2, 3 and 4 bytes) and a line long enough to need more than the kept input room.
+    const big = `Subject: gro\u00dfe \u20ac \u{1f600}\r\n\r\n${"\u00e9\u20ac\u{1f600} ".repeat(40_000)}\r\nend\r\n`;
+    const sends = [
+      [envelope, big, ".\r\n"],
+      [Buffer.from(envelope), Buffer.from(`${big}.\r\n`)],
+      [envelope, "Subject: small\r\n\r\nx\r\n.\r\n"],
+      [new TextEncoder().encode(envelope), new TextEncoder().encode("Subject: bytes\r\n\r\n\u00e9\r\n.\r\n")],
+    ];
+    const expected = [big, big, "Subject: small\r\n\r\nx\r\n", "Subject: bytes\r\n\r\n\u00e9\r\n"];
+    for (const [i, chunks] of sends.entries()) {
+      const replies = chunks.flatMap((chunk) => connection.send(chunk));
+      const accepted = replies.at(-1);
+      assert.equal(accepted.code, 250, accepted.wire);
+      assert.deepEqual(await stored(accepted.messageId), new TextEncoder().encode(expected[i]), `message ${i}`);
+    }
+  });
+
   test("connect() gives the replies and faults the bindings' Session.receive gives", async () => {
     // connect() stores through Session.receiveInto, whose short outputs the
     // wrapper expands: they must read as receive()'s, chunk by chunk.
