@@ -811,8 +811,8 @@ impl Session {
     /// line), a stored message as `stored <id>`, a fault as `fault` and the
     /// JSON of `[id, stage, action]`, and `starttls` and `close` as those
     /// words. The answers to the parked waits it woke are kept for
-    /// `api.takeWoken()`, and then the text ends with `woken` (without it,
-    /// there is nothing to take).
+    /// `api.takeWoken()`; the text ends with `woken` when answers wait
+    /// there (these or earlier ones), and without it there is nothing to take.
     #[wasm_bindgen(js_name = receiveInto)]
     pub fn receive_into(
         &mut self,
