@@ -182,18 +182,15 @@ impl Store {
         (email, evicted)
     }
 
-    /// Evicts the newest message when it alone is over the byte limit, which
-    /// [`Store::push`] never does (a message just received stays); returns
-    /// it. For a message loaded at start under a lower limit than it was
-    /// stored with: kept, it would hold memory past `--max-store-bytes` for good.
-    pub fn evict_newest_over_limit(&mut self) -> Option<Arc<Email>> {
-        if self.bytes <= self.limits.max_bytes {
-            return None;
-        }
-        let newest = self.emails.pop_back()?;
-        self.bytes -= newest.footprint();
+    /// Whether `email` alone is within the byte limit.
+    pub fn fits_alone(&self, email: &Email) -> bool {
+        email.footprint() <= self.limits.max_bytes
+    }
+
+    /// Counts a message that was never stored as evicted: one loaded at start
+    /// that alone is over today's byte limit (see [`Store::fits_alone`]).
+    pub fn count_evicted_unstored(&mut self) {
         self.evicted += 1;
-        Some(newest)
     }
 
     /// How many messages are stored.

@@ -112,11 +112,15 @@ impl<W> Api<W> {
         }
         self.ids.resume_after(id);
         self.last_received_ms = self.last_received_ms.max(email.received_at_ms);
-        self.insert_email(email);
-        // Unlike a delivery, a restored message goes when it alone is over today's limit.
-        if let Some(newest) = self.store.evict_newest_over_limit() {
-            self.forget(vec![newest], Reason::Evicted);
+        // Unlike a delivery, a restored message alone over today's byte
+        // limit is not kept (it would hold memory past the bound for good),
+        // and it does not push out the older ones that fit.
+        if !self.store.fits_alone(&email) {
+            self.store.count_evicted_unstored();
+            self.forget(vec![Arc::new(email)], Reason::Evicted);
+            return Ok(());
         }
+        self.insert_email(email);
         Ok(())
     }
 
@@ -286,12 +290,13 @@ mod tests {
             .unwrap();
         assert_eq!(
             api.take_trash().removals(),
-            [Removal::One(small), Removal::One(big)],
-            "at load even the newest message goes when it alone is over the limit"
+            [Removal::One(big)],
+            "at load even the newest message goes when it alone is over the limit, and alone"
         );
-        assert_eq!(api.store().len(), 0);
-        assert_eq!(api.store().bytes(), 0);
-        assert_eq!(api.store().evicted(), 2);
+        let kept: Vec<_> = api.store().snapshot().iter().map(|e| e.id).collect();
+        assert_eq!(kept, [small], "what fits stays");
+        assert!(api.store().bytes() <= 2000);
+        assert_eq!(api.store().evicted(), 1);
         // Ids still resume after it, and a delivery now is kept as always.
         let next = api.deliver(prepared(&"y".repeat(4000)), 1_000, [0; 10]).id;
         assert!(next > big);
