@@ -3,6 +3,7 @@
 // (Node 20+ and browsers have it).
 
 import { MailjarError, MailjarMethods, filterQuery } from "./methods.mjs";
+import { abortWith } from "./signals.mjs";
 
 /** A fetch that failed before any answer: a MailjarError of status 0 with the network error as `cause`. */
 function unreachable(url, error) {
@@ -118,8 +119,7 @@ export class MailjarClient extends MailjarMethods {
     const stalled = () => Object.assign(new MailjarError(408, `no answer from ${this.url} within ${limitMs} ms`), { unanswered: true });
     // Timers take at most 2^31 - 1 ms (a longer one fires at once).
     const timer = setTimeout(() => controller.abort(stalled()), Math.min(limitMs, 2 ** 31 - 1));
-    const abort = () => controller.abort(signal.reason);
-    signal?.addEventListener("abort", abort, { once: true });
+    const unfollow = abortWith(controller, signal);
     try {
       const response = await this.#fetch(url, { ...init, signal: controller.signal });
       const bytes = new Uint8Array(await response.arrayBuffer());
@@ -129,7 +129,7 @@ export class MailjarClient extends MailjarMethods {
       throw unreachable(this.url, error);
     } finally {
       clearTimeout(timer);
-      signal?.removeEventListener("abort", abort);
+      unfollow();
     }
   }
 
@@ -200,9 +200,8 @@ export class MailjarClient extends MailjarMethods {
     const fetchFn = this.#fetch;
     return (async function* stream() {
       const controller = new AbortController();
-      const abort = () => controller.abort(signal.reason);
       signal?.throwIfAborted();
-      signal?.addEventListener("abort", abort, { once: true });
+      const unfollow = abortWith(controller, signal);
       try {
         const headers = { accept: "text/event-stream" };
         if (lastEventId !== undefined) headers["last-event-id"] = String(lastEventId);
@@ -226,7 +225,7 @@ export class MailjarClient extends MailjarMethods {
         if (controller.signal.aborted && error?.name === "AbortError") return;
         throw error;
       } finally {
-        signal?.removeEventListener("abort", abort);
+        unfollow();
         controller.abort();
       }
     })();

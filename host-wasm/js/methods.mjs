@@ -3,6 +3,8 @@
 // (resolving to `{status, json, bytes}`) and `events(filter, options)`; every
 // method here is written once on top of those two.
 
+import { abortWith } from "./signals.mjs";
+
 /** The longest wait the API holds one request (SPEC.md); longer waits are several requests. */
 const MAX_WAIT_MS = 60_000;
 /** How long `waitFor` waits when no `timeoutMs` is given (the API's own default). */
@@ -283,19 +285,11 @@ export class Inbox {
     if (inbox === undefined) return { signal: undefined, release: none };
     if (own == null) return { signal: inbox, release: none };
     if (typeof AbortSignal.any === "function") return { signal: AbortSignal.any([own, inbox]), release: none };
-    // Runtimes without AbortSignal.any (Node before 20.3, older browsers).
+    // Runtimes without AbortSignal.any (Node before 20.3, older browsers):
+    // the first to abort gives its reason (the call's own when both have).
     const either = new AbortController();
-    const first = [own, inbox].find((s) => s.aborted);
-    if (first) {
-      either.abort(first.reason);
-      return { signal: either.signal, release: none };
-    }
-    const links = [own, inbox].map((source) => {
-      const abort = () => either.abort(source.reason);
-      source.addEventListener("abort", abort, { once: true });
-      return () => source.removeEventListener("abort", abort);
-    });
-    return { signal: either.signal, release: () => links.forEach((unlink) => unlink()) };
+    const links = [own, inbox].map((source) => abortWith(either, source));
+    return { signal: either.signal, release: () => links.forEach((unfollow) => unfollow()) };
   }
 
   /** This inbox's messages matching `filter`, in receive order. */

@@ -275,6 +275,32 @@ for (const [name, make] of Object.entries(hosts)) {
       controller.abort();
       assert.equal((await stream.next()).done, true);
     });
+
+    test("a long-lived signal keeps no listener from calls and streams that are over", async () => {
+      const controller = new AbortController();
+      const { signal } = controller;
+      const counted = { n: 0 };
+      const add = signal.addEventListener.bind(signal);
+      const remove = signal.removeEventListener.bind(signal);
+      signal.addEventListener = (...args) => {
+        counted.n += 1;
+        add(...args);
+      };
+      signal.removeEventListener = (...args) => {
+        counted.n -= 1;
+        remove(...args);
+      };
+      const inbox = mail.createInbox();
+      for (let i = 0; i < 3; i += 1) assert.deepEqual(await mail.list({ to: inbox.address }, { signal }), []);
+      await transport.sendMail({ from: "app@example.test", to: inbox.address, subject: "kept" });
+      assert.equal((await mail.waitFor({ to: inbox.address }, { signal })).subject, "kept");
+      const stream = mail.events({ to: inbox.address }, { signal });
+      const next = stream.next();
+      await transport.sendMail({ from: "app@example.test", to: inbox.address, subject: "streamed" });
+      assert.equal((await next).value.data.subject, "streamed");
+      await stream.return();
+      assert.equal(counted.n, 0, "every listener added on the signal was removed");
+    });
   });
 }
 
