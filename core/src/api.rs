@@ -237,6 +237,8 @@ pub struct Api<W = ()> {
     faults: crate::faults::FaultRules,
     /// `--max-age` in milliseconds: older messages are evicted (see [`Api::set_max_age`]).
     max_age_ms: Option<u64>,
+    /// The last message [`Api::restore`] was given, stored or not: restores go in id order.
+    last_restored: Option<MessageId>,
     /// What `/health` reports as `storage` (see [`Api::set_storage_report`]).
     storage: Option<persist::StorageReport>,
 }
@@ -292,6 +294,7 @@ impl<W> Api<W> {
             live: None,
             trash: Trash::default(),
             max_age_ms: None,
+            last_restored: None,
             storage: None,
         }
     }

@@ -182,15 +182,18 @@ impl Store {
         (email, evicted)
     }
 
-    /// Whether `email` alone is within the byte limit.
-    pub fn fits_alone(&self, email: &Email) -> bool {
-        email.footprint() <= self.limits.max_bytes
-    }
-
-    /// Counts a message that was never stored as evicted: one loaded at start
-    /// that alone is over today's byte limit (see [`Store::fits_alone`]).
-    pub fn count_evicted_unstored(&mut self) {
+    /// Refuses a message loaded at start whose raw bytes alone are over
+    /// the byte limit (it was stored under a higher one): no delivery could
+    /// be accepted so large today (`--max-message-bytes` is at most the
+    /// byte limit), and kept, it would hold memory past the bound for good.
+    /// A refused message counts as evicted; true when refused. One within
+    /// the limit is kept as a delivery would be, alone if need be.
+    pub fn refuse_restored(&mut self, email: &Email) -> bool {
+        if email.raw().len() <= self.limits.max_bytes {
+            return false;
+        }
         self.evicted += 1;
+        true
     }
 
     /// How many messages are stored.

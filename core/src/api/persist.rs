@@ -99,24 +99,25 @@ impl<W> Api<W> {
 
     /// Stores a message loaded from disk at start, under its stored id and
     /// receive time; call it in id order. Today's limits apply, to this
-    /// message too when it alone is over the byte limit: what they evict is
-    /// in the trash ([`Trash::removals`]). Every id assigned
+    /// message too when its raw bytes alone are over the byte limit
+    /// ([`crate::store::Store::refuse_restored`]): what they evict is in the trash
+    /// ([`Trash::removals`]). Every id assigned
     /// afterwards sorts after this one, even when the clock is behind it.
     ///
     /// The host builds the message with [`Email::new`] (parsing it), which
     /// it may do on several threads.
     pub fn restore(&mut self, email: Email) -> Result<(), OutOfOrder> {
         let id = email.id;
-        if self.store.newest().is_some_and(|newest| newest >= id) {
+        let last = self.last_restored.max(self.store.newest());
+        if last.is_some_and(|last| last >= id) {
             return Err(OutOfOrder { id });
         }
+        self.last_restored = Some(id);
         self.ids.resume_after(id);
         self.last_received_ms = self.last_received_ms.max(email.received_at_ms);
-        // Unlike a delivery, a restored message alone over today's byte
-        // limit is not kept (it would hold memory past the bound for good),
-        // and it does not push out the older ones that fit.
-        if !self.store.fits_alone(&email) {
-            self.store.count_evicted_unstored();
+        // Raw bytes over today's byte limit: not kept, and it does not push
+        // out the older messages that fit.
+        if self.store.refuse_restored(&email) {
             self.forget(vec![Arc::new(email)], Reason::Evicted);
             return Ok(());
         }
@@ -304,6 +305,68 @@ mod tests {
             api.store().len(),
             1,
             "a message just received is never evicted"
+        );
+    }
+
+    #[test]
+    fn restored_under_the_same_limits_a_message_is_kept_as_it_was_at_delivery() {
+        // Its raw bytes fit the byte limit, what the store keeps beside them
+        // does not: a delivery keeps it (alone), and so must a restart.
+        let limits = StoreLimits {
+            max_messages: 10,
+            max_bytes: 2000,
+        };
+        let config = || ApiConfig {
+            store: limits,
+            ..ApiConfig::default()
+        };
+        let mut running: TestApi = Api::new(config());
+        let body = "x".repeat(1800);
+        let id = running.deliver(prepared(&body), 5_000_000, [9; 10]).id;
+        let email = running.store().get(id).unwrap();
+        assert!(email.raw().len() <= 2000 && email.footprint() > 2000);
+        assert_eq!(running.store().len(), 1);
+        let mut restarted: TestApi = Api::new(config());
+        restarted
+            .restore(Email::new(id, 5_000_000, prepared(&body)))
+            .unwrap();
+        assert_eq!(
+            restarted.store().len(),
+            1,
+            "an acknowledged message is not lost"
+        );
+        assert!(restarted.take_trash().removals().is_empty());
+    }
+
+    #[test]
+    fn restores_out_of_order_are_refused_even_after_a_dropped_message() {
+        let mut old = api(10);
+        let ids: Vec<_> = (0..3)
+            .map(|i| {
+                old.deliver(
+                    prepared(&"x".repeat(100 + 4000 * i)),
+                    5_000_000 + i as u64,
+                    [9; 10],
+                )
+                .id
+            })
+            .collect();
+        let mut api: TestApi = Api::new(ApiConfig {
+            store: StoreLimits {
+                max_messages: 10,
+                max_bytes: 2000,
+            },
+            ..ApiConfig::default()
+        });
+        api.restore(Email::new(ids[0], 5_000_000, prepared("a")))
+            .unwrap();
+        // Over the limit alone: dropped at load.
+        api.restore(Email::new(ids[2], 5_000_002, prepared(&"x".repeat(8100))))
+            .unwrap();
+        assert_eq!(api.store().len(), 1);
+        assert_eq!(
+            api.restore(Email::new(ids[1], 5_000_001, prepared("b"))),
+            Err(OutOfOrder { id: ids[1] })
         );
     }
 
