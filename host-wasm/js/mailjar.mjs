@@ -327,16 +327,25 @@ export class MailServer extends MailjarMethods {
    * our own. Returns the number of bytes written.
    */
   #writeInput(session, data) {
-    const bytes = typeof data === "string" ? undefined : toBytes(data, "data");
-    // UTF-8 takes at most 3 bytes per UTF-16 code unit.
-    const room = bytes === undefined ? data.length * 3 : bytes.length;
-    const at = session.inputBuffer(room);
+    if (typeof data !== "string") {
+      let bytes = toBytes(data, "data");
+      // Bytes in this very memory would be detached if making room grew it.
+      if (bytes.buffer === this.#memory.buffer) bytes = bytes.slice();
+      this.#inputRoom(session, bytes.length).set(bytes);
+      return bytes.length;
+    }
+    // Room for ASCII first (mail mostly is), else for 3 bytes a UTF-16 code unit, the most UTF-8 takes.
+    const ascii = encoder.encodeInto(data, this.#inputRoom(session, data.length));
+    if (ascii.read === data.length) return ascii.written;
+    return encoder.encodeInto(data, this.#inputRoom(session, data.length * 3)).written;
+  }
+
+  /** `length` bytes of room in the session's input, as a view of the wasm memory. */
+  #inputRoom(session, length) {
+    const at = session.inputBuffer(length);
     // Room may have grown the memory, which replaces its buffer.
     if (this.#memoryView.buffer !== this.#memory.buffer) this.#memoryView = new Uint8Array(this.#memory.buffer);
-    const target = this.#memoryView.subarray(at, at + room);
-    if (bytes === undefined) return encoder.encodeInto(data, target).written;
-    target.set(bytes);
-    return room;
+    return this.#memoryView.subarray(at, at + length);
   }
 
   /** Answers the waits the last deliveries woke, and wakes the event streams. */

@@ -381,6 +381,11 @@ fn integer(value: &JsValue, name: &str, min: u64, max: u64) -> Result<u64, JsVal
     let Some(n) = value.as_f64() else {
         return Err(type_error(format!("{name} must be a number")));
     };
+    whole_number(n, name, min, max)
+}
+
+/// `n` as a whole number in `min..=max`.
+fn whole_number(n: f64, name: &str, min: u64, max: u64) -> Result<u64, JsValue> {
     if !n.is_finite() || n.fract() != 0.0 || n < min as f64 || n > max as f64 {
         return Err(range_error(format!(
             "{name} must be an integer from {min} to {max}, not {}",
@@ -413,7 +418,8 @@ const MAX_TIME_MS: f64 = 253_402_300_799_999.0;
 fn time_ms(now_ms: f64, name: &str) -> Result<u64, JsValue> {
     if !now_ms.is_finite() || !(0.0..=MAX_TIME_MS).contains(&now_ms) {
         return Err(range_error(format!(
-            "{name} must be a time in milliseconds since the Unix epoch, from 0 to 253402300799999 (the end of the year 9999), not {}",
+            "{name} must be a time in milliseconds since the Unix epoch, from 0 to {} (the end of the year 9999), not {}",
+            MAX_TIME_MS as u64,
             number_text(now_ms)
         )));
     }
@@ -830,10 +836,17 @@ impl Session {
     /// string's UTF-8 straight in), which spares the copy `receiveInto`
     /// makes. Valid until the next call on this session.
     #[wasm_bindgen(js_name = inputBuffer)]
-    pub fn input_buffer(&mut self, len: usize) -> usize {
+    pub fn input_buffer(&mut self, len: f64) -> Result<usize, JsValue> {
+        let name = "inputBuffer(len)";
+        let len = whole_number(len, name, 0, u64::from(u32::MAX))?;
+        let len = usize::try_from(len)
+            .map_err(|_| range_error(format!("{name}: {len} bytes do not fit in wasm32")))?;
         self.input.clear();
+        self.input
+            .try_reserve_exact(len)
+            .map_err(|_| range_error(format!("{name}: no room for {len} bytes")))?;
         self.input.resize(len, 0);
-        self.input.as_mut_ptr() as usize
+        Ok(self.input.as_mut_ptr() as usize)
     }
 
     /// `receiveInto` of the first `len` bytes written at `inputBuffer()`'s offset.

@@ -43,6 +43,10 @@ describe("bindings", () => {
       [() => api.expire(1.5), RangeError, /waitId must be an integer .*, not 1\.5$/],
       [() => api.cancel("1"), TypeError, /waitId must be a number/],
       [() => api.expireDue(Infinity), RangeError, /nowMs .* 253402300799999 .*, not Infinity$/],
+      [() => session.inputBuffer(-1), RangeError, /inputBuffer\(len\) must be an integer from 0 to 4294967295, not -1$/],
+      [() => session.inputBuffer(Number.NaN), RangeError, /not NaN$/],
+      [() => session.inputBuffer(1.5), RangeError, /not 1\.5$/],
+      [() => session.inputBuffer(2 ** 32 - 1), RangeError, /inputBuffer\(len\): no room for 4294967295 bytes/],
     ];
     for (const [call, type, text] of cases) {
       assert.throws(call, (e) => e instanceof type && text.test(e.message), String(call));
@@ -51,6 +55,12 @@ describe("bindings", () => {
     assert.equal(session.receive(new TextEncoder().encode("NOOP\r\n"))[0].code, 250);
     assert.equal(api.handle({ method: "GET", path: "/health" }, 1).status, 200);
     assert.equal(session.receiveInto("NOOP\r\n", api, 1), "250 2.0.0 OK\r\n");
+    // Input written into the wasm memory at inputBuffer's offset; a length past the room is the room.
+    for (const len of [6, 1000]) {
+      const at = session.inputBuffer(6);
+      new Uint8Array(bindings.wasmMemory().buffer, at, 6).set(new TextEncoder().encode("NOOP\r\n"));
+      assert.equal(session.receiveInput(len, api, 1), "250 2.0.0 OK\r\n");
+    }
     assert.equal(api.messageCount, 0);
   });
 
@@ -172,7 +182,7 @@ describe("MailServer", () => {
   });
 
   test("connect() gives the replies and faults the bindings' Session.receive gives", async () => {
-    // connect() stores through Session.receiveInto, whose short outputs the
+    // connect() stores through Session.receiveInput (receiveInto's text), whose short outputs the
     // wrapper expands: they must read as receive()'s, chunk by chunk.
     const script = [
       "EHLO client.test\r\n",
