@@ -660,7 +660,6 @@ mod tests {
         dir
     }
 
-    /// A fresh data directory and its options.
     /// A small message to store, and `n` ids for it in receive order.
     fn small_sample(n: usize) -> (Sample, Vec<MessageId>) {
         let mut api = Api::<()>::new(ApiConfig::default());
@@ -668,6 +667,7 @@ mod tests {
         (Sample::new(b"Subject: x\r\n\r\nbody\r\n"), ids)
     }
 
+    /// A fresh data directory and its options.
     fn fresh(name: &str) -> (PathBuf, Options) {
         let dir = temp(name);
         let options = Options {
