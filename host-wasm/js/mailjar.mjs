@@ -29,10 +29,23 @@ let scratch = new Uint8Array(64 * 1024);
  */
 function passBytes(data, name) {
   if (typeof data !== "string") return toBytes(data, name);
-  // UTF-8 takes at most 3 bytes per UTF-16 code unit.
-  if (data.length * 3 > scratch.length) scratch = new Uint8Array(Math.max(data.length * 3, scratch.length * 2));
-  const { written } = encoder.encodeInto(data, scratch);
+  const written = encodeWithRoom(data, (length) => {
+    if (length > scratch.length) scratch = new Uint8Array(Math.max(length, scratch.length * 2));
+    return scratch;
+  });
   return scratch.subarray(0, written);
+}
+
+/**
+ * Encodes `text` as UTF-8 into `room(length)`, a buffer of at least
+ * `length` bytes: room for ASCII first (mail mostly is), and only when that
+ * was short, for 3 bytes a UTF-16 code unit (the most UTF-8 takes), encoded
+ * again. Returns the number of bytes written.
+ */
+function encodeWithRoom(text, room) {
+  const ascii = encoder.encodeInto(text, room(text.length));
+  if (ascii.read === text.length) return ascii.written;
+  return encoder.encodeInto(text, room(text.length * 3)).written;
 }
 
 /** Splits a URL or a path into the raw (still percent-encoded) path and query. */
@@ -334,10 +347,7 @@ export class MailServer extends MailjarMethods {
       this.#inputRoom(session, bytes.length).set(bytes);
       return bytes.length;
     }
-    // Room for ASCII first (mail mostly is), else for 3 bytes a UTF-16 code unit, the most UTF-8 takes.
-    const ascii = encoder.encodeInto(data, this.#inputRoom(session, data.length));
-    if (ascii.read === data.length) return ascii.written;
-    return encoder.encodeInto(data, this.#inputRoom(session, data.length * 3)).written;
+    return encodeWithRoom(data, (length) => this.#inputRoom(session, length));
   }
 
   /** `length` bytes of room in the session's input, as a view of the wasm memory. */

@@ -158,6 +158,15 @@ describe("MailServer", () => {
     assert.deepEqual(c.messageIds, [accepted.messageId]);
   });
 
+  test("deliverRaw stores a string's exact UTF-8, ASCII or not, larger than its reused buffer too", () => {
+    const server = createMailServer({ smtp: { maxMessageBytes: 4 * 1024 * 1024 } });
+    for (const body of ["\u00e9\u20ac\u{1f600}".repeat(40_000), "a".repeat(200_000), `ascii then \u00e9${"x".repeat(70_000)}\u20ac`, "short \u00e9"]) {
+      const raw = `Subject: t\r\n\r\n${body}\r\n`;
+      const id = server.deliverRaw(raw, { from: "a@app.test", to: ["u@local.test"] });
+      assert.deepEqual(new Uint8Array(server.raw(id)), new TextEncoder().encode(raw));
+    }
+  });
+
   test("connect() stores exactly the bytes sent, as strings or bytes, small or large, in any chunks", async () => {
     const server = createMailServer({ smtp: { maxMessageBytes: 4 * 1024 * 1024 } });
     const connection = server.connect();
