@@ -21,7 +21,9 @@ use mailjar_core::smtp::Incoming;
 use mailjar_core::store::{Email, Prepared};
 use tokio::sync::{Notify, Semaphore, oneshot, watch};
 
-use crate::storage::{StorageError, writer};
+use crate::storage::ingest::{Completed, Ingest};
+use crate::storage::journal::Encoded;
+use crate::storage::{Record, StorageError, writer};
 
 /// Messages at least this large are parsed on the blocking pool, not on an async worker.
 const PARSE_INLINE_BYTES: usize = 64 * 1024;
@@ -44,6 +46,10 @@ pub struct Shared {
     logged: Notify,
     /// With `--data-dir`: the storage writer's queue (see [`crate::storage::writer`]).
     writer: std::sync::OnceLock<std::sync::mpsc::Sender<writer::Job>>,
+    /// With `--data-dir` (not `--fsync`): the ingest journal each session
+    /// writes its message to (see [`crate::storage::ingest`]), and the
+    /// storage's health, where a failed journal write shows.
+    journal: std::sync::OnceLock<(Arc<Ingest<Email>>, Arc<writer::Status>)>,
 }
 
 /// What a request turned into: a response now, or one to wait for.
@@ -96,6 +102,13 @@ pub enum Sendable {
     End(Option<Event>),
 }
 
+/// Whether this runs on a multi-thread runtime, where a task may block its
+/// worker for a while ([`tokio::task::block_in_place`]) and others move on.
+fn multi_thread() -> bool {
+    tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
+}
+
 /// The wall clock in milliseconds since the Unix epoch.
 pub fn now_ms() -> u64 {
     SystemTime::now()
@@ -146,6 +159,7 @@ impl Shared {
             logged_head: AtomicU64::new(0),
             logged: Notify::new(),
             writer: std::sync::OnceLock::new(),
+            journal: std::sync::OnceLock::new(),
         }
     }
 
@@ -172,8 +186,7 @@ impl Shared {
     /// Parses a message (off the async workers when it is large), stores it,
     /// and wakes the matcher when waits are parked; returns its id once it is stored.
     pub fn deliver(&self, incoming: Incoming) -> MessageId {
-        let multi_thread = tokio::runtime::Handle::try_current()
-            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+        let multi_thread = multi_thread();
         let prepared = if incoming.raw.len() >= PARSE_INLINE_BYTES && multi_thread {
             // Other connections' tasks move to another worker while this one parses.
             tokio::task::block_in_place(|| Prepared::new(incoming))
@@ -191,8 +204,7 @@ impl Shared {
         let Some(writer) = self.writer.get() else {
             return Ok(self.deliver(incoming));
         };
-        let multi_thread = tokio::runtime::Handle::try_current()
-            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+        let multi_thread = multi_thread();
         // Parsed and built outside the lock; its id and time are set under it.
         let build = |incoming| Email::new(MessageId::from_u128(0), 0, Prepared::new(incoming));
         let mut email = if incoming.raw.len() >= PARSE_INLINE_BYTES && multi_thread {
@@ -201,6 +213,11 @@ impl Shared {
             build(incoming)
         };
         let entropy = entropy();
+        if let Some((ingest, status)) = self.journal.get() {
+            return self
+                .deliver_journaled(ingest, status, writer, email, entropy)
+                .await;
+        }
         let (reply, receiver) = oneshot::channel();
         {
             let mut api = self.lock();
@@ -214,6 +231,86 @@ impl Shared {
                 .map_err(|_| writer_stopped())?;
         }
         receiver.await.unwrap_or_else(|_| Err(writer_stopped()))
+    }
+
+    /// Writes `email`'s record to the journal at a place reserved in id
+    /// order, then makes it visible in the core once every message before it
+    /// is; returns its id then, or the write's error (nothing is stored).
+    async fn deliver_journaled(
+        &self,
+        ingest: &Ingest<Email>,
+        status: &writer::Status,
+        writer: &std::sync::mpsc::Sender<writer::Job>,
+        mut email: Email,
+        entropy: mailjar_core::id::Entropy,
+    ) -> Result<MessageId, StorageError> {
+        let mut record = Encoded::new(&Record {
+            id: email.id,
+            received_at_ms: 0,
+            envelope: &email.envelope,
+            smtp: email.smtp(),
+            raw: email.raw(),
+        })?;
+        let (reservation, assigned) =
+            ingest.reserve(record.len(), || self.lock().assign(now_ms(), entropy))?;
+        email.id = assigned.id;
+        email.received_at_ms = assigned.received_at_ms;
+        let span = &reservation.span;
+        // No lock is held: sessions write their records side by side.
+        let large = record.len() >= PARSE_INLINE_BYTES as u64;
+        let mut write = || {
+            ingest.check_fault().and_then(|()| {
+                span.file.write_at(
+                    record.seal(assigned.id, assigned.received_at_ms),
+                    span.offset,
+                )
+            })
+        };
+        let written = if large && multi_thread() {
+            // Other connections' tasks move to another worker while this one writes.
+            tokio::task::block_in_place(write)
+        } else {
+            write()
+        };
+        status.set_journal(written.as_ref().err().map(ToString::to_string));
+        let mut let_go = Vec::new();
+        let mut inserted = None;
+        let (completed, wake_writer) = ingest.complete(
+            reservation.ticket,
+            written.is_ok().then_some(email),
+            |emails| {
+                let mut api = self.lock();
+                let mut parked = false;
+                for email in emails {
+                    parked |= api.insert_email(email).waits_parked;
+                }
+                let trash = api.take_trash();
+                inserted = Some((api.event_head(), parked));
+                drop(api);
+                let removals = trash.removals();
+                // Freed after every lock is let go.
+                let_go.push(trash);
+                removals
+            },
+        );
+        drop(let_go);
+        if let Some((head, parked)) = inserted {
+            self.publish(head);
+            if parked {
+                self.stored.notify_one();
+            }
+        }
+        if wake_writer {
+            let _ = writer.send(writer::Job::Journal);
+        }
+        match completed {
+            Completed::Visible => Ok(assigned.id),
+            Completed::Waiting(visible) => match visible.await {
+                Ok(()) => Ok(assigned.id),
+                Err(_) => Err(writer_stopped()),
+            },
+            Completed::Failed => Err(written.err().unwrap_or_else(writer_stopped)),
+        }
     }
 
     /// With `--data-dir`: has the writer finish what is queued and close the
@@ -231,6 +328,11 @@ impl Shared {
     /// Hands the storage writer its queue (once, at start).
     pub fn set_writer(&self, sender: std::sync::mpsc::Sender<writer::Job>) {
         let _ = self.writer.set(sender);
+    }
+
+    /// Has deliveries write to this journal (once, at start, before the writer is set).
+    pub fn set_journal(&self, ingest: Arc<Ingest<Email>>, status: Arc<writer::Status>) {
+        let _ = self.journal.set((ingest, status));
     }
 
     /// Stores messages the writer committed, in id order; returns what that

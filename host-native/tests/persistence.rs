@@ -504,6 +504,42 @@ fn assert_refused_untouched(dir: &Path, why: &str) {
 }
 
 #[test]
+fn a_damaged_journal_is_refused_at_start_and_left_untouched() {
+    let dir = data_dir("damaged-journal");
+    let server = start(&dir, &[]);
+    assert_eq!(smtplib_send(&server, &[message("kept", b"x")]), [250]);
+    stop(server);
+    let journal = dir.join("journal-0000000000000007.log");
+    let mut bytes = b"mjjrnl01".to_vec();
+    bytes.extend_from_slice(&7u64.to_le_bytes());
+    bytes.extend_from_slice(&[0x5a; 64]);
+    std::fs::write(&journal, &bytes).unwrap();
+    let before = files(&dir);
+    let (code, stderr) = refused(&dir);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains(journal.to_str().unwrap()),
+        "names the file: {stderr}"
+    );
+    assert!(stderr.contains("damaged at byte 16"), "{stderr}");
+    assert!(stderr.contains("move it away"), "{stderr}");
+    let after = files(&dir);
+    for name in ["mailjar.db", "journal-0000000000000007.log"] {
+        assert_eq!(
+            before.get(name),
+            after.get(name),
+            "{name} is left as it was"
+        );
+    }
+    // Moved away, mailjar starts with the mail it had.
+    std::fs::remove_file(&journal).unwrap();
+    let server = start(&dir, &[]);
+    assert_eq!(ids(&server).len(), 1);
+    stop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn a_damaged_or_newer_database_is_refused_and_left_untouched() {
     // A file where the directory should be.
     let file = data_dir("a-file");
@@ -649,6 +685,66 @@ fn a_failed_write_answers_452_and_mailjar_recovers_by_itself() {
         .collect();
     assert_eq!(stored, ["first", "second"]);
     stop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The journal files in `dir`, by generation.
+fn journal_files(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|name| name.starts_with("journal-"))
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn while_the_database_cannot_be_written_acknowledged_mail_waits_in_the_journal_through_kill_9() {
+    let Some((dir, flag)) = with_write_faults("journal-only") else {
+        return;
+    };
+    std::fs::write(&flag, b"").unwrap();
+    let server = Server::start_with_env(
+        &["--data-dir", dir.to_str().unwrap()],
+        &[("MAILJAR_DEBUG_FAIL_DB_WRITES_WHILE", flag.as_os_str())],
+    );
+    let sent: Vec<_> = (0..5)
+        .map(|i| message(&format!("journaled {i}"), &vec![b'j'; 3000 * i]))
+        .collect();
+    // The journal took them: a 250 each, although no transaction commits.
+    assert_eq!(smtplib_send(&server, &sent), [250; 5]);
+    let kept = ids(&server);
+    assert_eq!(kept.len(), 5);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while server.health()["storage"]["ok"] != false {
+        assert!(
+            Instant::now() < deadline,
+            "the failing move is not reported"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let before = journal_files(&dir);
+    assert!(!before.is_empty());
+    kill_9(server);
+    // Restarted with a working disk: the journal is moved in, then deleted.
+    let server = start(&dir, &[]);
+    assert_eq!(ids(&server), kept);
+    for (id, sent) in kept.iter().zip(&sent) {
+        assert_eq!(&raw(&server, id), sent);
+    }
+    assert_eq!(server.health()["storage"]["ok"], true);
+    let after = journal_files(&dir);
+    assert_eq!(after.len(), 1, "{after:?}");
+    // A new file, empty: what the old ones held is in the database.
+    let len = std::fs::metadata(dir.join(&after[0])).unwrap().len();
+    assert_eq!(len, 16, "{before:?} then {after:?}");
+    stop(server);
+    assert!(
+        journal_files(&dir).is_empty(),
+        "a clean stop leaves no journal"
+    );
+    let _ = std::fs::remove_file(&flag);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

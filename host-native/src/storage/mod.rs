@@ -8,6 +8,8 @@
 //! the same trait. [`writer`] runs the one thread that owns the engine and
 //! groups everything queued during a commit into the next one.
 
+pub mod ingest;
+pub mod journal;
 pub mod sqlite;
 pub mod writer;
 
@@ -70,6 +72,19 @@ pub struct Loaded {
     pub received_at_ms: u64,
     /// The message as the SMTP session handed it over.
     pub incoming: Incoming,
+}
+
+impl Loaded {
+    /// The record to write for it; `smtp` is its facts ([`SmtpFacts::new`] of its HELO and session).
+    pub fn record<'a>(&'a self, smtp: &'a SmtpFacts) -> Record<'a> {
+        Record {
+            id: self.id,
+            received_at_ms: self.received_at_ms,
+            envelope: &self.incoming.envelope,
+            smtp,
+            raw: &self.incoming.raw,
+        }
+    }
 }
 
 /// What a storage engine does; one thread owns it.
@@ -185,6 +200,19 @@ pub fn open_and_load<W>(
 ) -> Result<sqlite::Sqlite, StorageError> {
     let started = Instant::now();
     let mut storage = sqlite::Sqlite::open(options)?;
+    // What a crash left only in the journal goes into the database first.
+    let after = storage.greatest_id()?;
+    let recovered = journal::recover(&options.dir, &mut storage, after)?;
+    if recovered.files > 0 {
+        tracing::info!(
+            "moved {} messages from {} journal files into {} ({} records cut short and {} bytes never written by a crash: none was acknowledged)",
+            recovered.moved,
+            recovered.files,
+            storage.path().display(),
+            recovered.scanned.cut,
+            recovered.scanned.unwritten
+        );
+    }
     tracing::debug!(
         "opened and checked {} in {} ms",
         storage.path().display(),
@@ -209,10 +237,25 @@ pub fn open_and_load<W>(
     Ok(storage)
 }
 
+/// The most bytes the journal's files hold: what the store may hold, beyond
+/// the two files of normal use (the one being written and the one being
+/// moved). Only a database that cannot be written for long fills it.
+pub fn journal_max_bytes(max_store_bytes: usize) -> u64 {
+    (max_store_bytes as u64).saturating_add(2 * ingest::FILE_BYTES)
+}
+
 /// A database opened and loaded, waiting for its writer thread.
 pub struct Started {
     storage: sqlite::Sqlite,
     status: std::sync::Arc<writer::Status>,
+    /// The data directory.
+    dir: PathBuf,
+    /// Without `--fsync`: the journal file deliveries start writing to.
+    journal: Option<journal::JournalFile>,
+    /// Debug builds: journal writes fail while this file exists.
+    fail_while: Option<PathBuf>,
+    /// The most the journal's files hold (see [`ingest::Ingest::reserve`]).
+    journal_max_bytes: u64,
 }
 
 /// With `--data-dir`: opens and loads the database into `api` and makes
@@ -234,6 +277,7 @@ pub fn start<W>(
     status.set_bytes(storage.size());
     let path = storage.path().to_owned();
     let report = status.clone();
+    let journal_max = (!settings.fsync).then(|| journal_max_bytes(settings.max_store_bytes));
     api.set_storage_report(Box::new(move || {
         let mut storage = serde_json::json!({
             "kind": "sqlite",
@@ -241,13 +285,40 @@ pub fn start<W>(
             "bytes": report.bytes(),
             "ok": true,
         });
+        if let Some(max) = journal_max {
+            storage["journalBytes"] = report.journal_bytes().into();
+            storage["maxJournalBytes"] = max.into();
+        }
         if let Some(error) = report.error() {
             storage["ok"] = false.into();
             storage["error"] = error.into();
         }
         storage
     }));
-    Ok(Some(Started { storage, status }))
+    // Without --fsync, deliveries are journaled (see `ingest`); with it, the
+    // writer commits each batch with a sync before the 250s.
+    let journal = if settings.fsync {
+        None
+    } else {
+        let generation = journal::list(dir)
+            .map_err(std::io::Error::other)?
+            .last()
+            .map_or(1, |(g, _)| g + 1);
+        Some(journal::JournalFile::create(dir, generation).map_err(std::io::Error::other)?)
+    };
+    let fail_while = if cfg!(debug_assertions) {
+        std::env::var_os(sqlite::FAULT_ENV).map(PathBuf::from)
+    } else {
+        None
+    };
+    Ok(Some(Started {
+        storage,
+        status,
+        dir: dir.clone(),
+        journal,
+        fail_while,
+        journal_max_bytes: journal_max.unwrap_or(u64::MAX),
+    }))
 }
 
 impl Started {
@@ -256,6 +327,17 @@ impl Started {
         // Weak: `shared` holds the writer's queue, so a strong reference here
         // would keep both alive after the server stops, and the lock with them.
         let inserting = std::sync::Arc::downgrade(shared);
+        let journal = match self.journal {
+            Some(first) => {
+                let ingest = std::sync::Arc::new(
+                    ingest::Ingest::new(self.dir.clone(), first, self.journal_max_bytes)
+                        .fail_while(self.fail_while),
+                );
+                shared.set_journal(ingest.clone(), self.status.clone());
+                Some(ingest as std::sync::Arc<dyn ingest::JournalSource>)
+            }
+            None => None,
+        };
         let sender = writer::spawn(
             Box::new(self.storage),
             writer::Limits::default(),
@@ -264,6 +346,7 @@ impl Started {
                 Some(shared) => shared.insert_committed(batch),
                 None => Vec::new(),
             }),
+            journal,
         )?;
         shared.set_writer(sender);
         Ok(())
@@ -271,7 +354,7 @@ impl Started {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use mailjar_core::api::ApiConfig;
     use mailjar_core::store::StoreLimits;

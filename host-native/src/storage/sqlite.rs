@@ -169,6 +169,9 @@ impl std::fmt::Debug for Sqlite {
 /// The environment variable naming a file whose existence makes writes fail; honoured only in debug builds.
 pub const FAULT_ENV: &str = "MAILJAR_DEBUG_FAIL_WRITES_WHILE";
 
+/// Like [`FAULT_ENV`], for the database's writes alone (the journal's still work); debug builds only.
+pub const DB_FAULT_ENV: &str = "MAILJAR_DEBUG_FAIL_DB_WRITES_WHILE";
+
 fn error(path: &Path, what: impl std::fmt::Display) -> StorageError {
     StorageError(format!("{}: {what}", path.display()))
 }
@@ -362,7 +365,9 @@ impl Sqlite {
             tracing::info!("{}: now at schema {to}", path.display());
         }
         let fail_while = if cfg!(debug_assertions) {
-            std::env::var_os(FAULT_ENV).map(PathBuf::from)
+            std::env::var_os(FAULT_ENV)
+                .or_else(|| std::env::var_os(DB_FAULT_ENV))
+                .map(PathBuf::from)
         } else {
             None
         };
@@ -376,6 +381,11 @@ impl Sqlite {
                 id_of(&bytes).ok_or_else(|| error(&path, "meta.id_floor is not a 16-byte id"))
             })
             .transpose()?;
+        let next_seq = connection
+            .query_row("SELECT coalesce(max(seq), 0) + 1 FROM messages", [], |r| {
+                r.get::<_, i64>(0)
+            })
+            .map_err(|e| error(&path, e))?;
         let checkpointer = Checkpointer::start(&path, synchronous)?;
         Ok(Sqlite {
             connection,
@@ -383,11 +393,30 @@ impl Sqlite {
             _lock: lock,
             fail_while,
             rows: BTreeMap::new(),
-            next_seq: 1,
+            next_seq,
             checkpointer,
             logged: 0,
             id_floor,
         })
+    }
+
+    /// The greatest id the database ever held: its newest row's, or the
+    /// floor a removed newer one left.
+    pub fn greatest_id(&self) -> Result<Option<MessageId>, StorageError> {
+        let newest = self
+            .connection
+            .query_row(
+                "SELECT id FROM messages ORDER BY seq DESC LIMIT 1",
+                [],
+                |r| r.get::<_, Vec<u8>>(0),
+            )
+            .optional()
+            .map_err(|e| error(&self.path, e))?
+            .map(|bytes| {
+                id_of(&bytes).ok_or_else(|| error(&self.path, "a stored id is not 16 bytes"))
+            })
+            .transpose()?;
+        Ok(newest.max(self.id_floor))
     }
 
     /// The database file.

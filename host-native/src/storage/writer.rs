@@ -19,7 +19,11 @@ use mailjar_core::id::MessageId;
 use mailjar_core::store::Email;
 use tokio::sync::oneshot;
 
-use super::{Record, Storage, StorageError};
+use mailjar_core::smtp::SmtpFacts;
+
+use super::ingest::{JournalSource, Span};
+use super::journal::{self, JournalFile};
+use super::{Loaded, Record, Storage, StorageError};
 
 /// A message for the writer, with its id, and where its outcome goes.
 pub struct Pending {
@@ -40,6 +44,9 @@ pub enum Job {
         Vec<Removal>,
         Option<oneshot::Sender<Result<(), StorageError>>>,
     ),
+    /// Records became visible in the journal while the writer was idle: move
+    /// them into the database within [`MOVE_WINDOW`].
+    Journal,
     /// Write what came before, close the storage (and its lock), then say so on `done`.
     Stop(oneshot::Sender<()>),
 }
@@ -74,7 +81,12 @@ impl Default for Limits {
 #[derive(Debug, Default)]
 pub struct Status {
     error: Mutex<Option<String>>,
+    /// The last journal write's error, if it failed (sessions set it).
+    journal_error: Mutex<Option<String>>,
+    /// Whether `journal_error` is set: a good write looks here, not at the mutex.
+    journal_failed: std::sync::atomic::AtomicBool,
     bytes: std::sync::atomic::AtomicU64,
+    journal_bytes: std::sync::atomic::AtomicU64,
 }
 
 impl Status {
@@ -84,15 +96,48 @@ impl Status {
         self.bytes.load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// The journal's part of [`Status::bytes`], as of the same look.
+    pub fn journal_bytes(&self) -> u64 {
+        self.journal_bytes
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Records the storage's size on disk.
     pub fn set_bytes(&self, bytes: u64) {
         self.bytes
             .store(bytes, std::sync::atomic::Ordering::Relaxed);
     }
 
-    /// The error of the last write, None when it succeeded.
+    /// The error of the last write, None when it succeeded: the journal's
+    /// (a session's) first, then the database's (the writer's).
     pub fn error(&self) -> Option<String> {
+        self.journal_error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .or_else(|| self.writer_error())
+    }
+
+    /// The error of the writer's last transaction, None when it committed.
+    fn writer_error(&self) -> Option<String> {
         self.error.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Records how the last journal write went.
+    pub fn set_journal(&self, error: Option<String>) {
+        use std::sync::atomic::Ordering;
+        if error.is_none() && !self.journal_failed.load(Ordering::Acquire) {
+            return;
+        }
+        let mut slot = self.journal_error.lock().unwrap_or_else(|p| p.into_inner());
+        match (&*slot, &error) {
+            (None, Some(e)) => tracing::error!("journal write failed: {e}"),
+            (Some(_), None) => tracing::info!("journal writes work again"),
+            _ => {}
+        }
+        self.journal_failed
+            .store(error.is_some(), Ordering::Release);
+        *slot = error;
     }
 
     fn set(&self, error: Option<String>) {
@@ -123,21 +168,101 @@ const SIZE_IDLE: Duration = Duration::from_millis(2);
 /// shrinks when the checkpoint thread next copies the log in.
 const SETTLE: Duration = Duration::from_secs(2);
 
-/// How long the writer waits before it tries failed removals again.
+/// How long the writer waits before it tries a failed write again.
 const RETRY: Duration = Duration::from_millis(200);
+
+/// How long journaled records wait before they are moved into the database:
+/// the records of many sessions go in one transaction (one a message cost the
+/// writer as much as the sessions' own work), and a crash loses none of them.
+pub const MOVE_WINDOW: Duration = Duration::from_millis(10);
+
+/// The journal's records that the writer moves into the database, and the
+/// files it deletes once they have been.
+#[derive(Default)]
+struct Moving {
+    /// Records taken from the journal, not yet committed to the database.
+    spans: Vec<Span>,
+    /// Full journal files and their lengths, to delete once `spans` is committed.
+    retired: Vec<(Arc<JournalFile>, u64)>,
+    /// When to take what became visible next: a window after the first wake.
+    due: Option<Instant>,
+}
+
+impl Moving {
+    /// Takes what became visible in the journal (evictions join `removals`),
+    /// and readies a spare file for when the current one is full.
+    fn take(&mut self, journal: &dyn JournalSource, removals: &mut Vec<Removal>) {
+        self.due = None;
+        let taken = journal.take();
+        self.spans.extend(taken.spans);
+        removals.extend(taken.removals);
+        self.retired.extend(taken.retired);
+        if let Err(e) = journal.prepare_spare() {
+            tracing::warn!("{e}");
+        }
+    }
+
+    /// Reads `spans` back from the journal (the page cache, as a rule).
+    fn read(spans: &[Span]) -> Vec<(Loaded, SmtpFacts)> {
+        let mut read = Vec::with_capacity(spans.len());
+        for span in spans {
+            let len = usize::try_from(span.len).unwrap_or(usize::MAX);
+            match span.file.read_at(span.offset, len) {
+                Ok(bytes) => match journal::decode(&bytes) {
+                    Some(loaded) => {
+                        let smtp = SmtpFacts::new(
+                            loaded.incoming.helo.clone(),
+                            loaded.incoming.session.clone(),
+                        );
+                        read.push((loaded, smtp));
+                    }
+                    // Written by this process moments ago: only a fault of the machine gets here.
+                    None => tracing::error!(
+                        "{}: the record at byte {} does not read back; it stays in memory only",
+                        span.file.path.display(),
+                        span.offset
+                    ),
+                },
+                Err(e) => tracing::error!("{e}; the record stays in memory only"),
+            }
+        }
+        read
+    }
+
+    /// Deletes the retired files: everything in them is in the database.
+    fn delete_retired(&mut self, journal: Option<&dyn JournalSource>) {
+        for (file, len) in self.retired.drain(..) {
+            match std::fs::remove_file(&file.path) {
+                Ok(()) => {
+                    if let Some(journal) = journal {
+                        journal.deleted(len);
+                    }
+                }
+                Err(e) => tracing::warn!(
+                    "{}: cannot delete a moved journal file: {e}",
+                    file.path.display()
+                ),
+            }
+        }
+    }
+}
 
 /// Runs the writer until every sender of `jobs` is gone and nothing is left
 /// to write. `committed` hands committed messages, in id order, to the
 /// core and returns what that evicted (written in the next transaction).
+/// With a `journal`, it also moves journaled messages (already in the core)
+/// into the database, a [`MOVE_WINDOW`] after it is woken for them.
 pub fn run(
     storage: &mut dyn Storage,
     jobs: Receiver<Job>,
     limits: Limits,
     status: &Status,
     committed: &mut dyn FnMut(Vec<Email>) -> Vec<Removal>,
+    journal: Option<&dyn JournalSource>,
 ) -> Vec<oneshot::Sender<()>> {
     let mut stops = Vec::new();
     let mut removals: Vec<Removal> = Vec::new();
+    let mut moving = Moving::default();
     let mut open = true;
     // Free pages are being handed back to the file system, a step between
     // batches. Also at start: what a lower limit removed at load, or what a
@@ -149,23 +274,37 @@ pub fn run(
     let mut size_stale = false;
     let mut sized = Instant::now();
     let mut next: Option<Job> = None;
-    while open || !removals.is_empty() {
+    let size = |storage: &dyn Storage| {
+        let journal_bytes = journal.map_or(0, |j| j.bytes());
+        status
+            .journal_bytes
+            .store(journal_bytes, std::sync::atomic::Ordering::Relaxed);
+        storage.size() + journal_bytes
+    };
+    loop {
+        // Work that is written whatever comes: removals, and journal records taken.
+        let pending = !removals.is_empty() || !moving.spans.is_empty();
+        if !open && !pending && moving.due.is_none() {
+            break;
+        }
         if size_stale {
             // Looked at once the writer has had no work for SIZE_IDLE, and at
             // most every SIZE_EVERY while busy: two `statx` a batch were a
             // twelfth of its time, and under load the queue runs dry between
             // most batches for a few microseconds.
-            let idle_wait = if removals.is_empty() {
-                SIZE_IDLE
-            } else {
+            let idle_wait = if pending || moving.due.is_some() {
                 Duration::ZERO
+            } else {
+                SIZE_IDLE
             };
-            match jobs.recv_timeout(idle_wait) {
-                Ok(job) => next = Some(job),
-                Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {}
+            if next.is_none() {
+                match jobs.recv_timeout(idle_wait) {
+                    Ok(job) => next = Some(job),
+                    Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {}
+                }
             }
             if next.is_none() || sized.elapsed() >= SIZE_EVERY {
-                let size = storage.size();
+                let size = size(storage);
                 if size != status.bytes() && settling.is_some() {
                     // Still shrinking (a slow checkpoint): keep looking.
                     settling = Some(Instant::now() + SETTLE);
@@ -175,51 +314,45 @@ pub fn run(
                 sized = Instant::now();
             }
         }
+        let receive =
+            |jobs: &Receiver<Job>, wait: Duration, open: &mut bool| match jobs.recv_timeout(wait) {
+                Ok(job) => Some(job),
+                Err(RecvTimeoutError::Timeout) => None,
+                Err(RecvTimeoutError::Disconnected) => {
+                    *open = false;
+                    None
+                }
+            };
         let first = if next.is_some() {
             next.take()
-        } else if removals.is_empty() && reclaiming {
-            match jobs.recv_timeout(RECLAIM_PAUSE) {
-                Ok(job) => Some(job),
-                Err(RecvTimeoutError::Timeout) => None,
-                Err(RecvTimeoutError::Disconnected) => {
-                    open = false;
-                    None
-                }
+        } else if pending && status.writer_error().is_some() {
+            // The last write failed: try again a little later, or with the next message.
+            if open {
+                receive(&jobs, RETRY, &mut open)
+            } else {
+                std::thread::sleep(RETRY);
+                None
             }
-        } else if removals.is_empty() && settling.is_some_and(|until| Instant::now() < until) {
+        } else if pending || !open {
+            receive(&jobs, Duration::ZERO, &mut open)
+        } else if let Some(due) = moving.due {
+            receive(
+                &jobs,
+                due.saturating_duration_since(Instant::now()),
+                &mut open,
+            )
+        } else if reclaiming {
+            receive(&jobs, RECLAIM_PAUSE, &mut open)
+        } else if settling.is_some_and(|until| Instant::now() < until) {
             // Reclaiming just ended: the checkpoint that shrinks the file runs
             // on its own thread, so look at the size again a few times.
-            match jobs.recv_timeout(SIZE_EVERY) {
-                Ok(job) => Some(job),
-                Err(RecvTimeoutError::Timeout) => {
-                    size_stale = true;
-                    None
-                }
-                Err(RecvTimeoutError::Disconnected) => {
-                    open = false;
-                    None
-                }
-            }
-        } else if removals.is_empty() {
+            let job = receive(&jobs, SIZE_EVERY, &mut open);
+            size_stale |= job.is_none();
+            job
+        } else {
             match jobs.recv() {
                 Ok(job) => Some(job),
-                Err(_) => break,
-            }
-        } else if status.error().is_some() {
-            // Removals failed last time: try again a little later, or with the next message.
-            match jobs.recv_timeout(RETRY) {
-                Ok(job) => Some(job),
-                Err(RecvTimeoutError::Timeout) => None,
-                Err(RecvTimeoutError::Disconnected) => {
-                    open = false;
-                    None
-                }
-            }
-        } else {
-            match jobs.try_recv() {
-                Ok(job) => Some(job),
-                Err(TryRecvError::Empty) => None,
-                Err(TryRecvError::Disconnected) => {
+                Err(_) => {
                     open = false;
                     None
                 }
@@ -228,7 +361,10 @@ pub fn run(
         let mut batch: Vec<Pending> = Vec::new();
         let mut acks = Vec::new();
         let mut bytes = 0usize;
-        let mut take = |job: Job, batch: &mut Vec<Pending>, bytes: &mut usize| match job {
+        let mut take = |job: Job,
+                        batch: &mut Vec<Pending>,
+                        bytes: &mut usize,
+                        moving: &mut Moving| match job {
             Job::Store(pending) => {
                 *bytes += pending.email.raw().len();
                 batch.push(*pending);
@@ -237,15 +373,20 @@ pub fn run(
                 removals.extend(more);
                 acks.extend(done);
             }
+            Job::Journal => {
+                moving
+                    .due
+                    .get_or_insert_with(|| Instant::now() + MOVE_WINDOW);
+            }
             Job::Stop(done) => stops.push(done),
         };
         if let Some(job) = first {
-            take(job, &mut batch, &mut bytes);
+            take(job, &mut batch, &mut bytes, &mut moving);
         }
         // Group commit: everything queued while the last commit ran, within the limits.
         while batch.len() < limits.messages && bytes < limits.bytes {
             match jobs.try_recv() {
-                Ok(job) => take(job, &mut batch, &mut bytes),
+                Ok(job) => take(job, &mut batch, &mut bytes, &mut moving),
                 Err(TryRecvError::Empty) => break,
                 Err(TryRecvError::Disconnected) => {
                     open = false;
@@ -253,9 +394,24 @@ pub fn run(
                 }
             }
         }
-        if batch.is_empty() && removals.is_empty() {
+        if let Some(journal) = journal {
+            if !stops.is_empty() || !open {
+                // Nothing new is journaled from here: move what is there.
+                journal.close();
+            }
+            // Removals (and a stop) may name journaled messages: move them first, in the same write.
+            let due = moving.due.is_some_and(|d| Instant::now() >= d);
+            if due || !removals.is_empty() || !acks.is_empty() || !stops.is_empty() || !open {
+                moving.take(journal, &mut removals);
+            }
+        }
+        if batch.is_empty() && removals.is_empty() && moving.spans.is_empty() {
             for ack in acks {
                 let _ = ack.send(Ok(()));
+            }
+            if !moving.retired.is_empty() {
+                moving.delete_retired(journal);
+                size_stale = true;
             }
             if !stops.is_empty() {
                 break;
@@ -270,19 +426,36 @@ pub fn run(
             }
             continue;
         }
-        let records: Vec<Record<'_>> = batch
-            .iter()
-            .map(|p| Record {
-                id: p.email.id,
-                received_at_ms: p.email.received_at_ms,
-                envelope: &p.email.envelope,
-                smtp: p.email.smtp(),
-                raw: p.email.raw(),
-            })
-            .collect();
+        // Journaled records beyond one transaction's bound go first, on their own.
+        let mut written = Ok(());
+        while moving.spans.len() > limits.messages {
+            let rest = moving.spans.split_off(limits.messages);
+            let read = Moving::read(&moving.spans);
+            let records: Vec<Record<'_>> = read.iter().map(|(l, smtp)| l.record(smtp)).collect();
+            written = storage.write(&records, &[]);
+            if written.is_err() {
+                moving.spans.extend(rest);
+                break;
+            }
+            moving.spans = rest;
+        }
+        let read = Moving::read(if written.is_ok() { &moving.spans } else { &[] });
+        if written.is_ok() {
+            let records: Vec<Record<'_>> = read
+                .iter()
+                .map(|(l, smtp)| l.record(smtp))
+                .chain(batch.iter().map(|p| Record {
+                    id: p.email.id,
+                    received_at_ms: p.email.received_at_ms,
+                    envelope: &p.email.envelope,
+                    smtp: p.email.smtp(),
+                    raw: p.email.raw(),
+                }))
+                .collect();
+            written = storage.write(&records, &removals);
+        }
+        drop(read);
         let removed = !removals.is_empty();
-        let written = storage.write(&records, &removals);
-        drop(records);
         // /health says what the deletes hear, before they hear it.
         status.set(written.as_ref().err().map(ToString::to_string));
         for ack in acks {
@@ -291,6 +464,8 @@ pub fn run(
         match written {
             Ok(()) => {
                 removals.clear();
+                moving.spans.clear();
+                moving.delete_retired(journal);
                 let mut replies = Vec::with_capacity(batch.len());
                 let mut messages = Vec::with_capacity(batch.len());
                 for p in batch {
@@ -313,7 +488,7 @@ pub fn run(
         }
         // Space is freed only by removals: reclaim it in steps from the batch that had them on.
         reclaiming |= removed;
-        if reclaiming && status.error().is_none() && removals.is_empty() {
+        if reclaiming && status.writer_error().is_none() && removals.is_empty() {
             reclaiming = storage.tidy();
             if !reclaiming {
                 settling = Some(Instant::now() + SETTLE);
@@ -324,7 +499,7 @@ pub fn run(
             break;
         }
     }
-    status.set_bytes(storage.size());
+    status.set_bytes(size(storage));
     stops
 }
 
@@ -334,12 +509,20 @@ pub fn spawn(
     limits: Limits,
     status: Arc<Status>,
     mut committed: Box<Committed>,
+    journal: Option<Arc<dyn JournalSource>>,
 ) -> std::io::Result<std::sync::mpsc::Sender<Job>> {
     let (sender, jobs) = std::sync::mpsc::channel();
     std::thread::Builder::new()
         .name("mailjar-writer".into())
         .spawn(move || {
-            let stops = run(storage.as_mut(), jobs, limits, &status, committed.as_mut());
+            let stops = run(
+                storage.as_mut(),
+                jobs,
+                limits,
+                &status,
+                committed.as_mut(),
+                journal.as_deref(),
+            );
             // The connection and the directory's lock go before anyone hears of the stop.
             drop(storage);
             for done in stops {
@@ -353,6 +536,8 @@ pub fn spawn(
 mod tests {
     use super::*;
     use crate::storage::Loaded;
+    use crate::storage::ingest::Ingest;
+    use crate::storage::journal::Encoded;
     use mailjar_core::api::{Api, ApiConfig, Assigned};
     use mailjar_core::smtp::{Envelope, Incoming};
 
@@ -442,11 +627,18 @@ mod tests {
         let status = Status::default();
         let mut inserted = Vec::new();
         let mut storage = Shared(log.clone());
-        run(&mut storage, receiver, limits, &status, &mut |batch| {
-            let removals = evict(&batch);
-            inserted.push(batch.iter().map(|e| e.id).collect());
-            removals
-        });
+        run(
+            &mut storage,
+            receiver,
+            limits,
+            &status,
+            &mut |batch| {
+                let removals = evict(&batch);
+                inserted.push(batch.iter().map(|e| e.id).collect());
+                removals
+            },
+            None,
+        );
         (inserted, status)
     }
 
@@ -615,6 +807,7 @@ mod tests {
                     Limits::default(),
                     &status,
                     &mut |_| Vec::new(),
+                    None,
                 );
             })
         };
@@ -633,5 +826,143 @@ mod tests {
         }
         drop(sender);
         writer.join().unwrap();
+    }
+
+    /// A journal in a fresh directory, as the sessions of a server write it.
+    fn journal(name: &str) -> (std::path::PathBuf, Arc<Ingest<u32>>) {
+        let dir =
+            std::env::temp_dir().join(format!("mailjar-writer-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let first = JournalFile::create(&dir, 1).unwrap();
+        (dir.clone(), Arc::new(Ingest::new(dir, first, u64::MAX)))
+    }
+
+    /// Journals message `n` as a session does: reserve, write, complete.
+    fn journaled(ingest: &Ingest<u32>, n: u128) {
+        let envelope = Envelope {
+            from: "s@x.test".into(),
+            to: vec!["a@x.test".into()],
+        };
+        let smtp = SmtpFacts::default();
+        let mut encoded = Encoded::new(&Record {
+            id: MessageId::from_u128(0),
+            received_at_ms: 0,
+            envelope: &envelope,
+            smtp: &smtp,
+            raw: b"x",
+        })
+        .unwrap();
+        let (reserved, ()) = ingest.reserve(encoded.len(), || ()).unwrap();
+        let sealed = encoded.seal(MessageId::from_u128(n), 1000);
+        reserved
+            .span
+            .file
+            .write_at(sealed, reserved.span.offset)
+            .unwrap();
+        ingest.complete(reserved.ticket, Some(n as u32), |_| Vec::new());
+    }
+
+    fn ids(log: &Log) -> Vec<(Vec<u128>, Vec<Removal>)> {
+        log.transactions
+            .iter()
+            .map(|(ids, removals)| {
+                (
+                    ids.iter().map(|id| id.as_u128()).collect(),
+                    removals.clone(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn journaled_messages_are_moved_before_the_removals_that_name_them() {
+        let (dir, ingest) = journal("move");
+        for n in 1..=5 {
+            journaled(&ingest, n);
+        }
+        let (sender, receiver) = std::sync::mpsc::channel();
+        sender.send(Job::Journal).unwrap();
+        let gone = Removal::One(MessageId::from_u128(2));
+        let (done, mut heard) = oneshot::channel();
+        sender.send(Job::Remove(vec![gone], Some(done))).unwrap();
+        drop(sender);
+        let log = Arc::new(Mutex::new(Log::default()));
+        let status = Status::default();
+        let limits = Limits {
+            messages: 2,
+            bytes: usize::MAX,
+        };
+        let source: &dyn JournalSource = &*ingest;
+        run(
+            &mut Shared(log.clone()),
+            receiver,
+            limits,
+            &status,
+            &mut |_| Vec::new(),
+            Some(source),
+        );
+        // Beyond a transaction's bound, on their own; the removal with the last of them.
+        assert_eq!(
+            ids(&log.lock().unwrap()),
+            [
+                (vec![1, 2], vec![]),
+                (vec![3, 4], vec![]),
+                (vec![5], vec![gone])
+            ]
+        );
+        assert_eq!(heard.try_recv(), Ok(Ok(())));
+        // The queue is gone: the writer closed the journal and deleted its files.
+        assert!(journal::list(&dir).unwrap().is_empty());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_failed_move_is_tried_again_and_its_file_outlives_it() {
+        let (dir, ingest) = journal("retry");
+        journaled(&ingest, 1);
+        journaled(&ingest, 2);
+        let log = failing_log();
+        let status = Arc::new(Status::default());
+        let (sender, receiver) = std::sync::mpsc::channel();
+        let writer = {
+            let (log, status, ingest) = (log.clone(), status.clone(), ingest.clone());
+            std::thread::spawn(move || {
+                let source: &dyn JournalSource = &*ingest;
+                run(
+                    &mut Shared(log),
+                    receiver,
+                    Limits::default(),
+                    &status,
+                    &mut |_| Vec::new(),
+                    Some(source),
+                );
+            })
+        };
+        sender.send(Job::Journal).unwrap();
+        let waited = std::time::Instant::now();
+        while status.error().is_none() {
+            assert!(waited.elapsed() < Duration::from_secs(5), "no write tried");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(
+            journal::list(&dir).unwrap().len(),
+            2,
+            "the file and its spare"
+        );
+        log.lock().unwrap().fail = false;
+        while status.error().is_some() {
+            assert!(waited.elapsed() < Duration::from_secs(5), "not tried again");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(ids(&log.lock().unwrap()), [(vec![1, 2], vec![])]);
+        assert!(
+            !journal::list(&dir).unwrap().is_empty(),
+            "still the current file"
+        );
+        drop(sender);
+        writer.join().unwrap();
+        assert!(journal::list(&dir).unwrap().is_empty());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

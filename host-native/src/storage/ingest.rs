@@ -1,0 +1,537 @@
+//! The order in which journaled messages become visible.
+//!
+//! A session reserves its record's place in the journal and gets its id in
+//! one step under the [`Ingest`] lock, writes the record with no lock held
+//! (see [`super::journal`]), then completes: the run of written records at
+//! the front of the queue is handed to the core at once, in id order, so no
+//! message is ever visible before one with a smaller id, and an `afterId`
+//! cursor never skips one. A session whose predecessor is still writing
+//! waits for it, which is rare (the window is one `pwrite`) and costs that
+//! session alone. Nothing under the lock grows with a message's size.
+//!
+//! The storage writer takes what became visible ([`JournalSource::take`]),
+//! moves it into SQLite in large transactions, and deletes a journal file
+//! once nothing in it is waiting to be written or moved.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use mailjar_core::api::Removal;
+use tokio::sync::oneshot;
+
+use super::StorageError;
+use super::journal::{FILE_HEADER, JournalFile, next_offset};
+
+/// A journal file is closed to new records once it is this long (and a spare is ready).
+pub const FILE_BYTES: u64 = 32 * 1024 * 1024;
+
+/// A record in the journal: which file, where, and how long (padding included).
+#[derive(Debug, Clone)]
+pub struct Span {
+    /// The file it is in.
+    pub file: Arc<JournalFile>,
+    /// Where it starts.
+    pub offset: u64,
+    /// Its length in the file.
+    pub len: u64,
+}
+
+/// A place reserved in the journal for one record.
+#[derive(Debug)]
+pub struct Reservation {
+    /// Names the record when it is completed.
+    pub ticket: u64,
+    /// Where to write it.
+    pub span: Span,
+}
+
+/// What became of a completed record.
+#[derive(Debug)]
+pub enum Completed {
+    /// It is visible.
+    Visible,
+    /// It becomes visible when this fires (a record before it was still being written).
+    Waiting(oneshot::Receiver<()>),
+    /// Its write failed: nothing was made visible for it.
+    Failed,
+}
+
+/// What the storage writer takes to move into the database.
+#[derive(Debug, Default)]
+pub struct Taken {
+    /// Records that became visible, in id order.
+    pub spans: Vec<Span>,
+    /// What left the store while they became visible (evictions), after them.
+    pub removals: Vec<Removal>,
+    /// Journal files no longer written to, with no record still being
+    /// written, and their lengths: to delete once everything taken so far
+    /// has been moved (then [`JournalSource::deleted`]).
+    pub retired: Vec<(Arc<JournalFile>, u64)>,
+}
+
+/// The storage writer's side of the journal.
+pub trait JournalSource: Send + Sync {
+    /// Everything that became visible since the last take; the writer counts as idle after it.
+    fn take(&self) -> Taken;
+    /// Creates the file new records go to once the current one is full, if
+    /// there is none (the file is created with no lock held).
+    fn prepare_spare(&self) -> Result<(), StorageError>;
+    /// Refuses new records from now on (mailjar is stopping); every file is
+    /// deleted once what it holds has been moved.
+    fn close(&self);
+    /// Bytes the journal's files take.
+    fn bytes(&self) -> u64;
+    /// A retired file of this length was deleted.
+    fn deleted(&self, bytes: u64);
+}
+
+enum State<E> {
+    Writing,
+    Written(E),
+    Failed,
+}
+
+struct Slot<E> {
+    ticket: u64,
+    span: Span,
+    state: State<E>,
+    waiter: Option<oneshot::Sender<()>>,
+}
+
+struct Sequence<E> {
+    open: bool,
+    file: Arc<JournalFile>,
+    end: u64,
+    spare: Option<JournalFile>,
+    next_ticket: u64,
+    slots: VecDeque<Slot<E>>,
+    visible: Vec<Span>,
+    removals: Vec<Removal>,
+    /// Full files, and their length.
+    retired: Vec<(Arc<JournalFile>, u64)>,
+    /// Bytes of every journal file not yet deleted.
+    bytes: u64,
+    mover_idle: bool,
+}
+
+/// The journal's reservations and the queue of records being written.
+pub struct Ingest<E> {
+    sequence: Mutex<Sequence<E>>,
+    /// Where spare files are created.
+    dir: std::path::PathBuf,
+    /// The most bytes the journal's files may hold: past it, records are
+    /// refused until the storage writer has moved and deleted some.
+    max_bytes: u64,
+    /// Debug builds: while this file exists, journal writes fail (tests of the failure path).
+    fail_while: Option<std::path::PathBuf>,
+}
+
+impl<E> Ingest<E> {
+    /// New records go to `first`; spares are created in `dir`; the files
+    /// hold at most `max_bytes` (see [`Ingest::reserve`]).
+    pub fn new(dir: std::path::PathBuf, first: JournalFile, max_bytes: u64) -> Ingest<E> {
+        Ingest {
+            dir,
+            max_bytes,
+            fail_while: None,
+            sequence: Mutex::new(Sequence {
+                open: true,
+                file: Arc::new(first),
+                end: FILE_HEADER,
+                spare: None,
+                next_ticket: 0,
+                slots: VecDeque::new(),
+                visible: Vec::new(),
+                removals: Vec::new(),
+                retired: Vec::new(),
+                bytes: FILE_HEADER,
+                mover_idle: true,
+            }),
+        }
+    }
+
+    /// Debug builds: journal writes fail while `flag` exists.
+    pub fn fail_while(mut self, flag: Option<std::path::PathBuf>) -> Ingest<E> {
+        self.fail_while = flag;
+        self
+    }
+
+    /// The injected failure of a journal write, while its flag file exists.
+    pub fn check_fault(&self) -> Result<(), StorageError> {
+        match &self.fail_while {
+            Some(flag) if flag.exists() => Err(StorageError(format!(
+                "{}: attempt to write a readonly journal (debug write fault)",
+                self.dir.display()
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Sequence<E>> {
+        self.sequence.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Reserves `len` bytes for a record and, under the same lock, calls
+    /// `assign` (which gives the record its id): records lie in the journal
+    /// in id order. Refused once the files would hold more than their bound,
+    /// which only a database that cannot be written for long gets to.
+    pub fn reserve<A>(
+        &self,
+        len: u64,
+        assign: impl FnOnce() -> A,
+    ) -> Result<(Reservation, A), StorageError> {
+        let mut sequence = self.lock();
+        if !sequence.open {
+            return Err(StorageError("the storage writer has stopped".to_owned()));
+        }
+        if sequence.bytes.saturating_add(len) > self.max_bytes {
+            return Err(StorageError(format!(
+                "{}: the journal holds {} bytes not yet in the database, its bound; the database is not being written (see /health)",
+                self.dir.display(),
+                sequence.bytes
+            )));
+        }
+        if sequence.end >= FILE_BYTES
+            && let Some(spare) = sequence.spare.take()
+        {
+            let full = std::mem::replace(&mut sequence.file, Arc::new(spare));
+            let length = sequence.end;
+            sequence.retired.push((full, length));
+            sequence.end = FILE_HEADER;
+        }
+        let offset = next_offset(sequence.end);
+        sequence.bytes += offset + len - sequence.end;
+        sequence.end = offset + len;
+        let ticket = sequence.next_ticket;
+        sequence.next_ticket += 1;
+        let span = Span {
+            file: sequence.file.clone(),
+            offset,
+            len,
+        };
+        sequence.slots.push_back(Slot {
+            ticket,
+            span: span.clone(),
+            state: State::Writing,
+            waiter: None,
+        });
+        let assigned = assign();
+        Ok((Reservation { ticket, span }, assigned))
+    }
+
+    /// Records that `ticket`'s write is over: `Some` with what to make
+    /// visible, `None` when it failed. Every written record at the front of
+    /// the queue is handed to `publish` in id order, under the lock; what it
+    /// returns (evictions) goes to the storage writer after them. The flag
+    /// is true when the storage writer was idle and now has records to move:
+    /// the caller wakes it.
+    pub fn complete(
+        &self,
+        ticket: u64,
+        outcome: Option<E>,
+        publish: impl FnOnce(Vec<E>) -> Vec<Removal>,
+    ) -> (Completed, bool) {
+        let mut sequence = self.lock();
+        let failed = outcome.is_none();
+        let Some(index) = sequence.slots.iter().position(|s| s.ticket == ticket) else {
+            return (Completed::Failed, false);
+        };
+        sequence.slots[index].state = match outcome {
+            Some(e) => State::Written(e),
+            None => State::Failed,
+        };
+        let mut ready = Vec::new();
+        let mut waiters = Vec::new();
+        let mut mine_done = false;
+        while sequence
+            .slots
+            .front()
+            .is_some_and(|s| !matches!(s.state, State::Writing))
+        {
+            let Some(slot) = sequence.slots.pop_front() else {
+                break;
+            };
+            mine_done |= slot.ticket == ticket;
+            waiters.extend(slot.waiter);
+            if let State::Written(e) = slot.state {
+                ready.push(e);
+                sequence.visible.push(slot.span);
+            }
+        }
+        let wake_mover = !ready.is_empty() && sequence.mover_idle;
+        if !ready.is_empty() {
+            let removals = publish(ready);
+            sequence.removals.extend(removals);
+            sequence.mover_idle = false;
+        }
+        // Only now, once they are in the core: their sessions answer 250 when woken.
+        for waiter in waiters {
+            let _ = waiter.send(());
+        }
+        let completed = if failed {
+            Completed::Failed
+        } else if mine_done {
+            Completed::Visible
+        } else {
+            let (sender, receiver) = oneshot::channel();
+            if let Some(slot) = sequence.slots.iter_mut().find(|s| s.ticket == ticket) {
+                slot.waiter = Some(sender);
+            }
+            Completed::Waiting(receiver)
+        };
+        (completed, wake_mover)
+    }
+}
+
+impl<E: Send> JournalSource for Ingest<E> {
+    fn take(&self) -> Taken {
+        let mut sequence = self.lock();
+        sequence.mover_idle = true;
+        // A file is done with once no record in it is still being written.
+        let oldest_live = sequence.slots.front().map_or(
+            if sequence.open {
+                sequence.file.generation
+            } else {
+                u64::MAX
+            },
+            |s| s.span.file.generation,
+        );
+        let (retired, live): (Vec<_>, Vec<_>) = std::mem::take(&mut sequence.retired)
+            .into_iter()
+            .partition(|(f, _)| f.generation < oldest_live);
+        sequence.retired = live;
+        Taken {
+            spans: std::mem::take(&mut sequence.visible),
+            removals: std::mem::take(&mut sequence.removals),
+            retired,
+        }
+    }
+
+    fn prepare_spare(&self) -> Result<(), StorageError> {
+        let generation = {
+            let sequence = self.lock();
+            if sequence.spare.is_some() || !sequence.open {
+                return Ok(());
+            }
+            sequence.file.generation + 1
+        };
+        let file = JournalFile::create(&self.dir, generation)?;
+        let mut sequence = self.lock();
+        if sequence.open && sequence.spare.is_none() && sequence.file.generation + 1 == generation {
+            sequence.spare = Some(file);
+            sequence.bytes += FILE_HEADER;
+        } else {
+            drop(sequence);
+            let _ = std::fs::remove_file(&file.path);
+        }
+        Ok(())
+    }
+
+    fn close(&self) {
+        let mut sequence = self.lock();
+        if !sequence.open {
+            return;
+        }
+        sequence.open = false;
+        let length = sequence.end;
+        let current = sequence.file.clone();
+        sequence.retired.push((current, length));
+        if let Some(spare) = sequence.spare.take() {
+            sequence.retired.push((Arc::new(spare), FILE_HEADER));
+        }
+    }
+
+    fn bytes(&self) -> u64 {
+        self.lock().bytes
+    }
+
+    fn deleted(&self, bytes: u64) {
+        let mut sequence = self.lock();
+        sequence.bytes = sequence.bytes.saturating_sub(bytes);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mailjar_core::id::MessageId;
+
+    fn ingest(name: &str) -> (std::path::PathBuf, Ingest<u32>) {
+        let dir =
+            std::env::temp_dir().join(format!("mailjar-ingest-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let first = JournalFile::create(&dir, 1).unwrap();
+        (dir.clone(), Ingest::new(dir, first, u64::MAX))
+    }
+
+    /// Completes `ticket` with `outcome`; what became visible, and whether the writer is to be woken.
+    fn complete(
+        ingest: &Ingest<u32>,
+        ticket: u64,
+        outcome: Option<u32>,
+    ) -> (Completed, Vec<u32>, bool) {
+        let mut published = Vec::new();
+        let (completed, wake) = ingest.complete(ticket, outcome, |ready| {
+            published = ready;
+            Vec::new()
+        });
+        (completed, published, wake)
+    }
+
+    #[test]
+    fn records_become_visible_in_id_order_whatever_order_their_writes_end_in() {
+        let (dir, ingest) = ingest("order");
+        let mut next = 0u32;
+        let mut reserve = || {
+            ingest
+                .reserve(100, || {
+                    next += 1;
+                    next
+                })
+                .unwrap()
+        };
+        let (r1, one) = reserve();
+        let (r2, two) = reserve();
+        let (r3, three) = reserve();
+        assert_eq!((one, two, three), (1, 2, 3));
+        assert!(r1.span.offset < r2.span.offset && r2.span.offset < r3.span.offset);
+        assert!(r2.span.offset >= r1.span.offset + 100);
+        let (c3, seen, _) = complete(&ingest, r3.ticket, Some(3));
+        let Completed::Waiting(mut third) = c3 else {
+            panic!("visible before 1 and 2: {c3:?}")
+        };
+        assert!(seen.is_empty());
+        let (c2, seen, _) = complete(&ingest, r2.ticket, Some(2));
+        let Completed::Waiting(mut second) = c2 else {
+            panic!("{c2:?}")
+        };
+        assert!(seen.is_empty());
+        assert!(third.try_recv().is_err(), "not visible yet");
+        let mut seen = Vec::new();
+        let (c1, wake) = ingest.complete(r1.ticket, Some(1), |ready| {
+            // Their sessions answer 250 when woken: not before they are in the core.
+            assert!(second.try_recv().is_err() && third.try_recv().is_err());
+            seen = ready;
+            Vec::new()
+        });
+        assert!(matches!(c1, Completed::Visible), "{c1:?}");
+        assert_eq!(seen, [1, 2, 3], "all at once, in order");
+        assert!(wake);
+        assert!(second.try_recv().is_ok() && third.try_recv().is_ok());
+        let taken = ingest.take();
+        let offsets: Vec<u64> = taken.spans.iter().map(|s| s.offset).collect();
+        assert_eq!(offsets, [r1.span.offset, r2.span.offset, r3.span.offset]);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_failed_write_makes_nothing_visible_and_holds_no_one_up() {
+        let (dir, ingest) = ingest("failed");
+        let (r1, _) = ingest.reserve(8, || ()).unwrap();
+        let (r2, _) = ingest.reserve(8, || ()).unwrap();
+        let (c2, seen, _) = complete(&ingest, r2.ticket, Some(2));
+        let Completed::Waiting(mut second) = c2 else {
+            panic!("{c2:?}")
+        };
+        assert!(seen.is_empty());
+        let (c1, seen, wake) = complete(&ingest, r1.ticket, None);
+        assert!(matches!(c1, Completed::Failed), "{c1:?}");
+        assert_eq!(seen, [2]);
+        assert!(wake, "the writer moves 2 even though the caller failed");
+        assert!(second.try_recv().is_ok());
+        assert_eq!(ingest.take().spans.len(), 1);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn the_writer_is_woken_once_until_it_takes() {
+        let (dir, ingest) = ingest("wake");
+        let mut wakes = Vec::new();
+        for n in 0..3 {
+            let (r, _) = ingest.reserve(8, || ()).unwrap();
+            wakes.push(complete(&ingest, r.ticket, Some(n)).2);
+        }
+        assert_eq!(wakes, [true, false, false]);
+        assert_eq!(ingest.take().spans.len(), 3);
+        let (r, _) = ingest.reserve(8, || ()).unwrap();
+        assert!(complete(&ingest, r.ticket, Some(9)).2);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn evictions_follow_the_records_that_caused_them() {
+        let (dir, ingest) = ingest("evict");
+        let (r, _) = ingest.reserve(8, || ()).unwrap();
+        let gone = Removal::One(MessageId::from_u128(1));
+        ingest.complete(r.ticket, Some(1), |_| vec![gone]);
+        let taken = ingest.take();
+        assert_eq!(taken.spans.len(), 1);
+        assert_eq!(taken.removals, [gone]);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_full_file_gives_way_to_the_spare_and_is_retired_once_no_write_is_left_in_it() {
+        let (dir, ingest) = ingest("files");
+        // No spare yet: the full file takes more.
+        let (big, _) = ingest.reserve(FILE_BYTES, || ()).unwrap();
+        let (still_first, _) = ingest.reserve(8, || ()).unwrap();
+        assert_eq!(still_first.span.file.generation, 1);
+        ingest.prepare_spare().unwrap();
+        assert!(dir.join(super::super::journal::file_name(2)).exists());
+        let (second, _) = ingest.reserve(8, || ()).unwrap();
+        assert_eq!(second.span.file.generation, 2);
+        assert_eq!(second.span.offset, FILE_HEADER);
+        // Records in file 1 are still being written: it is not handed over.
+        assert!(ingest.take().retired.is_empty());
+        complete(&ingest, big.ticket, Some(1));
+        assert!(ingest.take().retired.is_empty(), "one write left in file 1");
+        complete(&ingest, still_first.ticket, Some(2));
+        // File 2's write goes on; file 1 is done with.
+        let taken = ingest.take();
+        let retired: Vec<u64> = taken.retired.iter().map(|(f, _)| f.generation).collect();
+        assert_eq!(retired, [1]);
+        assert_eq!(taken.spans.len(), 1, "the first record was taken before");
+        complete(&ingest, second.ticket, Some(3));
+        assert!(
+            ingest.take().retired.is_empty(),
+            "file 2 is still the current one"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn once_closed_nothing_is_reserved_and_every_file_is_handed_over() {
+        let (dir, ingest) = ingest("close");
+        ingest.prepare_spare().unwrap();
+        let (r, _) = ingest.reserve(8, || ()).unwrap();
+        ingest.close();
+        let refused = ingest.reserve(8, || ()).unwrap_err();
+        assert!(refused.0.contains("stopped"), "{refused}");
+        assert!(ingest.take().retired.is_empty(), "a write is still on");
+        complete(&ingest, r.ticket, Some(1));
+        let taken = ingest.take();
+        assert_eq!(taken.spans.len(), 1);
+        let retired: Vec<u64> = taken.retired.iter().map(|(f, _)| f.generation).collect();
+        assert_eq!(retired, [1, 2]);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn past_their_bound_the_files_refuse_records_until_some_are_deleted() {
+        let (dir, _) = ingest("bound");
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let first = JournalFile::create(&dir, 1).unwrap();
+        let ingest = Ingest::<u32>::new(dir.clone(), first, 1000);
+        ingest.reserve(500, || ()).unwrap();
+        assert_eq!(ingest.bytes(), FILE_HEADER + 500);
+        let refused = ingest.reserve(600, || ()).unwrap_err();
+        assert!(refused.0.contains("not yet in the database"), "{refused}");
+        // The writer moved and deleted a file.
+        ingest.deleted(400);
+        ingest.reserve(600, || ()).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
