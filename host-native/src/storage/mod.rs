@@ -205,12 +205,18 @@ pub fn open_and_load<W>(
     let recovered = journal::recover(&options.dir, &mut storage, after)?;
     if recovered.files > 0 {
         tracing::info!(
-            "moved {} messages from {} journal files into {} ({} records cut short and {} bytes never written by a crash: none was acknowledged)",
+            "moved {} messages from {} journal files into {}",
             recovered.moved,
             recovered.files,
-            storage.path().display(),
-            recovered.scanned.cut,
-            recovered.scanned.unwritten
+            storage.path().display()
+        );
+    }
+    let gaps = recovered.scanned;
+    if gaps.cut > 0 || gaps.unwritten > 0 {
+        tracing::info!(
+            "the journal held {} records cut short and {} bytes never written by a crash (never acknowledged): skipped",
+            gaps.cut,
+            gaps.unwritten
         );
     }
     tracing::debug!(

@@ -65,6 +65,23 @@ impl Limits {
     pub const DEFAULT_BYTES: usize = 64 * 1024 * 1024;
 }
 
+impl Limits {
+    /// How many of `spans`, from the first, one transaction takes: at most
+    /// `messages`, and `bytes` unless the first alone is larger.
+    fn fitting(&self, spans: &[Span]) -> usize {
+        let mut bytes = 0u64;
+        let mut taken = 0;
+        for span in spans {
+            if taken == self.messages || (taken > 0 && bytes + span.len > self.bytes as u64) {
+                break;
+            }
+            bytes += span.len;
+            taken += 1;
+        }
+        taken
+    }
+}
+
 impl Default for Limits {
     /// 1000 messages or 64 MiB.
     fn default() -> Self {
@@ -428,8 +445,12 @@ pub fn run(
         }
         // Journaled records beyond one transaction's bound go first, on their own.
         let mut written = Ok(());
-        while moving.spans.len() > limits.messages {
-            let rest = moving.spans.split_off(limits.messages);
+        loop {
+            let fits = limits.fitting(&moving.spans);
+            if fits == moving.spans.len() {
+                break;
+            }
+            let rest = moving.spans.split_off(fits);
             let read = Moving::read(&moving.spans);
             let records: Vec<Record<'_>> = read.iter().map(|(l, smtp)| l.record(smtp)).collect();
             written = storage.write(&records, &[]);
@@ -838,8 +859,8 @@ mod tests {
         (dir.clone(), Arc::new(Ingest::new(dir, first, u64::MAX)))
     }
 
-    /// Journals message `n` as a session does: reserve, write, complete.
-    fn journaled(ingest: &Ingest<u32>, n: u128) {
+    /// Journals message `n` as a session does: reserve, write, complete; its record's length.
+    fn journaled(ingest: &Ingest<u32>, n: u128) -> u64 {
         let envelope = Envelope {
             from: "s@x.test".into(),
             to: vec!["a@x.test".into()],
@@ -861,6 +882,7 @@ mod tests {
             .write_at(sealed, reserved.span.offset)
             .unwrap();
         ingest.complete(reserved.ticket, Some(n as u32), |_| Vec::new());
+        encoded.len()
     }
 
     fn ids(log: &Log) -> Vec<(Vec<u128>, Vec<Removal>)> {
@@ -914,6 +936,39 @@ mod tests {
         assert_eq!(heard.try_recv(), Ok(Ok(())));
         // The queue is gone: the writer closed the journal and deleted its files.
         assert!(journal::list(&dir).unwrap().is_empty());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn journaled_messages_are_moved_within_the_byte_bound_too() {
+        let (dir, ingest) = journal("bytes");
+        let record = (1..=5).map(|n| journaled(&ingest, n)).max().unwrap();
+        let (sender, receiver) = std::sync::mpsc::channel();
+        sender.send(Job::Journal).unwrap();
+        drop(sender);
+        let log = Arc::new(Mutex::new(Log::default()));
+        // Two records a transaction by bytes; the count bound is far away.
+        let limits = Limits {
+            messages: 1000,
+            bytes: usize::try_from(2 * record).unwrap(),
+        };
+        let source: &dyn JournalSource = &*ingest;
+        run(
+            &mut Shared(log.clone()),
+            receiver,
+            limits,
+            &Status::default(),
+            &mut |_| Vec::new(),
+            Some(source),
+        );
+        assert_eq!(
+            ids(&log.lock().unwrap()),
+            [
+                (vec![1, 2], vec![]),
+                (vec![3, 4], vec![]),
+                (vec![5], vec![])
+            ]
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 
