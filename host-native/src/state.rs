@@ -258,13 +258,11 @@ impl Shared {
         let span = &reservation.span;
         // No lock is held: sessions write their records side by side.
         let large = record.len() >= PARSE_INLINE_BYTES as u64;
-        let mut write = || {
-            ingest.check_fault().and_then(|()| {
-                span.file.write_at(
-                    record.seal(assigned.id, assigned.received_at_ms),
-                    span.offset,
-                )
-            })
+        record.seal(assigned.id, assigned.received_at_ms, email.raw());
+        let write = || {
+            ingest
+                .check_fault()
+                .and_then(|()| record.write(&span.file, email.raw(), span.offset))
         };
         let written = if large && multi_thread() {
             // Other connections' tasks move to another worker while this one writes.

@@ -128,15 +128,24 @@ impl JournalFile {
         })
     }
 
-    /// Reads back the record written at `offset`, `len` bytes long.
+    /// Reads back the record written at `offset`, `len` bytes long with its
+    /// padding (which the file may end before: padding is not written).
     pub fn read_at(&self, offset: u64, len: usize) -> Result<Vec<u8>, StorageError> {
         let mut bytes = vec![0u8; len];
-        self.file.read_exact_at(&mut bytes, offset).map_err(|e| {
-            StorageError(format!(
-                "{}: a journal read failed: {e}",
-                self.path.display()
-            ))
-        })?;
+        let mut read = 0;
+        while read < len {
+            match self.file.read_at(&mut bytes[read..], offset + read as u64) {
+                Ok(0) => break,
+                Ok(n) => read += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    return Err(StorageError(format!(
+                        "{}: a journal read failed: {e}",
+                        self.path.display()
+                    )));
+                }
+            }
+        }
         Ok(bytes)
     }
 }
@@ -152,10 +161,19 @@ pub fn next_offset(end: u64) -> u64 {
     }
 }
 
-/// A record's bytes, built before its id is known; [`Encoded::seal`] sets the
-/// id and receive time and the checksums.
+/// A record's header and fields, all but the message's bytes, built before
+/// its id is known; [`Encoded::seal`] sets the id, the receive time and the
+/// checksums, and [`Encoded::write`] writes it with the message's bytes, which
+/// are never copied for a large message.
 #[derive(Debug)]
-pub struct Encoded(Vec<u8>);
+pub struct Encoded {
+    head: Vec<u8>,
+    raw_len: usize,
+}
+
+/// Messages up to this size are written with their header in one `pwrite`
+/// (copied into one buffer); larger ones in two, header first, uncopied.
+const ONE_WRITE_RAW: usize = 64 * 1024;
 
 fn put_len(out: &mut Vec<u8>, len: usize) -> Result<(), StorageError> {
     let len = u32::try_from(len)
@@ -201,51 +219,76 @@ impl Encoded {
                 .auth
                 .as_ref()
                 .map_or(0, |a| a.mechanism.len() + a.username.len());
-        let mut out = Vec::with_capacity(RECORD_HEADER + 24 + 9 * 4 + text + record.raw.len() + 8);
-        out.resize(RECEIVED_AT + 8, 0);
-        put_str(&mut out, &envelope.from)?;
-        put_len(&mut out, envelope.to.len())?;
+        let mut head = Vec::with_capacity(RECEIVED_AT + 8 + 10 * 4 + text);
+        head.resize(RECEIVED_AT + 8, 0);
+        put_str(&mut head, &envelope.from)?;
+        put_len(&mut head, envelope.to.len())?;
         for to in &envelope.to {
-            put_str(&mut out, to)?;
+            put_str(&mut head, to)?;
         }
-        put_opt(&mut out, smtp.helo.as_deref())?;
-        put_opt(&mut out, smtp.remote_addr.as_deref())?;
-        put_opt(&mut out, smtp.tls.as_ref().map(|t| t.version.as_str()))?;
-        put_opt(&mut out, smtp.tls.as_ref().map(|t| t.cipher.as_str()))?;
-        put_opt(&mut out, smtp.auth.as_ref().map(|a| a.mechanism.as_str()))?;
-        put_opt(&mut out, smtp.auth.as_ref().map(|a| a.username.as_str()))?;
-        put_len(&mut out, record.raw.len())?;
-        out.extend_from_slice(record.raw);
-        let payload = out.len() - RECORD_HEADER;
-        let payload = u32::try_from(payload)
+        put_opt(&mut head, smtp.helo.as_deref())?;
+        put_opt(&mut head, smtp.remote_addr.as_deref())?;
+        put_opt(&mut head, smtp.tls.as_ref().map(|t| t.version.as_str()))?;
+        put_opt(&mut head, smtp.tls.as_ref().map(|t| t.cipher.as_str()))?;
+        put_opt(&mut head, smtp.auth.as_ref().map(|a| a.mechanism.as_str()))?;
+        put_opt(&mut head, smtp.auth.as_ref().map(|a| a.username.as_str()))?;
+        put_len(&mut head, record.raw.len())?;
+        let payload = u32::try_from(head.len() - RECORD_HEADER + record.raw.len())
             .map_err(|_| StorageError("the message is too large for the journal".into()))?;
-        out[4..8].copy_from_slice(&payload.to_le_bytes());
-        out.resize(out.len().next_multiple_of(8), 0);
-        Ok(Encoded(out))
+        head[4..8].copy_from_slice(&payload.to_le_bytes());
+        Ok(Encoded {
+            head,
+            raw_len: record.raw.len(),
+        })
     }
 
     /// Bytes the record takes in the file (padding included).
     pub fn len(&self) -> u64 {
-        self.0.len() as u64
+        (self.head.len() + self.raw_len).next_multiple_of(8) as u64
     }
 
     /// Always false: a record has at least its header.
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.head.is_empty()
     }
 
-    /// Sets the id and receive time and the checksums; the bytes to write.
-    pub fn seal(&mut self, id: MessageId, received_at_ms: u64) -> &[u8] {
-        let out = &mut self.0;
-        out[ID_AT..ID_AT + 16].copy_from_slice(&id.as_u128().to_be_bytes());
-        out[RECEIVED_AT..RECEIVED_AT + 8].copy_from_slice(&received_at_ms.to_le_bytes());
-        let payload = u32::from_le_bytes([out[4], out[5], out[6], out[7]]) as usize;
-        let crc = crc32fast::hash(&out[RECORD_HEADER..RECORD_HEADER + payload]);
-        out[0..4].copy_from_slice(&RECORD_MAGIC.to_le_bytes());
-        out[8..12].copy_from_slice(&crc.to_le_bytes());
-        let header_crc = crc32fast::hash(&out[0..12]);
-        out[12..16].copy_from_slice(&header_crc.to_le_bytes());
-        out
+    /// Sets the id, the receive time and the checksums over the fields and
+    /// `raw` (the message's bytes, as given to [`Encoded::new`]).
+    pub fn seal(&mut self, id: MessageId, received_at_ms: u64, raw: &[u8]) {
+        let head = &mut self.head;
+        head[ID_AT..ID_AT + 16].copy_from_slice(&id.as_u128().to_be_bytes());
+        head[RECEIVED_AT..RECEIVED_AT + 8].copy_from_slice(&received_at_ms.to_le_bytes());
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(&head[RECORD_HEADER..]);
+        crc.update(raw);
+        head[0..4].copy_from_slice(&RECORD_MAGIC.to_le_bytes());
+        head[8..12].copy_from_slice(&crc.finalize().to_le_bytes());
+        let header_crc = crc32fast::hash(&head[0..12]);
+        head[12..16].copy_from_slice(&header_crc.to_le_bytes());
+    }
+
+    /// The whole sealed record with `raw`, padding included.
+    pub fn bytes(&self, raw: &[u8]) -> Vec<u8> {
+        let mut bytes = Vec::with_capacity(self.len() as usize);
+        bytes.extend_from_slice(&self.head);
+        bytes.extend_from_slice(raw);
+        bytes.resize(bytes.capacity(), 0);
+        bytes
+    }
+
+    /// Writes the sealed record, with `raw`, at `offset` in `file`. A large
+    /// message goes in a second write after its header; a crash between the
+    /// two leaves a record cut short, which was never acknowledged. Padding is
+    /// not written: a journal file's unwritten bytes are zeros.
+    pub fn write(&self, file: &JournalFile, raw: &[u8], offset: u64) -> Result<(), StorageError> {
+        if raw.len() <= ONE_WRITE_RAW {
+            let mut bytes = Vec::with_capacity(self.head.len() + raw.len());
+            bytes.extend_from_slice(&self.head);
+            bytes.extend_from_slice(raw);
+            return file.write_at(&bytes, offset);
+        }
+        file.write_at(&self.head, offset)?;
+        file.write_at(raw, offset + self.head.len() as u64)
     }
 }
 
@@ -555,7 +598,8 @@ mod tests {
             ..message.record(&smtp)
         };
         let mut encoded = Encoded::new(&record).unwrap();
-        encoded.seal(message.id, message.received_at_ms).to_vec()
+        encoded.seal(message.id, message.received_at_ms, &message.incoming.raw);
+        encoded.bytes(&message.incoming.raw)
     }
 
     /// Writes `records` one after another as reservations would place them;
@@ -587,6 +631,41 @@ mod tests {
             assert_eq!(bytes.len() % 8, 0);
             assert_eq!(decode(&bytes), Some(message));
         }
+    }
+
+    #[test]
+    fn a_large_message_is_written_after_its_header_and_reads_back() {
+        let dir = temp("large");
+        let message = loaded(3, &vec![b'L'; 3 * ONE_WRITE_RAW + 5]);
+        let smtp = SmtpFacts::new(
+            message.incoming.helo.clone(),
+            message.incoming.session.clone(),
+        );
+        let mut encoded = Encoded::new(&message.record(&smtp)).unwrap();
+        encoded.seal(message.id, message.received_at_ms, &message.incoming.raw);
+        let file = JournalFile::create(&dir, 1).unwrap();
+        let after = loaded(4, b"after");
+        let at = next_offset(FILE_HEADER);
+        encoded.write(&file, &message.incoming.raw, at).unwrap();
+        let next = next_offset(at + encoded.len());
+        file.write_at(&sealed(&after), next).unwrap();
+        assert_eq!(scanned(&file.path).0, [message.clone(), after.clone()]);
+        let read = file.read_at(at, encoded.len() as usize).unwrap();
+        assert_eq!(decode(&read), Some(message.clone()));
+        // A crash between its two writes: the header alone, a record cut short.
+        let dir2 = temp("large-cut");
+        let cut = JournalFile::create(&dir2, 1).unwrap();
+        cut.write_at(
+            &encoded.bytes(&message.incoming.raw)[..encoded.head.len()],
+            at,
+        )
+        .unwrap();
+        cut.write_at(&sealed(&after), next).unwrap();
+        let (found, gaps) = scanned(&cut.path);
+        assert_eq!(found, [after]);
+        assert_eq!(gaps.cut, 1);
+        let _ = std::fs::remove_dir_all(&dir);
+        let _ = std::fs::remove_dir_all(&dir2);
     }
 
     #[test]

@@ -875,11 +875,9 @@ mod tests {
         })
         .unwrap();
         let (reserved, ()) = ingest.reserve(encoded.len(), || ()).unwrap();
-        let sealed = encoded.seal(MessageId::from_u128(n), 1000);
-        reserved
-            .span
-            .file
-            .write_at(sealed, reserved.span.offset)
+        encoded.seal(MessageId::from_u128(n), 1000, b"x");
+        encoded
+            .write(&reserved.span.file, b"x", reserved.span.offset)
             .unwrap();
         ingest.complete(reserved.ticket, Some(n as u32), |_| Vec::new());
         encoded.len()
