@@ -35,6 +35,9 @@ fn main() -> std::process::ExitCode {
         }
     };
     runtime.block_on(async {
+        // Listened for before the ports are logged: a SIGTERM that follows
+        // the first request must stop mailjar cleanly, not kill it.
+        let stop = stop_signal();
         let server = match Server::bind(settings).await {
             Ok(server) => server,
             Err(e) if e.get_ref().is_some_and(|inner| inner.is::<mailjar::storage::StorageError>()) => {
@@ -61,30 +64,36 @@ fn main() -> std::process::ExitCode {
                 println!("{line}");
             }
         }
-        server.run(stop_signal()).await;
+        server.run(stop).await;
         std::process::ExitCode::SUCCESS
     })
 }
 
-/// Resolves on SIGINT or SIGTERM.
-async fn stop_signal() {
+/// Listens for SIGINT and SIGTERM from now on; the future resolves on either.
+fn stop_signal() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
+        let interrupt = signal(SignalKind::interrupt());
+        let terminate = signal(SignalKind::terminate());
+        async move {
+            match (interrupt, terminate) {
+                (Ok(mut interrupt), Ok(mut terminate)) => {
+                    tokio::select! {
+                        _ = interrupt.recv() => {}
+                        _ = terminate.recv() => {}
+                    }
                 }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
+                _ => {
+                    let _ = tokio::signal::ctrl_c().await;
+                }
             }
         }
     }
     #[cfg(not(unix))]
     {
-        let _ = tokio::signal::ctrl_c().await;
+        async {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }
