@@ -92,6 +92,25 @@ fn writer_stopped() -> StorageError {
     StorageError("the storage writer has stopped".to_owned())
 }
 
+/// A journal reservation its session has not completed yet: dropped
+/// unfinished (a panic), it completes it as failed, so that the sessions
+/// after it are not held up for good.
+struct Unfinished<'a> {
+    shared: &'a Shared,
+    ingest: &'a Ingest<Email>,
+    writer: &'a std::sync::mpsc::Sender<writer::Job>,
+    ticket: Option<u64>,
+}
+
+impl Drop for Unfinished<'_> {
+    fn drop(&mut self) {
+        if let Some(ticket) = self.ticket.take() {
+            self.shared
+                .complete_journaled(self.ingest, self.writer, ticket, None);
+        }
+    }
+}
+
 /// What an event stream has to send next.
 pub enum Sendable {
     /// These events, the log head they reach, and how many log entries they came from.
@@ -253,6 +272,14 @@ impl Shared {
         })?;
         let (reservation, assigned) =
             ingest.reserve(record.len(), || self.lock().assign(now_ms(), entropy))?;
+        // Were this session to panic before completing, every later one would
+        // wait behind its reservation: the guard completes it as failed then.
+        let mut unfinished = Unfinished {
+            shared: self,
+            ingest,
+            writer,
+            ticket: Some(reservation.ticket),
+        };
         email.id = assigned.id;
         email.received_at_ms = assigned.received_at_ms;
         let span = &reservation.span;
@@ -271,26 +298,49 @@ impl Shared {
             write()
         };
         status.set_journal(written.as_ref().err().map(ToString::to_string));
-        let mut let_go = Vec::new();
-        let mut inserted = None;
-        let (completed, wake_writer) = ingest.complete(
+        unfinished.ticket = None;
+        let completed = self.complete_journaled(
+            ingest,
+            writer,
             reservation.ticket,
             written.is_ok().then_some(email),
-            |emails| {
-                let mut api = self.lock();
-                let mut parked = false;
-                for email in emails {
-                    parked |= api.insert_email(email).waits_parked;
-                }
-                let trash = api.take_trash();
-                inserted = Some((api.event_head(), parked));
-                drop(api);
-                let removals = trash.removals();
-                // Freed after every lock is let go.
-                let_go.push(trash);
-                removals
-            },
         );
+        match completed {
+            Completed::Visible => Ok(assigned.id),
+            Completed::Waiting(visible) => match visible.await {
+                Ok(()) => Ok(assigned.id),
+                Err(_) => Err(writer_stopped()),
+            },
+            Completed::Failed => Err(written.err().unwrap_or_else(writer_stopped)),
+        }
+    }
+
+    /// Completes a journal reservation (`None`: its write failed): what
+    /// became visible goes into the core, in id order, and the storage
+    /// writer is woken if it was idle.
+    fn complete_journaled(
+        &self,
+        ingest: &Ingest<Email>,
+        writer: &std::sync::mpsc::Sender<writer::Job>,
+        ticket: u64,
+        outcome: Option<Email>,
+    ) -> Completed {
+        let mut let_go = Vec::new();
+        let mut inserted = None;
+        let (completed, wake_writer) = ingest.complete(ticket, outcome, |emails| {
+            let mut api = self.lock();
+            let mut parked = false;
+            for email in emails {
+                parked |= api.insert_email(email).waits_parked;
+            }
+            let trash = api.take_trash();
+            inserted = Some((api.event_head(), parked));
+            drop(api);
+            let removals = trash.removals();
+            // Freed after every lock is let go.
+            let_go.push(trash);
+            removals
+        });
         drop(let_go);
         if let Some((head, parked)) = inserted {
             self.publish(head);
@@ -301,14 +351,7 @@ impl Shared {
         if wake_writer {
             let _ = writer.send(writer::Job::Journal);
         }
-        match completed {
-            Completed::Visible => Ok(assigned.id),
-            Completed::Waiting(visible) => match visible.await {
-                Ok(()) => Ok(assigned.id),
-                Err(_) => Err(writer_stopped()),
-            },
-            Completed::Failed => Err(written.err().unwrap_or_else(writer_stopped)),
-        }
+        completed
     }
 
     /// With `--data-dir`: has the writer finish what is queued and close the

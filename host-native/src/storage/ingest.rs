@@ -77,12 +77,15 @@ pub trait JournalSource: Send + Sync {
     /// there is none (the file is created with no lock held).
     fn prepare_spare(&self) -> Result<(), StorageError>;
     /// Refuses new records from now on (mailjar is stopping); every file is
-    /// deleted once what it holds has been moved.
+    /// handed over for deletion once no record in it is still being written
+    /// (one that is stays, and the next start moves it in).
     fn close(&self);
     /// Bytes the journal's files take.
     fn bytes(&self) -> u64;
     /// A retired file of this length was deleted.
     fn deleted(&self, bytes: u64);
+    /// This many taken records committed to the database.
+    fn moved(&self, records: usize);
 }
 
 enum State<E> {
@@ -111,6 +114,8 @@ struct Sequence<E> {
     retired: Vec<(Arc<JournalFile>, u64)>,
     /// Bytes of every journal file not yet deleted.
     bytes: u64,
+    /// Records reserved and not yet moved into the database (nor failed).
+    unmoved: usize,
     mover_idle: bool,
 }
 
@@ -119,20 +124,29 @@ pub struct Ingest<E> {
     sequence: Mutex<Sequence<E>>,
     /// Where spare files are created.
     dir: std::path::PathBuf,
-    /// The most bytes the journal's files may hold: past it, records are
-    /// refused until the storage writer has moved and deleted some.
+    /// The most bytes the journal's files may hold, and the most records
+    /// not yet moved: past either, records are refused until the storage
+    /// writer has moved (and deleted) some.
     max_bytes: u64,
+    max_unmoved: usize,
     /// Debug builds: while this file exists, journal writes fail (tests of the failure path).
     fail_while: Option<std::path::PathBuf>,
 }
 
 impl<E> Ingest<E> {
     /// New records go to `first`; spares are created in `dir`; the files
-    /// hold at most `max_bytes` (see [`Ingest::reserve`]).
-    pub fn new(dir: std::path::PathBuf, first: JournalFile, max_bytes: u64) -> Ingest<E> {
+    /// hold at most `max_bytes`, and at most `max_unmoved` records wait to
+    /// be moved (see [`Ingest::reserve`]).
+    pub fn new(
+        dir: std::path::PathBuf,
+        first: JournalFile,
+        max_bytes: u64,
+        max_unmoved: usize,
+    ) -> Ingest<E> {
         Ingest {
             dir,
             max_bytes,
+            max_unmoved,
             fail_while: None,
             sequence: Mutex::new(Sequence {
                 open: true,
@@ -145,6 +159,7 @@ impl<E> Ingest<E> {
                 removals: Vec::new(),
                 retired: Vec::new(),
                 bytes: FILE_HEADER,
+                unmoved: 0,
                 mover_idle: true,
             }),
         }
@@ -184,11 +199,14 @@ impl<E> Ingest<E> {
         if !sequence.open {
             return Err(StorageError("the storage writer has stopped".to_owned()));
         }
-        if sequence.bytes.saturating_add(len) > self.max_bytes {
+        if sequence.bytes.saturating_add(len) > self.max_bytes
+            || sequence.unmoved >= self.max_unmoved
+        {
             return Err(StorageError(format!(
-                "{}: the journal holds {} bytes not yet in the database, its bound; the database is not being written (see /health)",
+                "{}: the journal is full ({} bytes, {} messages not yet moved into the database); the database is not being written (see /health)",
                 self.dir.display(),
-                sequence.bytes
+                sequence.bytes,
+                sequence.unmoved
             )));
         }
         if sequence.end >= FILE_BYTES
@@ -202,8 +220,10 @@ impl<E> Ingest<E> {
         let offset = next_offset(sequence.end);
         sequence.bytes += offset + len - sequence.end;
         sequence.end = offset + len;
+        let assigned = assign();
         let ticket = sequence.next_ticket;
         sequence.next_ticket += 1;
+        sequence.unmoved += 1;
         let span = Span {
             file: sequence.file.clone(),
             offset,
@@ -215,7 +235,6 @@ impl<E> Ingest<E> {
             state: State::Writing,
             waiter: None,
         });
-        let assigned = assign();
         Ok((Reservation { ticket, span }, assigned))
     }
 
@@ -236,6 +255,9 @@ impl<E> Ingest<E> {
         let Some(index) = sequence.slots.iter().position(|s| s.ticket == ticket) else {
             return (Completed::Failed, false);
         };
+        if failed {
+            sequence.unmoved = sequence.unmoved.saturating_sub(1);
+        }
         sequence.slots[index].state = match outcome {
             Some(e) => State::Written(e),
             None => State::Failed,
@@ -349,6 +371,11 @@ impl<E: Send> JournalSource for Ingest<E> {
         let mut sequence = self.lock();
         sequence.bytes = sequence.bytes.saturating_sub(bytes);
     }
+
+    fn moved(&self, records: usize) {
+        let mut sequence = self.lock();
+        sequence.unmoved = sequence.unmoved.saturating_sub(records);
+    }
 }
 
 #[cfg(test)]
@@ -362,7 +389,7 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let first = JournalFile::create(&dir, 1).unwrap();
-        (dir.clone(), Ingest::new(dir, first, u64::MAX))
+        (dir.clone(), Ingest::new(dir, first, u64::MAX, usize::MAX))
     }
 
     /// Completes `ticket` with `outcome`; what became visible, and whether the writer is to be woken.
@@ -524,14 +551,37 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let first = JournalFile::create(&dir, 1).unwrap();
-        let ingest = Ingest::<u32>::new(dir.clone(), first, 1000);
+        let ingest = Ingest::<u32>::new(dir.clone(), first, 1000, usize::MAX);
         ingest.reserve(500, || ()).unwrap();
         assert_eq!(ingest.bytes(), FILE_HEADER + 500);
         let refused = ingest.reserve(600, || ()).unwrap_err();
-        assert!(refused.0.contains("not yet in the database"), "{refused}");
+        assert!(refused.0.contains("journal is full"), "{refused}");
         // The writer moved and deleted a file.
         ingest.deleted(400);
         ingest.reserve(600, || ()).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn past_their_count_bound_records_are_refused_until_some_are_moved() {
+        let (dir, _) = ingest("count");
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let first = JournalFile::create(&dir, 1).unwrap();
+        let ingest = Ingest::<u32>::new(dir.clone(), first, u64::MAX, 2);
+        let (a, _) = ingest.reserve(8, || ()).unwrap();
+        let (b, _) = ingest.reserve(8, || ()).unwrap();
+        let refused = ingest.reserve(8, || ()).unwrap_err();
+        assert!(refused.0.contains("2 messages not yet moved"), "{refused}");
+        // A failed write frees its place; a moved record frees its own.
+        complete(&ingest, a.ticket, None);
+        let (c, _) = ingest.reserve(8, || ()).unwrap();
+        complete(&ingest, b.ticket, Some(2));
+        complete(&ingest, c.ticket, Some(3));
+        assert!(ingest.reserve(8, || ()).is_err());
+        assert_eq!(ingest.take().spans.len(), 2);
+        ingest.moved(2);
+        ingest.reserve(8, || ()).unwrap();
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -110,7 +110,11 @@ impl JournalFile {
         let mut header = [0u8; FILE_HEADER as usize];
         header[..8].copy_from_slice(FILE_MAGIC);
         header[8..].copy_from_slice(&generation.to_le_bytes());
-        file.write_all_at(&header, 0).map_err(fail)?;
+        if let Err(e) = file.write_all_at(&header, 0) {
+            // Not left behind: the next try creates it anew.
+            let _ = std::fs::remove_file(&path);
+            return Err(fail(e));
+        }
         Ok(JournalFile {
             generation,
             path,
@@ -464,7 +468,13 @@ pub fn scan(path: &Path, each: &mut dyn FnMut(Loaded)) -> Result<Scanned, Storag
         let record = read(at, RECORD_HEADER + payload)?;
         match decode(&record) {
             Some(loaded) => each(loaded),
-            None => scanned.cut += 1,
+            // A write cut short ends in the zeros it did not reach.
+            None if record.ends_with(&[0; 8]) => scanned.cut += 1,
+            None => {
+                return Err(damage(format!(
+                    "damaged at byte {at}: a whole message that fails its checksum; mailjar left it as it is (move it away to start without the messages it holds)"
+                )));
+            }
         }
         at = next_offset(at + len);
     }
@@ -746,6 +756,17 @@ mod tests {
         // Created but never given its header: nothing in it.
         std::fs::write(&path, b"").unwrap();
         assert_eq!(scanned(&path).0, []);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_whole_record_that_fails_its_checksum_is_damage_not_a_cut_write() {
+        let dir = temp("rot");
+        let mut rotten = sealed(&loaded(1, b"a message long enough to rot in its middle"));
+        rotten[RECORD_HEADER + 40] ^= 0x01;
+        let path = write_file(&dir, &[(rotten.clone(), Some(rotten.len()))]);
+        let e = scan(&path, &mut |_| {}).unwrap_err();
+        assert!(e.0.contains("fails its checksum"), "{e}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -5,8 +5,10 @@
 //! storage engine has to do: write a batch in one transaction, load every
 //! message in id order, report its size. [`sqlite::Sqlite`] is today's
 //! engine; a networked one with SQLite's dialect (rqlite) could stand behind
-//! the same trait. [`writer`] runs the one thread that owns the engine and
-//! groups everything queued during a commit into the next one.
+//! the same trait. [`writer`] runs the one thread that owns the engine: it
+//! moves what SMTP sessions wrote to the [`journal`] (see [`ingest`]) into
+//! the database, or with `--fsync` groups everything queued during a commit
+//! into the next one.
 
 pub mod ingest;
 pub mod journal;
@@ -245,9 +247,11 @@ pub fn open_and_load<W>(
 
 /// The most bytes the journal's files hold: what the store may hold, beyond
 /// the two files of normal use (the one being written and the one being
-/// moved). Only a database that cannot be written for long fills it.
-pub fn journal_max_bytes(max_store_bytes: usize) -> u64 {
-    (max_store_bytes as u64).saturating_add(2 * ingest::FILE_BYTES)
+/// moved, each up to a message past its size). Only a database that cannot
+/// be written for long fills it.
+pub fn journal_max_bytes(max_store_bytes: usize, max_message_bytes: usize) -> u64 {
+    let normal_use = 2 * (ingest::FILE_BYTES + max_message_bytes as u64);
+    (max_store_bytes as u64).saturating_add(normal_use)
 }
 
 /// A database opened and loaded, waiting for its writer thread.
@@ -262,6 +266,8 @@ pub struct Started {
     fail_while: Option<PathBuf>,
     /// The most the journal's files hold (see [`ingest::Ingest::reserve`]).
     journal_max_bytes: u64,
+    /// The most journaled records waiting to be moved into the database.
+    journal_max_unmoved: usize,
 }
 
 /// With `--data-dir`: opens and loads the database into `api` and makes
@@ -283,7 +289,8 @@ pub fn start<W>(
     status.set_bytes(storage.size());
     let path = storage.path().to_owned();
     let report = status.clone();
-    let journal_max = (!settings.fsync).then(|| journal_max_bytes(settings.max_store_bytes));
+    let journal_max = (!settings.fsync)
+        .then(|| journal_max_bytes(settings.max_store_bytes, settings.max_message_bytes));
     api.set_storage_report(Box::new(move || {
         let mut storage = serde_json::json!({
             "kind": "sqlite",
@@ -324,6 +331,7 @@ pub fn start<W>(
         journal,
         fail_while,
         journal_max_bytes: journal_max.unwrap_or(u64::MAX),
+        journal_max_unmoved: settings.max_messages.max(1000),
     }))
 }
 
@@ -336,8 +344,13 @@ impl Started {
         let journal = match self.journal {
             Some(first) => {
                 let ingest = std::sync::Arc::new(
-                    ingest::Ingest::new(self.dir.clone(), first, self.journal_max_bytes)
-                        .fail_while(self.fail_while),
+                    ingest::Ingest::new(
+                        self.dir.clone(),
+                        first,
+                        self.journal_max_bytes,
+                        self.journal_max_unmoved,
+                    )
+                    .fail_while(self.fail_while),
                 );
                 shared.set_journal(ingest.clone(), self.status.clone());
                 Some(ingest as std::sync::Arc<dyn ingest::JournalSource>)

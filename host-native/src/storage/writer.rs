@@ -1,14 +1,23 @@
-//! The one thread that owns the storage engine: group commit.
+//! The one thread that owns the storage engine.
 //!
-//! SMTP sessions queue their messages (already holding their ids) and wait;
-//! the writer takes everything queued while its previous commit ran, up to
-//! [`Limits`], and writes it in one transaction together with the removals
-//! (deletes, evictions, expiry) queued meanwhile. Only after the commit are
-//! the messages handed to the core (visible to the API, waits and events)
-//! and their senders answered, so a 250 always follows a commit. A failed
-//! commit answers every message of its batch with the error (the session
-//! replies 452 4.3.1) and inserts none; removals stay queued and are tried
-//! again, so mailjar recovers by itself when writes work again.
+//! Without `--fsync`, SMTP sessions make their messages durable themselves,
+//! in the ingest journal (see [`super::ingest`]), and the writer moves what
+//! became visible there into the database a [`MOVE_WINDOW`] after it is
+//! woken: many sessions' messages in one transaction, before any removal
+//! that names them. A move that fails, or a record that does not read back,
+//! is kept and tried again; a journal file is deleted once all it holds has
+//! committed.
+//!
+//! With `--fsync`, group commit: SMTP sessions queue their messages (already
+//! holding their ids) and wait; the writer takes everything queued while its
+//! previous commit ran, up to [`Limits`], and writes it in one transaction
+//! together with the removals (deletes, evictions, expiry) queued meanwhile.
+//! Only after the commit are the messages handed to the core (visible to the
+//! API, waits and events) and their senders answered, so a 250 always follows
+//! a commit. A failed commit answers every message of its batch with the
+//! error (the session replies 452 4.3.1) and inserts none; removals stay
+//! queued and are tried again, so mailjar recovers by itself when writes work
+//! again.
 
 use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 use std::sync::{Arc, Mutex};
@@ -219,46 +228,43 @@ impl Moving {
         }
     }
 
-    /// Reads `spans` back from the journal (the page cache, as a rule).
-    fn read(spans: &[Span]) -> Vec<(Loaded, SmtpFacts)> {
+    /// Reads `spans` back from the journal (the page cache, as a rule). A
+    /// record that does not read back fails the whole read, like a failed
+    /// write: it was acknowledged, and the records after it must not reach
+    /// the database before it (recovery moves only ids after the greatest there).
+    fn read(spans: &[Span]) -> Result<Vec<(Loaded, SmtpFacts)>, StorageError> {
         let mut read = Vec::with_capacity(spans.len());
         for span in spans {
             let len = usize::try_from(span.len).unwrap_or(usize::MAX);
-            match span.file.read_at(span.offset, len) {
-                Ok(bytes) => match journal::decode(&bytes) {
-                    Some(loaded) => {
-                        let smtp = SmtpFacts::new(
-                            loaded.incoming.helo.clone(),
-                            loaded.incoming.session.clone(),
-                        );
-                        read.push((loaded, smtp));
-                    }
-                    // Written by this process moments ago: only a fault of the machine gets here.
-                    None => tracing::error!(
-                        "{}: the record at byte {} does not read back; it stays in memory only",
-                        span.file.path.display(),
-                        span.offset
-                    ),
-                },
-                Err(e) => tracing::error!("{e}; the record stays in memory only"),
-            }
+            let bytes = span.file.read_at(span.offset, len)?;
+            let loaded = journal::decode(&bytes).ok_or_else(|| {
+                StorageError(format!(
+                    "{}: the record at byte {} does not read back as it was written",
+                    span.file.path.display(),
+                    span.offset
+                ))
+            })?;
+            let smtp = SmtpFacts::new(
+                loaded.incoming.helo.clone(),
+                loaded.incoming.session.clone(),
+            );
+            read.push((loaded, smtp));
         }
-        read
+        Ok(read)
     }
 
     /// Deletes the retired files: everything in them is in the database.
     fn delete_retired(&mut self, journal: Option<&dyn JournalSource>) {
         for (file, len) in self.retired.drain(..) {
-            match std::fs::remove_file(&file.path) {
-                Ok(()) => {
-                    if let Some(journal) = journal {
-                        journal.deleted(len);
-                    }
-                }
-                Err(e) => tracing::warn!(
+            if let Err(e) = std::fs::remove_file(&file.path) {
+                // Moved all the same: the next start finds nothing in it to move, and deletes it.
+                tracing::warn!(
                     "{}: cannot delete a moved journal file: {e}",
                     file.path.display()
-                ),
+                );
+            }
+            if let Some(journal) = journal {
+                journal.deleted(len);
             }
         }
     }
@@ -445,37 +451,41 @@ pub fn run(
         }
         // Journaled records beyond one transaction's bound go first, on their own.
         let mut written = Ok(());
+        let mut moved_early = 0;
         loop {
             let fits = limits.fitting(&moving.spans);
             if fits == moving.spans.len() {
                 break;
             }
             let rest = moving.spans.split_off(fits);
-            let read = Moving::read(&moving.spans);
-            let records: Vec<Record<'_>> = read.iter().map(|(l, smtp)| l.record(smtp)).collect();
-            written = storage.write(&records, &[]);
+            written = Moving::read(&moving.spans).and_then(|read| {
+                let records: Vec<Record<'_>> =
+                    read.iter().map(|(l, smtp)| l.record(smtp)).collect();
+                storage.write(&records, &[])
+            });
             if written.is_err() {
                 moving.spans.extend(rest);
                 break;
             }
+            moved_early += fits;
             moving.spans = rest;
         }
-        let read = Moving::read(if written.is_ok() { &moving.spans } else { &[] });
         if written.is_ok() {
-            let records: Vec<Record<'_>> = read
-                .iter()
-                .map(|(l, smtp)| l.record(smtp))
-                .chain(batch.iter().map(|p| Record {
-                    id: p.email.id,
-                    received_at_ms: p.email.received_at_ms,
-                    envelope: &p.email.envelope,
-                    smtp: p.email.smtp(),
-                    raw: p.email.raw(),
-                }))
-                .collect();
-            written = storage.write(&records, &removals);
+            written = Moving::read(&moving.spans).and_then(|read| {
+                let records: Vec<Record<'_>> = read
+                    .iter()
+                    .map(|(l, smtp)| l.record(smtp))
+                    .chain(batch.iter().map(|p| Record {
+                        id: p.email.id,
+                        received_at_ms: p.email.received_at_ms,
+                        envelope: &p.email.envelope,
+                        smtp: p.email.smtp(),
+                        raw: p.email.raw(),
+                    }))
+                    .collect();
+                storage.write(&records, &removals)
+            });
         }
-        drop(read);
         let removed = !removals.is_empty();
         // /health says what the deletes hear, before they hear it.
         status.set(written.as_ref().err().map(ToString::to_string));
@@ -485,6 +495,9 @@ pub fn run(
         match written {
             Ok(()) => {
                 removals.clear();
+                if let Some(journal) = journal {
+                    journal.moved(moving.spans.len() + moved_early);
+                }
                 moving.spans.clear();
                 moving.delete_retired(journal);
                 let mut replies = Vec::with_capacity(batch.len());
@@ -856,7 +869,10 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let first = JournalFile::create(&dir, 1).unwrap();
-        (dir.clone(), Arc::new(Ingest::new(dir, first, u64::MAX)))
+        (
+            dir.clone(),
+            Arc::new(Ingest::new(dir, first, u64::MAX, usize::MAX)),
+        )
     }
 
     /// Journals message `n` as a session does: reserve, write, complete; its record's length.
@@ -967,6 +983,59 @@ mod tests {
                 (vec![5], vec![])
             ]
         );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_record_that_does_not_read_back_holds_back_its_batch_until_it_does() {
+        let (dir, ingest) = journal("unreadable");
+        let len = (1..=3).map(|n| journaled(&ingest, n)).max().unwrap();
+        let second = journal::next_offset(journal::next_offset(journal::FILE_HEADER) + len);
+        let path = dir.join(journal::file_name(1));
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        use std::os::unix::fs::FileExt;
+        let mut byte = [0u8; 1];
+        let at = second + journal::RECORD_HEADER as u64 + 3;
+        file.read_exact_at(&mut byte, at).unwrap();
+        file.write_all_at(&[byte[0] ^ 1], at).unwrap();
+        let log = Arc::new(Mutex::new(Log::default()));
+        let status = Arc::new(Status::default());
+        let (sender, receiver) = std::sync::mpsc::channel();
+        let writer = {
+            let (log, status, ingest) = (log.clone(), status.clone(), ingest.clone());
+            std::thread::spawn(move || {
+                let source: &dyn JournalSource = &*ingest;
+                run(
+                    &mut Shared(log),
+                    receiver,
+                    Limits::default(),
+                    &status,
+                    &mut |_| Vec::new(),
+                    Some(source),
+                );
+            })
+        };
+        sender.send(Job::Journal).unwrap();
+        let waited = std::time::Instant::now();
+        while status.error().is_none() {
+            assert!(waited.elapsed() < Duration::from_secs(5), "not reported");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(status.error().unwrap().contains("does not read back"));
+        // Not 1 alone, not 1 and 3: a restart moves only ids after the greatest moved.
+        assert!(log.lock().unwrap().transactions.is_empty());
+        file.write_all_at(&byte, at).unwrap();
+        while status.error().is_some() {
+            assert!(waited.elapsed() < Duration::from_secs(5), "not tried again");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(ids(&log.lock().unwrap()), [(vec![1, 2, 3], vec![])]);
+        drop(sender);
+        writer.join().unwrap();
         let _ = std::fs::remove_dir_all(&dir);
     }
 
