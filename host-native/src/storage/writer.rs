@@ -200,7 +200,7 @@ const RETRY: Duration = Duration::from_millis(200);
 /// How long journaled records wait before they are moved into the database:
 /// the records of many sessions go in one transaction (one a message cost the
 /// writer as much as the sessions' own work), and a crash loses none of them.
-pub const MOVE_WINDOW: Duration = Duration::from_millis(10);
+pub const MOVE_WINDOW: Duration = Duration::from_millis(50);
 
 /// The journal's records that the writer moves into the database, and the
 /// files it deletes once they have been.
