@@ -252,7 +252,13 @@ impl<E> Ingest<E> {
     ) -> (Completed, bool) {
         let mut sequence = self.lock();
         let failed = outcome.is_none();
-        let Some(index) = sequence.slots.iter().position(|s| s.ticket == ticket) else {
+        // Tickets are handed out in order and leave from the front: O(1).
+        let index = sequence
+            .slots
+            .front()
+            .and_then(|front| usize::try_from(ticket.checked_sub(front.ticket)?).ok())
+            .filter(|&i| sequence.slots.get(i).is_some_and(|s| s.ticket == ticket));
+        let Some(index) = index else {
             return (Completed::Failed, false);
         };
         if failed {
@@ -265,6 +271,7 @@ impl<E> Ingest<E> {
         let mut ready = Vec::new();
         let mut waiters = Vec::new();
         let mut mine_done = false;
+        let mut popped = 0;
         while sequence
             .slots
             .front()
@@ -273,6 +280,7 @@ impl<E> Ingest<E> {
             let Some(slot) = sequence.slots.pop_front() else {
                 break;
             };
+            popped += 1;
             mine_done |= slot.ticket == ticket;
             waiters.extend(slot.waiter);
             if let State::Written(e) = slot.state {
@@ -296,7 +304,10 @@ impl<E> Ingest<E> {
             Completed::Visible
         } else {
             let (sender, receiver) = oneshot::channel();
-            if let Some(slot) = sequence.slots.iter_mut().find(|s| s.ticket == ticket) {
+            // Still queued, behind a record being written (which is at the
+            // front, so nothing was popped: the front is never a finished one).
+            let queued = index.checked_sub(popped);
+            if let Some(slot) = queued.and_then(|i| sequence.slots.get_mut(i)) {
                 slot.waiter = Some(sender);
             }
             Completed::Waiting(receiver)
