@@ -409,17 +409,42 @@ pub struct Scanned {
 /// (which is id order), handing each to `each`. A file that is not a journal,
 /// or bytes that are neither a record nor zeros, are damage: an error naming the file.
 pub fn scan(path: &Path, each: &mut dyn FnMut(Loaded)) -> Result<Scanned, StorageError> {
-    let damage = |what: String| StorageError(format!("{}: {what}", path.display()));
-    let file = File::open(path).map_err(|e| damage(format!("cannot read the journal: {e}")))?;
+    let named = |what: String| StorageError(format!("{}: {what}", path.display()));
+    let file = File::open(path).map_err(|e| named(format!("cannot read the journal: {e}")))?;
     let size = file
         .metadata()
-        .map_err(|e| damage(format!("cannot read the journal: {e}")))?
+        .map_err(|e| named(format!("cannot read the journal: {e}")))?
         .len();
-    let read = |at: u64, len: usize| -> Result<Vec<u8>, StorageError> {
+    let read = |at: u64, len: usize| -> std::io::Result<Vec<u8>> {
         let mut bytes = vec![0u8; len];
-        file.read_exact_at(&mut bytes, at)
-            .map_err(|e| damage(format!("cannot read the journal: {e}")))?;
+        file.read_exact_at(&mut bytes, at)?;
         Ok(bytes)
+    };
+    scan_source(size, &read, each).map_err(|what| named(what.0))
+}
+
+/// [`scan`] over the bytes of a journal file in memory (the fuzz target's way in).
+pub fn scan_bytes(bytes: &[u8], each: &mut dyn FnMut(Loaded)) -> Result<Scanned, StorageError> {
+    let read = |at: u64, len: usize| -> std::io::Result<Vec<u8>> {
+        usize::try_from(at)
+            .ok()
+            .and_then(|at| bytes.get(at..at.checked_add(len)?))
+            .map(<[u8]>::to_vec)
+            .ok_or_else(|| std::io::ErrorKind::UnexpectedEof.into())
+    };
+    scan_source(bytes.len() as u64, &read, each)
+}
+
+/// [`scan`] over a file of `size` bytes that `read_at` reads; errors say
+/// what is wrong without the file's name.
+fn scan_source(
+    size: u64,
+    read_at: &dyn Fn(u64, usize) -> std::io::Result<Vec<u8>>,
+    each: &mut dyn FnMut(Loaded),
+) -> Result<Scanned, StorageError> {
+    let damage = StorageError;
+    let read = |at: u64, len: usize| -> Result<Vec<u8>, StorageError> {
+        read_at(at, len).map_err(|e| StorageError(format!("cannot read the journal: {e}")))
     };
     if size < FILE_HEADER || read(0, 8)?.as_slice() != FILE_MAGIC {
         // A crash between creating the file and writing its header leaves it empty.
@@ -768,6 +793,26 @@ mod tests {
         let e = scan(&path, &mut |_| {}).unwrap_err();
         assert!(e.0.contains("fails its checksum"), "{e}");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn the_fuzz_seeds_are_journals_as_mailjar_writes_them() {
+        // fuzz/seed-journal.py writes them with its own copy of the format.
+        let seeds = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/seeds/journal_scan");
+        for (name, ids, cut) in [
+            ("one", vec![1u128], 0),
+            ("gap", vec![1, 3], 0),
+            ("cut", vec![2], 1),
+            ("fields", vec![7], 0),
+            ("page", (1..=6).collect(), 0),
+        ] {
+            let mut file = FILE_MAGIC.to_vec();
+            file.extend_from_slice(&1u64.to_le_bytes());
+            file.extend_from_slice(&std::fs::read(seeds.join(name)).unwrap());
+            let mut found = Vec::new();
+            let gaps = scan_bytes(&file, &mut |l| found.push(l.id.as_u128())).unwrap();
+            assert_eq!((found, gaps.cut), (ids, cut), "{name}");
+        }
     }
 
     #[test]
