@@ -131,6 +131,8 @@ pub struct Ingest<E> {
     max_unmoved: usize,
     /// Debug builds: while this file exists, journal writes fail (tests of the failure path).
     fail_while: Option<std::path::PathBuf>,
+    /// Where the files' size is published, for readers that must not take the lock.
+    gauge: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl<E> Ingest<E> {
@@ -148,6 +150,7 @@ impl<E> Ingest<E> {
             max_bytes,
             max_unmoved,
             fail_while: None,
+            gauge: Arc::default(),
             sequence: Mutex::new(Sequence {
                 open: true,
                 file: Arc::new(first),
@@ -163,6 +166,12 @@ impl<E> Ingest<E> {
                 mover_idle: true,
             }),
         }
+    }
+
+    /// Publishes the files' size to `gauge` from now on.
+    pub fn report_bytes_to(self, gauge: Arc<std::sync::atomic::AtomicU64>) -> Ingest<E> {
+        gauge.store(self.lock().bytes, std::sync::atomic::Ordering::Relaxed);
+        Ingest { gauge, ..self }
     }
 
     /// Debug builds: journal writes fail while `flag` exists.
@@ -219,6 +228,8 @@ impl<E> Ingest<E> {
         }
         let offset = next_offset(sequence.end);
         sequence.bytes += offset + len - sequence.end;
+        self.gauge
+            .store(sequence.bytes, std::sync::atomic::Ordering::Relaxed);
         sequence.end = offset + len;
         let assigned = assign();
         let ticket = sequence.next_ticket;
@@ -353,6 +364,8 @@ impl<E: Send> JournalSource for Ingest<E> {
         if sequence.open && sequence.spare.is_none() && sequence.file.generation + 1 == generation {
             sequence.spare = Some(file);
             sequence.bytes += FILE_HEADER;
+            self.gauge
+                .store(sequence.bytes, std::sync::atomic::Ordering::Relaxed);
         } else {
             drop(sequence);
             let _ = std::fs::remove_file(&file.path);
@@ -381,6 +394,8 @@ impl<E: Send> JournalSource for Ingest<E> {
     fn deleted(&self, bytes: u64) {
         let mut sequence = self.lock();
         sequence.bytes = sequence.bytes.saturating_sub(bytes);
+        self.gauge
+            .store(sequence.bytes, std::sync::atomic::Ordering::Relaxed);
     }
 
     fn moved(&self, records: usize) {

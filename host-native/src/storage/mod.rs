@@ -350,7 +350,8 @@ impl Started {
                         self.journal_max_bytes,
                         self.journal_max_unmoved,
                     )
-                    .fail_while(self.fail_while),
+                    .fail_while(self.fail_while)
+                    .report_bytes_to(self.status.journal_gauge()),
                 );
                 shared.set_journal(ingest.clone(), self.status.clone());
                 Some(ingest as std::sync::Arc<dyn ingest::JournalSource>)

@@ -112,23 +112,30 @@ pub struct Status {
     /// Whether `journal_error` is set: a good write looks here, not at the mutex.
     journal_failed: std::sync::atomic::AtomicBool,
     bytes: std::sync::atomic::AtomicU64,
-    journal_bytes: std::sync::atomic::AtomicU64,
+    /// The journal's files, as the journal itself keeps it (see [`Status::journal_gauge`]).
+    journal_bytes: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Status {
-    /// The storage's size on disk: after the writer's last batch once it has
-    /// been idle for 2 ms, at most 100 ms old while it is busy.
+    /// The storage's size on disk: the database's as the writer last looked
+    /// (after its last batch once it has been idle for 2 ms, at most 100 ms
+    /// old while it is busy), plus the journal's as of now.
     pub fn bytes(&self) -> u64 {
-        self.bytes.load(std::sync::atomic::Ordering::Relaxed)
+        self.bytes.load(std::sync::atomic::Ordering::Relaxed) + self.journal_bytes()
     }
 
-    /// The journal's part of [`Status::bytes`], as of the same look.
+    /// The journal's part of [`Status::bytes`], as of now.
     pub fn journal_bytes(&self) -> u64 {
         self.journal_bytes
             .load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// Records the storage's size on disk.
+    /// Where the journal keeps its size, for `/health` to read without its lock.
+    pub fn journal_gauge(&self) -> Arc<std::sync::atomic::AtomicU64> {
+        self.journal_bytes.clone()
+    }
+
+    /// Records the database's size on disk (the journal keeps its own).
     pub fn set_bytes(&self, bytes: u64) {
         self.bytes
             .store(bytes, std::sync::atomic::Ordering::Relaxed);
@@ -297,13 +304,7 @@ pub fn run(
     let mut size_stale = false;
     let mut sized = Instant::now();
     let mut next: Option<Job> = None;
-    let size = |storage: &dyn Storage| {
-        let journal_bytes = journal.map_or(0, |j| j.bytes());
-        status
-            .journal_bytes
-            .store(journal_bytes, std::sync::atomic::Ordering::Relaxed);
-        storage.size() + journal_bytes
-    };
+    let size = |storage: &dyn Storage| storage.size();
     loop {
         // Work that is written whatever comes: removals, and journal records taken.
         let pending = !removals.is_empty() || !moving.spans.is_empty();
