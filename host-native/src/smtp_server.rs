@@ -302,7 +302,7 @@ async fn connection(tcp: TcpStream, mut context: SmtpContext) -> std::io::Result
                         message.envelope.to.len(),
                         message.raw.len(),
                     );
-                    // Stored (and committed, with --data-dir) before the 250 that follows is written.
+                    // Stored (and on disk, with --data-dir) before the 250 that follows is written.
                     match context.shared.deliver_durable(message).await {
                         Ok(id) => {
                             tracing::info!(%id, %from, recipients = to, size, "message stored")

@@ -215,10 +215,11 @@ impl Shared {
         self.store(prepared)
     }
 
-    /// With `--data-dir`: assigns the message its id, has the writer commit
-    /// it, then it is stored in the core; returns its id once all that is
-    /// done, or the write's error (nothing is stored then). Without
-    /// `--data-dir` it is [`Shared::deliver`].
+    /// With `--data-dir`: assigns the message its id, writes it to the
+    /// ingest journal (with `--fsync`: has the writer commit it), then it is
+    /// stored in the core; returns its id once all that is done, or the
+    /// write's error (nothing is stored then). Without `--data-dir` it is
+    /// [`Shared::deliver`].
     pub async fn deliver_durable(&self, incoming: Incoming) -> Result<MessageId, StorageError> {
         let Some(writer) = self.writer.get() else {
             return Ok(self.deliver(incoming));
