@@ -418,6 +418,20 @@ mod tests {
         (dir.clone(), Ingest::new(dir, first, u64::MAX, usize::MAX))
     }
 
+    /// [`ingest`] with bounds.
+    fn bounded(
+        name: &str,
+        max_bytes: u64,
+        max_unmoved: usize,
+    ) -> (std::path::PathBuf, Ingest<u32>) {
+        let (dir, unbounded) = ingest(name);
+        drop(unbounded);
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let first = JournalFile::create(&dir, 1).unwrap();
+        (dir.clone(), Ingest::new(dir, first, max_bytes, max_unmoved))
+    }
+
     /// Completes `ticket` with `outcome`; what became visible, and whether the writer is to be woken.
     fn complete(
         ingest: &Ingest<u32>,
@@ -573,11 +587,7 @@ mod tests {
 
     #[test]
     fn past_their_bound_the_files_refuse_records_until_some_are_deleted() {
-        let (dir, _) = ingest("bound");
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let first = JournalFile::create(&dir, 1).unwrap();
-        let ingest = Ingest::<u32>::new(dir.clone(), first, 1000, usize::MAX);
+        let (dir, ingest) = bounded("bound", 1000, usize::MAX);
         ingest.reserve(500, || ()).unwrap();
         assert_eq!(ingest.bytes(), FILE_HEADER + 500);
         let refused = ingest.reserve(600, || ()).unwrap_err();
@@ -590,11 +600,7 @@ mod tests {
 
     #[test]
     fn past_their_count_bound_records_are_refused_until_some_are_moved() {
-        let (dir, _) = ingest("count");
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let first = JournalFile::create(&dir, 1).unwrap();
-        let ingest = Ingest::<u32>::new(dir.clone(), first, u64::MAX, 2);
+        let (dir, ingest) = bounded("count", u64::MAX, 2);
         let (a, _) = ingest.reserve(8, || ()).unwrap();
         let (b, _) = ingest.reserve(8, || ()).unwrap();
         let refused = ingest.reserve(8, || ()).unwrap_err();

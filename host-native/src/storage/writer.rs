@@ -900,6 +900,63 @@ mod tests {
         encoded.len()
     }
 
+    /// Runs the writer on this thread, moving what `ingest` journals into `log`, until `jobs` is closed.
+    fn move_all(
+        ingest: &Ingest<u32>,
+        log: &Arc<Mutex<Log>>,
+        jobs: Receiver<Job>,
+        limits: Limits,
+        status: &Status,
+    ) {
+        let source: &dyn JournalSource = ingest;
+        run(
+            &mut Shared(log.clone()),
+            jobs,
+            limits,
+            status,
+            &mut |_| Vec::new(),
+            Some(source),
+        );
+    }
+
+    /// A writer thread moving what `ingest` journals into `log`, woken once; its queue and status.
+    fn moving_writer(
+        log: &Arc<Mutex<Log>>,
+        ingest: &Arc<Ingest<u32>>,
+    ) -> (
+        std::sync::mpsc::Sender<Job>,
+        Arc<Status>,
+        std::thread::JoinHandle<()>,
+    ) {
+        let status = Arc::new(Status::default());
+        let (sender, receiver) = std::sync::mpsc::channel();
+        let writer = {
+            let (log, status, ingest) = (log.clone(), status.clone(), ingest.clone());
+            std::thread::spawn(move || {
+                let source: &dyn JournalSource = &*ingest;
+                run(
+                    &mut Shared(log),
+                    receiver,
+                    Limits::default(),
+                    &status,
+                    &mut |_| Vec::new(),
+                    Some(source),
+                );
+            })
+        };
+        sender.send(Job::Journal).unwrap();
+        (sender, status, writer)
+    }
+
+    /// Waits until `status` shows an error (`failing`) or none, for at most 5 s.
+    fn until(status: &Status, failing: bool, what: &str) {
+        let waited = std::time::Instant::now();
+        while status.error().is_some() != failing {
+            assert!(waited.elapsed() < Duration::from_secs(5), "{what}");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
     fn ids(log: &Log) -> Vec<(Vec<u128>, Vec<Removal>)> {
         log.transactions
             .iter()
@@ -930,15 +987,7 @@ mod tests {
             messages: 2,
             bytes: usize::MAX,
         };
-        let source: &dyn JournalSource = &*ingest;
-        run(
-            &mut Shared(log.clone()),
-            receiver,
-            limits,
-            &status,
-            &mut |_| Vec::new(),
-            Some(source),
-        );
+        move_all(&ingest, &log, receiver, limits, &status);
         // Beyond a transaction's bound, on their own; the removal with the last of them.
         assert_eq!(
             ids(&log.lock().unwrap()),
@@ -967,15 +1016,7 @@ mod tests {
             messages: 1000,
             bytes: usize::try_from(2 * record).unwrap(),
         };
-        let source: &dyn JournalSource = &*ingest;
-        run(
-            &mut Shared(log.clone()),
-            receiver,
-            limits,
-            &Status::default(),
-            &mut |_| Vec::new(),
-            Some(source),
-        );
+        move_all(&ingest, &log, receiver, limits, &Status::default());
         assert_eq!(
             ids(&log.lock().unwrap()),
             [
@@ -1004,36 +1045,13 @@ mod tests {
         file.read_exact_at(&mut byte, at).unwrap();
         file.write_all_at(&[byte[0] ^ 1], at).unwrap();
         let log = Arc::new(Mutex::new(Log::default()));
-        let status = Arc::new(Status::default());
-        let (sender, receiver) = std::sync::mpsc::channel();
-        let writer = {
-            let (log, status, ingest) = (log.clone(), status.clone(), ingest.clone());
-            std::thread::spawn(move || {
-                let source: &dyn JournalSource = &*ingest;
-                run(
-                    &mut Shared(log),
-                    receiver,
-                    Limits::default(),
-                    &status,
-                    &mut |_| Vec::new(),
-                    Some(source),
-                );
-            })
-        };
-        sender.send(Job::Journal).unwrap();
-        let waited = std::time::Instant::now();
-        while status.error().is_none() {
-            assert!(waited.elapsed() < Duration::from_secs(5), "not reported");
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        let (sender, status, writer) = moving_writer(&log, &ingest);
+        until(&status, true, "not reported");
         assert!(status.error().unwrap().contains("does not read back"));
         // Not 1 alone, not 1 and 3: a restart moves only ids after the greatest moved.
         assert!(log.lock().unwrap().transactions.is_empty());
         file.write_all_at(&byte, at).unwrap();
-        while status.error().is_some() {
-            assert!(waited.elapsed() < Duration::from_secs(5), "not tried again");
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        until(&status, false, "not tried again");
         assert_eq!(ids(&log.lock().unwrap()), [(vec![1, 2, 3], vec![])]);
         drop(sender);
         writer.join().unwrap();
@@ -1046,38 +1064,15 @@ mod tests {
         journaled(&ingest, 1);
         journaled(&ingest, 2);
         let log = failing_log();
-        let status = Arc::new(Status::default());
-        let (sender, receiver) = std::sync::mpsc::channel();
-        let writer = {
-            let (log, status, ingest) = (log.clone(), status.clone(), ingest.clone());
-            std::thread::spawn(move || {
-                let source: &dyn JournalSource = &*ingest;
-                run(
-                    &mut Shared(log),
-                    receiver,
-                    Limits::default(),
-                    &status,
-                    &mut |_| Vec::new(),
-                    Some(source),
-                );
-            })
-        };
-        sender.send(Job::Journal).unwrap();
-        let waited = std::time::Instant::now();
-        while status.error().is_none() {
-            assert!(waited.elapsed() < Duration::from_secs(5), "no write tried");
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        let (sender, status, writer) = moving_writer(&log, &ingest);
+        until(&status, true, "no write tried");
         assert_eq!(
             journal::list(&dir).unwrap().len(),
             2,
             "the file and its spare"
         );
         log.lock().unwrap().fail = false;
-        while status.error().is_some() {
-            assert!(waited.elapsed() < Duration::from_secs(5), "not tried again");
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        until(&status, false, "not tried again");
         assert_eq!(ids(&log.lock().unwrap()), [(vec![1, 2], vec![])]);
         assert!(
             !journal::list(&dir).unwrap().is_empty(),
