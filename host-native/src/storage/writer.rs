@@ -251,13 +251,33 @@ impl Moving {
                     span.offset
                 ))
             })?;
-            let smtp = SmtpFacts::new(
-                loaded.incoming.helo.clone(),
-                loaded.incoming.session.clone(),
-            );
+            let smtp = loaded.smtp_facts();
             read.push((loaded, smtp));
         }
         Ok(read)
+    }
+
+    /// Writes `spans` (read back from the journal), then `batch`, and
+    /// `removals` after them, in one transaction.
+    fn write(
+        storage: &mut dyn Storage,
+        spans: &[Span],
+        batch: &[Pending],
+        removals: &[Removal],
+    ) -> Result<(), StorageError> {
+        let read = Moving::read(spans)?;
+        let records: Vec<Record<'_>> = read
+            .iter()
+            .map(|(l, smtp)| l.record(smtp))
+            .chain(batch.iter().map(|p| Record {
+                id: p.email.id,
+                received_at_ms: p.email.received_at_ms,
+                envelope: &p.email.envelope,
+                smtp: p.email.smtp(),
+                raw: p.email.raw(),
+            }))
+            .collect();
+        storage.write(&records, removals)
     }
 
     /// Deletes the retired files: everything in them is in the database.
@@ -304,7 +324,6 @@ pub fn run(
     let mut size_stale = false;
     let mut sized = Instant::now();
     let mut next: Option<Job> = None;
-    let size = |storage: &dyn Storage| storage.size();
     loop {
         // Work that is written whatever comes: removals, and journal records taken.
         let pending = !removals.is_empty() || !moving.spans.is_empty();
@@ -328,7 +347,7 @@ pub fn run(
                 }
             }
             if next.is_none() || sized.elapsed() >= SIZE_EVERY {
-                let size = size(storage);
+                let size = storage.size();
                 if size != status.bytes() && settling.is_some() {
                     // Still shrinking (a slow checkpoint): keep looking.
                     settling = Some(Instant::now() + SETTLE);
@@ -452,40 +471,21 @@ pub fn run(
         }
         // Journaled records beyond one transaction's bound go first, on their own.
         let mut written = Ok(());
-        let mut moved_early = 0;
-        loop {
+        while written.is_ok() {
             let fits = limits.fitting(&moving.spans);
             if fits == moving.spans.len() {
                 break;
             }
-            let rest = moving.spans.split_off(fits);
-            written = Moving::read(&moving.spans).and_then(|read| {
-                let records: Vec<Record<'_>> =
-                    read.iter().map(|(l, smtp)| l.record(smtp)).collect();
-                storage.write(&records, &[])
-            });
-            if written.is_err() {
-                moving.spans.extend(rest);
-                break;
+            written = Moving::write(storage, &moving.spans[..fits], &[], &[]);
+            if written.is_ok() {
+                moving.spans.drain(..fits);
+                if let Some(journal) = journal {
+                    journal.moved(fits);
+                }
             }
-            moved_early += fits;
-            moving.spans = rest;
         }
         if written.is_ok() {
-            written = Moving::read(&moving.spans).and_then(|read| {
-                let records: Vec<Record<'_>> = read
-                    .iter()
-                    .map(|(l, smtp)| l.record(smtp))
-                    .chain(batch.iter().map(|p| Record {
-                        id: p.email.id,
-                        received_at_ms: p.email.received_at_ms,
-                        envelope: &p.email.envelope,
-                        smtp: p.email.smtp(),
-                        raw: p.email.raw(),
-                    }))
-                    .collect();
-                storage.write(&records, &removals)
-            });
+            written = Moving::write(storage, &moving.spans, &batch, &removals);
         }
         let removed = !removals.is_empty();
         // /health says what the deletes hear, before they hear it.
@@ -497,7 +497,7 @@ pub fn run(
             Ok(()) => {
                 removals.clear();
                 if let Some(journal) = journal {
-                    journal.moved(moving.spans.len() + moved_early);
+                    journal.moved(moving.spans.len());
                 }
                 moving.spans.clear();
                 moving.delete_retired(journal);
@@ -534,7 +534,7 @@ pub fn run(
             break;
         }
     }
-    status.set_bytes(size(storage));
+    status.set_bytes(storage.size());
     stops
 }
 
@@ -581,6 +581,8 @@ mod tests {
     struct Log {
         transactions: Vec<(Vec<MessageId>, Vec<Removal>)>,
         fail: bool,
+        /// Fails the write that would be transaction number this (from 0), once.
+        fail_once_at: Option<usize>,
         tidied: usize,
         /// How often the writer asked for the size on disk.
         sized: usize,
@@ -595,6 +597,10 @@ mod tests {
             removals: &[Removal],
         ) -> Result<(), StorageError> {
             let mut log = self.0.lock().unwrap();
+            if log.fail_once_at == Some(log.transactions.len()) {
+                log.fail_once_at = None;
+                return Err(StorageError("disk I/O error".into()));
+            }
             if log.fail {
                 return Err(StorageError("disk I/O error".into()));
             }
@@ -865,6 +871,11 @@ mod tests {
 
     /// A journal in a fresh directory, as the sessions of a server write it.
     fn journal(name: &str) -> (std::path::PathBuf, Arc<Ingest<u32>>) {
+        journal_bounded(name, usize::MAX)
+    }
+
+    /// [`journal`] with at most `max_unmoved` records waiting to be moved.
+    fn journal_bounded(name: &str, max_unmoved: usize) -> (std::path::PathBuf, Arc<Ingest<u32>>) {
         let dir =
             std::env::temp_dir().join(format!("mailjar-writer-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -872,7 +883,7 @@ mod tests {
         let first = JournalFile::create(&dir, 1).unwrap();
         (
             dir.clone(),
-            Arc::new(Ingest::new(dir, first, u64::MAX, usize::MAX)),
+            Arc::new(Ingest::new(dir, first, u64::MAX, max_unmoved)),
         )
     }
 
@@ -923,6 +934,7 @@ mod tests {
     fn moving_writer(
         log: &Arc<Mutex<Log>>,
         ingest: &Arc<Ingest<u32>>,
+        limits: Limits,
     ) -> (
         std::sync::mpsc::Sender<Job>,
         Arc<Status>,
@@ -937,7 +949,7 @@ mod tests {
                 run(
                     &mut Shared(log),
                     receiver,
-                    Limits::default(),
+                    limits,
                     &status,
                     &mut |_| Vec::new(),
                     Some(source),
@@ -1029,6 +1041,41 @@ mod tests {
     }
 
     #[test]
+    fn records_moved_ahead_of_a_failed_transaction_count_as_moved() {
+        let (dir, ingest) = journal_bounded("counted", 5);
+        for n in 1..=5 {
+            journaled(&ingest, n);
+        }
+        // The first two go on their own; the next two fail once, then go.
+        let log = Arc::new(Mutex::new(Log {
+            fail_once_at: Some(1),
+            ..Log::default()
+        }));
+        let limits = Limits {
+            messages: 2,
+            bytes: usize::MAX,
+        };
+        let (sender, status, writer) = moving_writer(&log, &ingest, limits);
+        until(&status, true, "not reported");
+        until(&status, false, "not tried again");
+        assert_eq!(
+            ids(&log.lock().unwrap()),
+            [
+                (vec![1, 2], vec![]),
+                (vec![3, 4], vec![]),
+                (vec![5], vec![])
+            ]
+        );
+        // All five are in the database: the journal takes five more.
+        for n in 6..=10 {
+            journaled(&ingest, n);
+        }
+        drop(sender);
+        writer.join().unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
     fn a_record_that_does_not_read_back_holds_back_its_batch_until_it_does() {
         let (dir, ingest) = journal("unreadable");
         let len = (1..=3).map(|n| journaled(&ingest, n)).max().unwrap();
@@ -1045,7 +1092,7 @@ mod tests {
         file.read_exact_at(&mut byte, at).unwrap();
         file.write_all_at(&[byte[0] ^ 1], at).unwrap();
         let log = Arc::new(Mutex::new(Log::default()));
-        let (sender, status, writer) = moving_writer(&log, &ingest);
+        let (sender, status, writer) = moving_writer(&log, &ingest, Limits::default());
         until(&status, true, "not reported");
         assert!(status.error().unwrap().contains("does not read back"));
         // Not 1 alone, not 1 and 3: a restart moves only ids after the greatest moved.
@@ -1064,7 +1111,7 @@ mod tests {
         journaled(&ingest, 1);
         journaled(&ingest, 2);
         let log = failing_log();
-        let (sender, status, writer) = moving_writer(&log, &ingest);
+        let (sender, status, writer) = moving_writer(&log, &ingest, Limits::default());
         until(&status, true, "no write tried");
         assert_eq!(
             journal::list(&dir).unwrap().len(),
