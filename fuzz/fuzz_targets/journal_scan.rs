@@ -7,7 +7,6 @@
 
 use libfuzzer_sys::fuzz_target;
 use mailjar::storage::journal::{Encoded, FILE_HEADER, FILE_MAGIC, decode, scan_bytes};
-use mailjar_core::smtp::SmtpFacts;
 
 fuzz_target!(|data: &[u8]| {
     let mut file = Vec::with_capacity(FILE_HEADER as usize + data.len());
@@ -17,7 +16,7 @@ fuzz_target!(|data: &[u8]| {
     let mut found = Vec::new();
     let _ = scan_bytes(&file, &mut |loaded| found.push(loaded));
     for loaded in found {
-        let smtp = SmtpFacts::new(loaded.incoming.helo.clone(), loaded.incoming.session.clone());
+        let smtp = loaded.smtp_facts();
         let mut record = Encoded::new(&loaded.record(&smtp)).expect("it was read from a record");
         record.seal(loaded.id, loaded.received_at_ms, &loaded.incoming.raw);
         assert_eq!(decode(&record.bytes(&loaded.incoming.raw)), Some(loaded));

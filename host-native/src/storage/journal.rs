@@ -548,10 +548,7 @@ pub fn recover(
             }
             last = Some(loaded.id);
             batch_bytes += loaded.incoming.raw.len();
-            let smtp = SmtpFacts::new(
-                loaded.incoming.helo.clone(),
-                loaded.incoming.session.clone(),
-            );
+            let smtp = loaded.smtp_facts();
             batch.push((loaded, smtp));
             if batch_bytes >= RECOVER_BATCH_BYTES || batch.len() >= 4096 {
                 batch_bytes = 0;
@@ -623,10 +620,7 @@ mod tests {
     }
 
     fn sealed(message: &Loaded) -> Vec<u8> {
-        let smtp = SmtpFacts::new(
-            message.incoming.helo.clone(),
-            message.incoming.session.clone(),
-        );
+        let smtp = message.smtp_facts();
         let record = Record {
             id: MessageId::from_u128(0),
             received_at_ms: 0,
@@ -672,10 +666,7 @@ mod tests {
     fn a_large_message_is_written_after_its_header_and_reads_back() {
         let dir = temp("large");
         let message = loaded(3, &vec![b'L'; 3 * ONE_WRITE_RAW + 5]);
-        let smtp = SmtpFacts::new(
-            message.incoming.helo.clone(),
-            message.incoming.session.clone(),
-        );
+        let smtp = message.smtp_facts();
         let mut encoded = Encoded::new(&message.record(&smtp)).unwrap();
         encoded.seal(message.id, message.received_at_ms, &message.incoming.raw);
         let file = JournalFile::create(&dir, 1).unwrap();

@@ -77,7 +77,12 @@ pub struct Loaded {
 }
 
 impl Loaded {
-    /// The record to write for it; `smtp` is its facts ([`SmtpFacts::new`] of its HELO and session).
+    /// Its SMTP facts: its HELO beside its session's.
+    pub fn smtp_facts(&self) -> SmtpFacts {
+        SmtpFacts::new(self.incoming.helo.clone(), self.incoming.session.clone())
+    }
+
+    /// The record to write for it; `smtp` is its [`Loaded::smtp_facts`].
     pub fn record<'a>(&'a self, smtp: &'a SmtpFacts) -> Record<'a> {
         Record {
             id: self.id,
@@ -116,6 +121,15 @@ pub struct Options {
     pub dir: PathBuf,
     /// `synchronous = FULL`: survive a power cut, not only a crash.
     pub fsync: bool,
+}
+
+/// Debug builds only: the file named by the first of `names` that is set,
+/// whose existence makes writes fail (tests of the failure path).
+pub fn debug_flag(names: &[&str]) -> Option<PathBuf> {
+    if !cfg!(debug_assertions) {
+        return None;
+    }
+    names.iter().find_map(std::env::var_os).map(PathBuf::from)
 }
 
 /// Loads every stored message into the core in id order, parsing them on
@@ -319,11 +333,7 @@ pub fn start<W>(
             .map_or(1, |(g, _)| g + 1);
         Some(journal::JournalFile::create(dir, generation).map_err(std::io::Error::other)?)
     };
-    let fail_while = if cfg!(debug_assertions) {
-        std::env::var_os(sqlite::FAULT_ENV).map(PathBuf::from)
-    } else {
-        None
-    };
+    let fail_while = debug_flag(&[sqlite::FAULT_ENV]);
     Ok(Some(Started {
         storage,
         status,

@@ -364,13 +364,7 @@ impl Sqlite {
                 .map_err(|e| error(&path, format!("migration to schema {to} failed: {e}")))?;
             tracing::info!("{}: now at schema {to}", path.display());
         }
-        let fail_while = if cfg!(debug_assertions) {
-            std::env::var_os(FAULT_ENV)
-                .or_else(|| std::env::var_os(DB_FAULT_ENV))
-                .map(PathBuf::from)
-        } else {
-            None
-        };
+        let fail_while = super::debug_flag(&[FAULT_ENV, DB_FAULT_ENV]);
         let id_floor = connection
             .query_row("SELECT value FROM meta WHERE key = 'id_floor'", [], |r| {
                 r.get::<_, Vec<u8>>(0)
