@@ -264,13 +264,8 @@ impl Shared {
         mut email: Email,
         entropy: mailjar_core::id::Entropy,
     ) -> Result<MessageId, StorageError> {
-        let mut record = Encoded::new(&Record {
-            id: email.id,
-            received_at_ms: 0,
-            envelope: &email.envelope,
-            smtp: email.smtp(),
-            raw: email.raw(),
-        })?;
+        // Its id and receive time are sealed in once assigned.
+        let mut record = Encoded::new(&Record::of(&email))?;
         let (reservation, assigned) =
             ingest.reserve(record.len(), || self.lock().assign(now_ms(), entropy))?;
         // Were this session to panic before completing, every later one would

@@ -56,6 +56,19 @@ pub struct Record<'a> {
     pub raw: &'a [u8],
 }
 
+impl<'a> Record<'a> {
+    /// The record of a stored (or about to be stored) message.
+    pub fn of(email: &'a Email) -> Record<'a> {
+        Record {
+            id: email.id,
+            received_at_ms: email.received_at_ms,
+            envelope: &email.envelope,
+            smtp: email.smtp(),
+            raw: email.raw(),
+        }
+    }
+}
+
 /// The session facts of stored SMTP facts (all but HELO), as a loaded message carries them.
 pub fn session_facts(smtp: &SmtpFacts) -> mailjar_core::smtp::SessionFacts {
     mailjar_core::smtp::SessionFacts {

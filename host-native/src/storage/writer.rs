@@ -269,13 +269,7 @@ impl Moving {
         let records: Vec<Record<'_>> = read
             .iter()
             .map(|(l, smtp)| l.record(smtp))
-            .chain(batch.iter().map(|p| Record {
-                id: p.email.id,
-                received_at_ms: p.email.received_at_ms,
-                envelope: &p.email.envelope,
-                smtp: p.email.smtp(),
-                raw: p.email.raw(),
-            }))
+            .chain(batch.iter().map(|p| Record::of(&p.email)))
             .collect();
         storage.write(&records, removals)
     }
