@@ -15,6 +15,7 @@
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
 
 use mailjar_core::api::Removal;
 use tokio::sync::oneshot;
@@ -69,18 +70,36 @@ pub struct Taken {
     pub retired: Vec<(Arc<JournalFile>, u64)>,
 }
 
+/// What became visible since the storage writer last took, without taking it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backlog {
+    /// Records.
+    pub records: usize,
+    /// Their bytes in the journal.
+    pub bytes: u64,
+    /// When the first of them became visible.
+    pub since: Option<Instant>,
+    /// The journal is past half of one of its bounds: move now.
+    pub pressed: bool,
+}
+
 /// The storage writer's side of the journal.
 pub trait JournalSource: Send + Sync {
     /// Everything that became visible since the last take; the writer counts as idle after it.
     fn take(&self) -> Taken;
-    /// Creates the file new records go to once the current one is full, if
-    /// there is none (the file is created with no lock held).
-    fn prepare_spare(&self) -> Result<(), StorageError>;
+    /// What [`JournalSource::take`] would take, and how pressing it is.
+    fn backlog(&self) -> Backlog;
+    /// Readies the files records go to, with no lock held: gives the
+    /// current file its space the first time (see [`JournalFile::allocate`]),
+    /// and once the current file is half full, creates (and allocates) the
+    /// file new records go to once it is full, if there is none. (An idle
+    /// mailjar keeps one file.)
+    fn prepare_files(&self) -> Result<(), StorageError>;
     /// Refuses new records from now on (mailjar is stopping); every file is
     /// handed over for deletion once no record in it is still being written
     /// (one that is stays, and the next start moves it in).
     fn close(&self);
-    /// Bytes the journal's files take.
+    /// Bytes the journal's files take on disk (each at least its allocation).
     fn bytes(&self) -> u64;
     /// A retired file of this length was deleted.
     fn deleted(&self, bytes: u64);
@@ -109,6 +128,9 @@ struct Sequence<E> {
     next_ticket: u64,
     slots: VecDeque<Slot<E>>,
     visible: Vec<Span>,
+    /// The bytes of `visible`, and when its first record became visible.
+    visible_bytes: u64,
+    visible_since: Option<Instant>,
     removals: Vec<Removal>,
     /// Full files, and their length.
     retired: Vec<(Arc<JournalFile>, u64)>,
@@ -117,6 +139,8 @@ struct Sequence<E> {
     /// Records reserved and not yet moved into the database (nor failed).
     unmoved: usize,
     mover_idle: bool,
+    /// The current file was given its space (the first one is given it by the writer).
+    allocated: bool,
 }
 
 /// The journal's reservations and the queue of records being written.
@@ -133,6 +157,8 @@ pub struct Ingest<E> {
     fail_while: Option<std::path::PathBuf>,
     /// Where the files' size is published, for readers that must not take the lock.
     gauge: Arc<std::sync::atomic::AtomicU64>,
+    /// The space each file is given ahead of its records.
+    allocation: u64,
 }
 
 impl<E> Ingest<E> {
@@ -151,6 +177,7 @@ impl<E> Ingest<E> {
             max_unmoved,
             fail_while: None,
             gauge: Arc::default(),
+            allocation: FILE_BYTES,
             sequence: Mutex::new(Sequence {
                 open: true,
                 file: Arc::new(first),
@@ -159,13 +186,36 @@ impl<E> Ingest<E> {
                 next_ticket: 0,
                 slots: VecDeque::new(),
                 visible: Vec::new(),
+                visible_bytes: 0,
+                visible_since: None,
                 removals: Vec::new(),
                 retired: Vec::new(),
-                bytes: FILE_HEADER,
+                bytes: FILE_BYTES,
                 unmoved: 0,
                 mover_idle: true,
+                allocated: false,
             }),
         }
+    }
+
+    /// Gives each file `bytes` of space ahead of its records instead of
+    /// [`FILE_BYTES`] (0: none, the file grows with its records).
+    pub fn allocating(self, bytes: u64) -> Ingest<E> {
+        let mut sequence = self
+            .sequence
+            .into_inner()
+            .unwrap_or_else(|p| p.into_inner());
+        sequence.bytes = sequence.end.max(bytes);
+        Ingest {
+            allocation: bytes,
+            sequence: Mutex::new(sequence),
+            ..self
+        }
+    }
+
+    /// What a file that ends at `end` takes on disk: at least its allocation.
+    fn counted(&self, end: u64) -> u64 {
+        end.max(self.allocation)
     }
 
     /// Publishes the files' size to `gauge` from now on.
@@ -208,7 +258,18 @@ impl<E> Ingest<E> {
         if !sequence.open {
             return Err(StorageError("the storage writer has stopped".to_owned()));
         }
-        if sequence.bytes.saturating_add(len) > self.max_bytes
+        if sequence.end >= FILE_BYTES
+            && let Some(spare) = sequence.spare.take()
+        {
+            // The spare's space was counted when it was created.
+            let full = std::mem::replace(&mut sequence.file, Arc::new(spare));
+            let length = self.counted(sequence.end);
+            sequence.retired.push((full, length));
+            sequence.end = FILE_HEADER;
+        }
+        let offset = next_offset(sequence.end);
+        let growth = self.counted(offset + len) - self.counted(sequence.end);
+        if sequence.bytes.saturating_add(growth) > self.max_bytes
             || sequence.unmoved >= self.max_unmoved
         {
             return Err(StorageError(format!(
@@ -218,16 +279,7 @@ impl<E> Ingest<E> {
                 sequence.unmoved
             )));
         }
-        if sequence.end >= FILE_BYTES
-            && let Some(spare) = sequence.spare.take()
-        {
-            let full = std::mem::replace(&mut sequence.file, Arc::new(spare));
-            let length = sequence.end;
-            sequence.retired.push((full, length));
-            sequence.end = FILE_HEADER;
-        }
-        let offset = next_offset(sequence.end);
-        sequence.bytes += offset + len - sequence.end;
+        sequence.bytes += growth;
         self.gauge
             .store(sequence.bytes, std::sync::atomic::Ordering::Relaxed);
         sequence.end = offset + len;
@@ -296,6 +348,10 @@ impl<E> Ingest<E> {
             waiters.extend(slot.waiter);
             if let State::Written(e) = slot.state {
                 ready.push(e);
+                if sequence.visible.is_empty() {
+                    sequence.visible_since = Some(Instant::now());
+                }
+                sequence.visible_bytes += slot.span.len;
                 sequence.visible.push(slot.span);
             }
         }
@@ -345,25 +401,52 @@ impl<E: Send> JournalSource for Ingest<E> {
             .partition(|(f, _)| f.generation < oldest_live);
         sequence.retired = live;
         Taken {
-            spans: std::mem::take(&mut sequence.visible),
+            spans: {
+                sequence.visible_bytes = 0;
+                sequence.visible_since = None;
+                std::mem::take(&mut sequence.visible)
+            },
             removals: std::mem::take(&mut sequence.removals),
             retired,
         }
     }
 
-    fn prepare_spare(&self) -> Result<(), StorageError> {
-        let generation = {
-            let sequence = self.lock();
-            if sequence.spare.is_some() || !sequence.open {
+    fn backlog(&self) -> Backlog {
+        let sequence = self.lock();
+        Backlog {
+            records: sequence.visible.len(),
+            bytes: sequence.visible_bytes,
+            since: sequence.visible_since,
+            pressed: sequence.unmoved.saturating_mul(2) >= self.max_unmoved
+                || sequence.bytes.saturating_mul(2) >= self.max_bytes,
+        }
+    }
+
+    fn prepare_files(&self) -> Result<(), StorageError> {
+        let (unallocated, generation) = {
+            let mut sequence = self.lock();
+            if !sequence.open {
                 return Ok(());
             }
-            sequence.file.generation + 1
+            let unallocated = (!sequence.allocated).then(|| sequence.file.clone());
+            sequence.allocated = true;
+            let spare = (sequence.spare.is_none() && sequence.end >= FILE_BYTES / 2)
+                .then_some(sequence.file.generation + 1);
+            (unallocated, spare)
+        };
+        if let Some(current) = unallocated {
+            // Counted as allocated from the start: records are written meanwhile.
+            current.allocate(self.allocation);
+        }
+        let Some(generation) = generation else {
+            return Ok(());
         };
         let file = JournalFile::create(&self.dir, generation)?;
+        file.allocate(self.allocation);
         let mut sequence = self.lock();
         if sequence.open && sequence.spare.is_none() && sequence.file.generation + 1 == generation {
             sequence.spare = Some(file);
-            sequence.bytes += FILE_HEADER;
+            sequence.bytes += self.counted(FILE_HEADER);
             self.gauge
                 .store(sequence.bytes, std::sync::atomic::Ordering::Relaxed);
         } else {
@@ -379,11 +462,13 @@ impl<E: Send> JournalSource for Ingest<E> {
             return;
         }
         sequence.open = false;
-        let length = sequence.end;
+        let length = self.counted(sequence.end);
         let current = sequence.file.clone();
         sequence.retired.push((current, length));
         if let Some(spare) = sequence.spare.take() {
-            sequence.retired.push((Arc::new(spare), FILE_HEADER));
+            sequence
+                .retired
+                .push((Arc::new(spare), self.counted(FILE_HEADER)));
         }
     }
 
@@ -415,7 +500,10 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let first = JournalFile::create(&dir, 1).unwrap();
-        (dir.clone(), Ingest::new(dir, first, u64::MAX, usize::MAX))
+        (
+            dir.clone(),
+            Ingest::new(dir, first, u64::MAX, usize::MAX).allocating(0),
+        )
     }
 
     /// [`ingest`] with bounds.
@@ -429,7 +517,8 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let first = JournalFile::create(&dir, 1).unwrap();
-        (dir.clone(), Ingest::new(dir, first, max_bytes, max_unmoved))
+        let ingest = Ingest::new(dir.clone(), first, max_bytes, max_unmoved).allocating(0);
+        (dir, ingest)
     }
 
     /// Completes `ticket` with `outcome`; what became visible, and whether the writer is to be woken.
@@ -545,7 +634,7 @@ mod tests {
         let (big, _) = ingest.reserve(FILE_BYTES, || ()).unwrap();
         let (still_first, _) = ingest.reserve(8, || ()).unwrap();
         assert_eq!(still_first.span.file.generation, 1);
-        ingest.prepare_spare().unwrap();
+        ingest.prepare_files().unwrap();
         assert!(dir.join(super::super::journal::file_name(2)).exists());
         let (second, _) = ingest.reserve(8, || ()).unwrap();
         assert_eq!(second.span.file.generation, 2);
@@ -571,8 +660,8 @@ mod tests {
     #[test]
     fn once_closed_nothing_is_reserved_and_every_file_is_handed_over() {
         let (dir, ingest) = ingest("close");
-        ingest.prepare_spare().unwrap();
-        let (r, _) = ingest.reserve(8, || ()).unwrap();
+        let (r, _) = ingest.reserve(FILE_BYTES / 2, || ()).unwrap();
+        ingest.prepare_files().unwrap();
         ingest.close();
         let refused = ingest.reserve(8, || ()).unwrap_err();
         assert!(refused.0.contains("stopped"), "{refused}");
@@ -595,6 +684,67 @@ mod tests {
         // The writer moved and deleted a file.
         ingest.deleted(400);
         ingest.reserve(600, || ()).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn the_backlog_is_what_a_take_would_take_and_presses_past_half_a_bound() {
+        let (dir, ingest) = bounded("backlog", u64::MAX, 4);
+        assert_eq!(ingest.backlog().records, 0);
+        assert_eq!(ingest.backlog().since, None);
+        for n in 0..2 {
+            let (r, _) = ingest.reserve(100, || ()).unwrap();
+            complete(&ingest, r.ticket, Some(n));
+        }
+        let backlog = ingest.backlog();
+        assert_eq!((backlog.records, backlog.bytes), (2, 200));
+        assert!(backlog.since.is_some());
+        assert!(backlog.pressed, "2 of at most 4 records wait to be moved");
+        assert_eq!(ingest.take().spans.len(), 2);
+        assert_eq!(ingest.backlog().records, 0);
+        assert!(ingest.backlog().pressed, "taken is not moved");
+        ingest.moved(2);
+        assert!(!ingest.backlog().pressed);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn files_count_their_allocation_from_the_start_and_what_outgrows_it() {
+        let (dir, ingest) = ingest("allocation");
+        let ingest = ingest.allocating(4096);
+        assert_eq!(
+            ingest.bytes(),
+            4096,
+            "the first file, allocated by the writer"
+        );
+        let (r, _) = ingest.reserve(1000, || ()).unwrap();
+        assert_eq!(ingest.bytes(), 4096, "within its allocation");
+        ingest.prepare_files().unwrap();
+        let first = std::fs::metadata(&r.span.file.path).unwrap();
+        assert_eq!(
+            first.len(),
+            4096,
+            "allocated while a record is reserved in it"
+        );
+        assert_eq!(
+            ingest.bytes(),
+            4096,
+            "no spare while the file is not half full"
+        );
+        let (r2, _) = ingest.reserve(FILE_BYTES / 2, || ()).unwrap();
+        let outgrown = next_offset(r.span.offset + 1000) + FILE_BYTES / 2;
+        assert_eq!(ingest.bytes(), outgrown);
+        ingest.prepare_files().unwrap();
+        assert_eq!(ingest.bytes(), outgrown + 4096, "and the spare");
+        complete(&ingest, r.ticket, Some(1));
+        complete(&ingest, r2.ticket, Some(2));
+        ingest.close();
+        let retired: Vec<u64> = ingest.take().retired.iter().map(|(_, n)| *n).collect();
+        assert_eq!(
+            retired,
+            [outgrown, 4096],
+            "what the writer subtracts as it deletes them"
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 

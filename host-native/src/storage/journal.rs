@@ -16,6 +16,8 @@
 //! neither kind was ever acknowledged:
 //! - a record whose write never began reads as zeros (a file is never
 //!   reused, so unwritten bytes are zero), skipped a word at a time;
+//!   zeros after the last record are space allocated ahead
+//!   ([`JournalFile::allocate`]), not a gap;
 //! - a record whose write was cut short has a whole header (the kernel copies
 //!   a write page by page, in order, and a header never crosses a 4 KiB
 //!   boundary) and a payload that fails its checksum: skipped by its length.
@@ -120,6 +122,36 @@ impl JournalFile {
             path,
             file,
         })
+    }
+
+    /// Gives the file its first `len` bytes on disk and in the page cache,
+    /// as zeros, so that a session's `pwrite` overwrites cached pages of
+    /// allocated blocks instead of growing the file: in place that was about
+    /// half the write's kernel time (page and block allocation, the inode's
+    /// size). Best effort: where the file system or the kernel cannot, the
+    /// writes grow the file as before. Safe while records are being written:
+    /// neither step changes a byte already there. Slow (milliseconds for
+    /// 32 MiB): the storage writer's thread calls it, never a session.
+    pub fn allocate(&self, len: u64) {
+        #[cfg(target_os = "linux")]
+        {
+            use rustix::fs::{Advice, FallocateFlags, fadvise, fallocate};
+            if fallocate(&self.file, FallocateFlags::empty(), 0, len).is_err() {
+                return;
+            }
+            // One call is cut to the readahead window: ask for it a piece at a time.
+            const STEP: u64 = 2 * 1024 * 1024;
+            let mut at = 0;
+            while at < len {
+                let step = std::num::NonZeroU64::new(STEP.min(len - at));
+                if fadvise(&self.file, at, step, Advice::WillNeed).is_err() {
+                    return;
+                }
+                at += STEP;
+            }
+        }
+        #[cfg(not(target_os = "linux"))]
+        let _ = len;
     }
 
     /// Writes a sealed record at the offset reserved for it.
@@ -401,7 +433,8 @@ pub fn decode(record: &[u8]) -> Option<Loaded> {
 pub struct Scanned {
     /// Records whose write was cut short (never acknowledged).
     pub cut: usize,
-    /// Bytes of zeros skipped: records whose write never began (never acknowledged).
+    /// Bytes of zeros skipped before a later record: records whose write
+    /// never began (never acknowledged).
     pub unwritten: u64,
 }
 
@@ -476,7 +509,10 @@ fn scan_source(
                     }
                 }
             }
-            scanned.unwritten += at - start;
+            if at + 8 <= size {
+                // A gap before a later record; zeros to the end are free space.
+                scanned.unwritten += at - start;
+            }
             continue;
         }
         let Some(payload) = header_len(&head) else {
@@ -735,6 +771,28 @@ mod tests {
         assert_eq!(found[1], messages[2]);
         assert_eq!(gaps.cut, 2);
         assert!(gaps.unwritten >= records[1].len() as u64, "{gaps:?}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn space_allocated_ahead_reads_as_free_not_as_a_gap() {
+        let dir = temp("allocated");
+        let (one, two) = (loaded(1, b"one"), loaded(2, b"two"));
+        let (a, b) = (sealed(&one), sealed(&two));
+        let file = JournalFile::create(&dir, 1).unwrap();
+        file.write_at(&a, FILE_HEADER).unwrap();
+        // Allocated while records are being written: nothing already there changes.
+        file.allocate(1 << 20);
+        assert!(std::fs::metadata(&file.path).unwrap().len() >= 1 << 20);
+        file.write_at(&b, next_offset(FILE_HEADER + a.len() as u64))
+            .unwrap();
+        let (found, gaps) = scanned(&file.path);
+        assert_eq!(found, [one, two]);
+        assert_eq!(
+            gaps,
+            Scanned::default(),
+            "the zeros after the last record are free space"
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 

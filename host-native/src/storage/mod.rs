@@ -273,11 +273,11 @@ pub fn open_and_load<W>(
 }
 
 /// The most bytes the journal's files hold: what the store may hold, beyond
-/// the two files of normal use (the one being written and the one being
-/// moved, each up to a message past its size). Only a database that cannot
-/// be written for long fills it.
+/// the three files of normal use (the one being written, its spare, and the
+/// one being moved, each up to a message past its size). Only a database
+/// that cannot be written for long fills it.
 pub fn journal_max_bytes(max_store_bytes: usize, max_message_bytes: usize) -> u64 {
-    let normal_use = 2 * (ingest::FILE_BYTES + max_message_bytes as u64);
+    let normal_use = 3 * (ingest::FILE_BYTES + max_message_bytes as u64);
     (max_store_bytes as u64).saturating_add(normal_use)
 }
 
