@@ -783,7 +783,9 @@ mod tests {
         file.write_at(&a, FILE_HEADER).unwrap();
         // Allocated while records are being written: nothing already there changes.
         file.allocate(1 << 20);
-        assert!(std::fs::metadata(&file.path).unwrap().len() >= 1 << 20);
+        if cfg!(target_os = "linux") {
+            assert!(std::fs::metadata(&file.path).unwrap().len() >= 1 << 20);
+        }
         file.write_at(&b, next_offset(FILE_HEADER + a.len() as u64))
             .unwrap();
         let (found, gaps) = scanned(&file.path);

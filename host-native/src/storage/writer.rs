@@ -210,7 +210,8 @@ const RETRY: Duration = Duration::from_millis(200);
 pub const MOVE_WINDOW: Duration = Duration::from_millis(50);
 
 /// While records keep arriving, the writer leaves them in the journal for up
-/// to this long, [`DEFER_RECORDS`] or [`DEFER_BYTES`], and moves them once a
+/// to this long, [`DEFER_RECORDS`], [`DEFER_BYTES`] or until the journal is
+/// pressed ([`Backlog::pressed`]), and moves them once a
 /// window passes with none new: a burst of mail is moved after it rather
 /// than beside it, where the writer's work slowed the sessions by more than
 /// its own time (measured: about a sixth of the rate with 10 sessions on 2
@@ -247,8 +248,11 @@ struct Moving {
     retired: Vec<(Arc<JournalFile>, u64)>,
     /// When to take what became visible next: a window after the first wake.
     due: Option<Instant>,
-    /// Records visible at the last look that left them in the journal ([`defers`]).
+    /// Records visible at the last look that left them in the journal
+    /// ([`defers`]), or when the writer was woken for them.
     seen: usize,
+    /// Woken for new records since the last look: `seen` is to be set.
+    woken: bool,
 }
 
 impl Moving {
@@ -257,6 +261,7 @@ impl Moving {
     fn take(&mut self, journal: &dyn JournalSource, removals: &mut Vec<Removal>) {
         self.due = None;
         self.seen = 0;
+        self.woken = false;
         let taken = journal.take();
         self.spans.extend(taken.spans);
         removals.extend(taken.removals);
@@ -447,9 +452,10 @@ pub fn run(
                 acks.extend(done);
             }
             Job::Journal => {
-                moving
-                    .due
-                    .get_or_insert_with(|| Instant::now() + MOVE_WINDOW);
+                if moving.due.is_none() {
+                    moving.due = Some(Instant::now() + MOVE_WINDOW);
+                    moving.woken = true;
+                }
             }
             Job::Stop(done) => stops.push(done),
         };
@@ -473,6 +479,11 @@ pub fn run(
                 journal.close();
             }
             // Removals (and a stop) may name journaled messages: move them first, in the same write.
+            if moving.woken {
+                // What woke it counts as seen: one message alone is moved a window later.
+                moving.woken = false;
+                moving.seen = journal.backlog().records;
+            }
             let now = Instant::now();
             let mut due = moving.due.is_some_and(|d| now >= d);
             let forced = !removals.is_empty() || !acks.is_empty() || !stops.is_empty() || !open;
