@@ -1069,6 +1069,56 @@ mod tests {
     }
 
     #[test]
+    fn a_burst_waits_in_the_journal_until_it_ends_and_a_delete_cuts_the_wait_short() {
+        let (dir, ingest) = journal("burst");
+        journaled(&ingest, 1);
+        let log = Arc::new(Mutex::new(Log::default()));
+        let (sender, _status, writer) = moving_writer(&log, &ingest, Limits::default());
+        // Records keep arriving, about 10 ms apart, for 300 ms (six windows).
+        let (mut n, mut widest, started) = (1, Duration::ZERO, Instant::now());
+        while started.elapsed() < Duration::from_millis(300) {
+            let before = Instant::now();
+            std::thread::sleep(Duration::from_millis(10));
+            n += 1;
+            journaled(&ingest, n);
+            widest = widest.max(before.elapsed());
+        }
+        let during = log.lock().unwrap().transactions.len();
+        // A machine too loaded to keep the gaps under a window ends the burst early.
+        if widest < MOVE_WINDOW * 4 / 5 {
+            assert_eq!(during, 0, "moved while records kept arriving");
+        }
+        let waited = Instant::now();
+        while log.lock().unwrap().transactions.is_empty() {
+            assert!(
+                waited.elapsed() < DEFER_LIMIT * 2,
+                "not moved after the burst"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if during == 0 {
+            assert_eq!(ids(&log.lock().unwrap()), [((1..=n).collect(), vec![])]);
+        }
+        // A second burst: a delete moves what came before it at once, in its own write.
+        let first = n + 1;
+        for _ in 0..3 {
+            n += 1;
+            journaled(&ingest, n);
+        }
+        sender.send(Job::Journal).unwrap();
+        let (done, heard) = oneshot::channel();
+        sender.send(Job::Remove(vec![], Some(done))).unwrap();
+        assert!(heard.blocking_recv().unwrap().is_ok());
+        let log = log.lock().unwrap();
+        let last = ids(&log).pop().unwrap().0;
+        assert_eq!(last, (first..=n).collect::<Vec<_>>());
+        drop(log);
+        drop(sender);
+        writer.join().unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
     fn journaled_messages_are_moved_before_the_removals_that_name_them() {
         let (dir, ingest) = journal("move");
         for n in 1..=5 {
