@@ -493,6 +493,10 @@ pub fn run(
                     moving.seen = backlog.records;
                     moving.due = Some(now + MOVE_WINDOW);
                     due = false;
+                    // Records keep coming: the spare must be ready before the file is full.
+                    if let Err(e) = journal.prepare_files() {
+                        tracing::warn!("{e}");
+                    }
                 }
             }
             if due || forced {
@@ -622,7 +626,7 @@ pub fn spawn(
 mod tests {
     use super::*;
     use crate::storage::Loaded;
-    use crate::storage::ingest::Ingest;
+    use crate::storage::ingest::{FILE_BYTES, Ingest};
     use crate::storage::journal::Encoded;
     use mailjar_core::api::{Api, ApiConfig, Assigned};
     use mailjar_core::smtp::{Envelope, Incoming};
@@ -1113,6 +1117,37 @@ mod tests {
         let last = ids(&log).pop().unwrap().0;
         assert_eq!(last, (first..=n).collect::<Vec<_>>());
         drop(log);
+        drop(sender);
+        writer.join().unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn while_a_burst_waits_the_spare_is_made_once_the_file_is_half_full() {
+        let (dir, ingest) = journal("spare");
+        journaled(&ingest, 1);
+        let log = Arc::new(Mutex::new(Log::default()));
+        let (sender, _status, writer) = moving_writer(&log, &ingest, Limits::default());
+        // Half the file goes to a record whose write failed (nothing to move),
+        // once the writer has started (it readies the files as it starts).
+        std::thread::sleep(MOVE_WINDOW / 3);
+        let (half, ()) = ingest.reserve(FILE_BYTES / 2, || ()).unwrap();
+        ingest.complete(half.ticket, None, |_| Vec::new());
+        let (mut n, mut widest, started) = (1, Duration::ZERO, Instant::now());
+        while started.elapsed() < Duration::from_millis(200) {
+            let before = Instant::now();
+            std::thread::sleep(Duration::from_millis(10));
+            n += 1;
+            journaled(&ingest, n);
+            widest = widest.max(before.elapsed());
+        }
+        if widest < MOVE_WINDOW * 4 / 5 && log.lock().unwrap().transactions.is_empty() {
+            assert_eq!(
+                journal::list(&dir).unwrap().len(),
+                2,
+                "no spare while deferring"
+            );
+        }
         drop(sender);
         writer.join().unwrap();
         let _ = std::fs::remove_dir_all(&dir);
