@@ -202,17 +202,11 @@ impl<E> Ingest<E> {
 
     /// Gives each file `bytes` of space ahead of its records instead of
     /// [`FILE_BYTES`] (0: none, the file grows with its records).
-    pub fn allocating(self, bytes: u64) -> Ingest<E> {
-        let mut sequence = self
-            .sequence
-            .into_inner()
-            .unwrap_or_else(|p| p.into_inner());
+    pub fn allocating(mut self, bytes: u64) -> Ingest<E> {
+        self.allocation = bytes;
+        let sequence = self.sequence.get_mut().unwrap_or_else(|p| p.into_inner());
         sequence.bytes = sequence.end.max(bytes);
-        Ingest {
-            allocation: bytes,
-            sequence: Mutex::new(sequence),
-            ..self
-        }
+        self
     }
 
     /// What a file that ends at `end` takes on disk: at least its allocation.

@@ -238,6 +238,14 @@ fn defers(backlog: &Backlog, seen: usize, now: Instant) -> bool {
             .is_some_and(|since| now.saturating_duration_since(since) < DEFER_LIMIT)
 }
 
+/// [`JournalSource::prepare_files`]; a failure is logged (the current file
+/// grows, or takes more, meanwhile) and tried again at the next look.
+fn ready_files(journal: &dyn JournalSource) {
+    if let Err(e) = journal.prepare_files() {
+        tracing::warn!("{e}");
+    }
+}
+
 /// The journal's records that the writer moves into the database, and the
 /// files it deletes once they have been.
 #[derive(Default)]
@@ -251,24 +259,19 @@ struct Moving {
     /// Records visible at the last look that left them in the journal
     /// ([`defers`]), or when the writer was woken for them.
     seen: usize,
-    /// Woken for new records since the last look: `seen` is to be set.
-    woken: bool,
 }
 
 impl Moving {
     /// Takes what became visible in the journal (evictions join `removals`),
-    /// and readies a spare file for when the current one is full.
+    /// and readies its files ([`JournalSource::prepare_files`]).
     fn take(&mut self, journal: &dyn JournalSource, removals: &mut Vec<Removal>) {
         self.due = None;
         self.seen = 0;
-        self.woken = false;
         let taken = journal.take();
         self.spans.extend(taken.spans);
         removals.extend(taken.removals);
         self.retired.extend(taken.retired);
-        if let Err(e) = journal.prepare_files() {
-            tracing::warn!("{e}");
-        }
+        ready_files(journal);
     }
 
     /// Reads `spans` back from the journal (the page cache, as a rule). A
@@ -354,10 +357,8 @@ pub fn run(
     let mut size_stale = false;
     let mut sized = Instant::now();
     let mut next: Option<Job> = None;
-    if let Some(journal) = journal
-        && let Err(e) = journal.prepare_files()
-    {
-        tracing::warn!("{e}");
+    if let Some(journal) = journal {
+        ready_files(journal);
     }
     loop {
         // Work that is written whatever comes: removals, and journal records taken.
@@ -454,7 +455,8 @@ pub fn run(
             Job::Journal => {
                 if moving.due.is_none() {
                     moving.due = Some(Instant::now() + MOVE_WINDOW);
-                    moving.woken = true;
+                    // What woke it counts as seen: one message alone is moved a window later.
+                    moving.seen = journal.map_or(0, |j| j.backlog().records);
                 }
             }
             Job::Stop(done) => stops.push(done),
@@ -479,11 +481,6 @@ pub fn run(
                 journal.close();
             }
             // Removals (and a stop) may name journaled messages: move them first, in the same write.
-            if moving.woken {
-                // What woke it counts as seen: one message alone is moved a window later.
-                moving.woken = false;
-                moving.seen = journal.backlog().records;
-            }
             let now = Instant::now();
             let mut due = moving.due.is_some_and(|d| now >= d);
             let forced = !removals.is_empty() || !acks.is_empty() || !stops.is_empty() || !open;
@@ -494,9 +491,7 @@ pub fn run(
                     moving.due = Some(now + MOVE_WINDOW);
                     due = false;
                     // Records keep coming: the spare must be ready before the file is full.
-                    if let Err(e) = journal.prepare_files() {
-                        tracing::warn!("{e}");
-                    }
+                    ready_files(journal);
                 }
             }
             if due || forced {
@@ -1051,6 +1046,17 @@ mod tests {
         (sender, status, writer)
     }
 
+    /// Stops a [`moving_writer`] and removes its directory.
+    fn finish(
+        sender: std::sync::mpsc::Sender<Job>,
+        writer: std::thread::JoinHandle<()>,
+        dir: &std::path::Path,
+    ) {
+        drop(sender);
+        writer.join().unwrap();
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
     /// Waits until `status` shows an error (`failing`) or none, for at most 5 s.
     fn until(status: &Status, failing: bool, what: &str) {
         let waited = std::time::Instant::now();
@@ -1117,9 +1123,7 @@ mod tests {
         let last = ids(&log).pop().unwrap().0;
         assert_eq!(last, (first..=n).collect::<Vec<_>>());
         drop(log);
-        drop(sender);
-        writer.join().unwrap();
-        let _ = std::fs::remove_dir_all(&dir);
+        finish(sender, writer, &dir);
     }
 
     #[test]
@@ -1148,9 +1152,7 @@ mod tests {
                 "no spare while deferring"
             );
         }
-        drop(sender);
-        writer.join().unwrap();
-        let _ = std::fs::remove_dir_all(&dir);
+        finish(sender, writer, &dir);
     }
 
     #[test]
@@ -1242,9 +1244,7 @@ mod tests {
         for n in 6..=10 {
             journaled(&ingest, n);
         }
-        drop(sender);
-        writer.join().unwrap();
-        let _ = std::fs::remove_dir_all(&dir);
+        finish(sender, writer, &dir);
     }
 
     #[test]
@@ -1272,9 +1272,7 @@ mod tests {
         file.write_all_at(&byte, at).unwrap();
         until(&status, false, "not tried again");
         assert_eq!(ids(&log.lock().unwrap()), [(vec![1, 2, 3], vec![])]);
-        drop(sender);
-        writer.join().unwrap();
-        let _ = std::fs::remove_dir_all(&dir);
+        finish(sender, writer, &dir);
     }
 
     #[test]
