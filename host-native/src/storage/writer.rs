@@ -1046,6 +1046,20 @@ mod tests {
         (sender, status, writer)
     }
 
+    /// Journals messages after `last`, about 10 ms apart, for `lasting`;
+    /// the widest gap between two of them.
+    fn burst(ingest: &Ingest<u32>, last: &mut u128, lasting: Duration) -> Duration {
+        let (mut widest, started) = (Duration::ZERO, Instant::now());
+        while started.elapsed() < lasting {
+            let before = Instant::now();
+            std::thread::sleep(Duration::from_millis(10));
+            *last += 1;
+            journaled(ingest, *last);
+            widest = widest.max(before.elapsed());
+        }
+        widest
+    }
+
     /// Stops a [`moving_writer`] and removes its directory.
     fn finish(
         sender: std::sync::mpsc::Sender<Job>,
@@ -1085,14 +1099,8 @@ mod tests {
         let log = Arc::new(Mutex::new(Log::default()));
         let (sender, _status, writer) = moving_writer(&log, &ingest, Limits::default());
         // Records keep arriving, about 10 ms apart, for 300 ms (six windows).
-        let (mut n, mut widest, started) = (1, Duration::ZERO, Instant::now());
-        while started.elapsed() < Duration::from_millis(300) {
-            let before = Instant::now();
-            std::thread::sleep(Duration::from_millis(10));
-            n += 1;
-            journaled(&ingest, n);
-            widest = widest.max(before.elapsed());
-        }
+        let mut n = 1;
+        let widest = burst(&ingest, &mut n, Duration::from_millis(300));
         let during = log.lock().unwrap().transactions.len();
         // A machine too loaded to keep the gaps under a window ends the burst early.
         if widest < MOVE_WINDOW * 4 / 5 {
@@ -1137,14 +1145,7 @@ mod tests {
         std::thread::sleep(MOVE_WINDOW / 3);
         let (half, ()) = ingest.reserve(FILE_BYTES / 2, || ()).unwrap();
         ingest.complete(half.ticket, None, |_| Vec::new());
-        let (mut n, mut widest, started) = (1, Duration::ZERO, Instant::now());
-        while started.elapsed() < Duration::from_millis(200) {
-            let before = Instant::now();
-            std::thread::sleep(Duration::from_millis(10));
-            n += 1;
-            journaled(&ingest, n);
-            widest = widest.max(before.elapsed());
-        }
+        let widest = burst(&ingest, &mut 1, Duration::from_millis(200));
         if widest < MOVE_WINDOW * 4 / 5 && log.lock().unwrap().transactions.is_empty() {
             assert_eq!(
                 journal::list(&dir).unwrap().len(),
