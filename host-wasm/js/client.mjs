@@ -16,11 +16,45 @@ const utf8 = new TextDecoder();
 /** How long a request other than a wait may go unanswered, by default. */
 const DEFAULT_REQUEST_TIMEOUT_MS = 30_000;
 
+/**
+ * Cuts decoded text into lines at CRLF, LF or CR. Each call scans only the
+ * text it is given; a line that spans chunks is kept as a list of pieces and
+ * joined once when it ends, so the work is linear in a line's length.
+ */
+class LineSplitter {
+  #pieces = [];
+  // The last chunk ended with a CR: an LF that starts the next one is its pair.
+  #afterCr = false;
+
+  /** The lines that `text` completes, in order. */
+  *push(text) {
+    if (text === "") return;
+    let start = this.#afterCr && text.charCodeAt(0) === 10 ? 1 : 0;
+    this.#afterCr = false;
+    const lineEnd = /[\r\n]/g;
+    lineEnd.lastIndex = start;
+    let found;
+    while ((found = lineEnd.exec(text)) !== null) {
+      const end = found.index;
+      const line = this.#pieces.length ? this.#pieces.join("") + text.slice(start, end) : text.slice(start, end);
+      this.#pieces = [];
+      start = end + 1;
+      if (text.charCodeAt(end) === 13) {
+        if (start === text.length) this.#afterCr = true;
+        else if (text.charCodeAt(start) === 10) start += 1;
+      }
+      lineEnd.lastIndex = start;
+      yield line;
+    }
+    if (start < text.length) this.#pieces.push(text.slice(start));
+  }
+}
+
 /** Splits a Server-Sent Events body into events: `{event, id, data}` with `data` parsed. */
 async function* readEvents(body, signal) {
   const reader = body.getReader();
   const decoder = new TextDecoder();
-  let buffer = "";
+  const lines = new LineSplitter();
   let event = { event: "message", data: [] };
   const abort = () => reader.cancel().catch(() => {});
   signal?.addEventListener("abort", abort, { once: true });
@@ -28,33 +62,16 @@ async function* readEvents(body, signal) {
     for (;;) {
       const { value, done } = await reader.read();
       if (done) return;
-      buffer += decoder.decode(value, { stream: true });
-      let end;
-      while ((end = buffer.search(/\r\n|\r|\n/)) >= 0) {
-        // A CR at the end may be the first half of a CRLF: wait for the next chunk.
-        if (end === buffer.length - 1 && buffer[end] === "\r") break;
-        const line = buffer.slice(0, end);
-        buffer = buffer.slice(end + (buffer.startsWith("\r\n", end) ? 2 : 1));
+      for (const line of lines.push(decoder.decode(value, { stream: true }))) {
         if (line === "") {
-          if (event.data.length) {
-            const text = event.data.join("\n");
-            let data;
-            try {
-              data = JSON.parse(text);
-            } catch {
-              data = text;
-            }
-            const item = { event: event.event, data };
-            if (event.id !== undefined) item.id = event.id;
-            yield item;
-          }
+          if (event.data.length) yield parsedEvent(event);
           event = { event: "message", data: [] };
           continue;
         }
         if (line.startsWith(":")) continue;
         const colon = line.indexOf(":");
         const field = colon < 0 ? line : line.slice(0, colon);
-        const value = colon < 0 ? "" : line.slice(colon + 1).replace(/^ /, "");
+        const value = colon < 0 ? "" : line.slice(colon + (line.charCodeAt(colon + 1) === 32 ? 2 : 1));
         if (field === "event") event.event = value;
         else if (field === "data") event.data.push(value);
         else if (field === "id") event.id = value;
@@ -64,6 +81,20 @@ async function* readEvents(body, signal) {
     signal?.removeEventListener("abort", abort);
     reader.cancel().catch(() => {});
   }
+}
+
+/** An event as `events()` yields it: `data` parsed as JSON, or the text when it is not JSON. */
+function parsedEvent(event) {
+  const text = event.data.join("\n");
+  let data;
+  try {
+    data = JSON.parse(text);
+  } catch {
+    data = text;
+  }
+  const item = { event: event.event, data };
+  if (event.id !== undefined) item.id = event.id;
+  return item;
 }
 
 /**
