@@ -23,6 +23,8 @@ use serde_json::{Map, Value, json};
 use crate::error::ApiError;
 use crate::response::Response;
 
+mod json;
+
 /// The default of `--max-faults`: the most rules held at once.
 pub const DEFAULT_MAX_FAULTS: usize = 1000;
 /// The largest request body `POST /api/faults` reads, in bytes (413 above it).
@@ -441,8 +443,12 @@ pub struct NewRule {
 
 /// Reads a rule from a `POST /api/faults` body; the error names the field at fault.
 pub fn parse_rule(body: &[u8]) -> Result<NewRule, String> {
-    let value: Value =
-        serde_json::from_slice(body).map_err(|e| format!("the body is not valid JSON: {e}"))?;
+    let value = json::parse_unique(body).map_err(|e| match e {
+        json::JsonError::Syntax(e) => format!("the body is not valid JSON: {e}"),
+        json::JsonError::Duplicate(path) => {
+            format!("duplicate field {path:?}: a field may appear once")
+        }
+    })?;
     let Value::Object(object) = value else {
         return Err("the body must be a JSON object".into());
     };

@@ -387,3 +387,45 @@ mod through_the_api {
         assert!(doc["paths"]["/api/faults/{id}"]["delete"].is_object());
     }
 }
+
+#[test]
+fn duplicate_keys_are_refused_naming_them_at_every_level() {
+    let cases = [
+        (
+            r#"{"stage": "rcpt", "stage": "data", "action": {"disconnect": true}}"#,
+            "stage",
+        ),
+        (
+            r#"{"match": {"to": "a@b.test", "to": "c@b.test"}, "stage": "rcpt", "action": {"disconnect": true}}"#,
+            "match.to",
+        ),
+        (
+            r#"{"stage": "rcpt", "action": {"delayMs": 1, "delayMs": 60000}}"#,
+            "action.delayMs",
+        ),
+        (
+            r#"{"stage": "rcpt", "action": {"reply": {"code": 550, "text": "a", "code": 450}}}"#,
+            "action.reply.code",
+        ),
+        (
+            r#"{"stage": "rcpt", "action": {"reply": {"code": 550}, "reply": {"code": 450}}}"#,
+            "action.reply",
+        ),
+        (
+            r#"{"stage": "rcpt", "action": {"disconnect": true}, "times": 1, "times": null}"#,
+            "times",
+        ),
+    ];
+    for (body, key) in cases {
+        let error = refused(body);
+        assert!(
+            error.contains(&format!("duplicate field {key:?}")),
+            "{body}: {error}"
+        );
+    }
+    // The same key in two different objects is no duplicate.
+    let r = rule(
+        r#"{"match": {"to": "a@b.test"}, "stage": "rcpt", "action": {"reply": {"code": 550, "text": "to"}}, "times": 2}"#,
+    );
+    assert_eq!(r.times, Some(2));
+}
