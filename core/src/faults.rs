@@ -443,12 +443,7 @@ pub struct NewRule {
 
 /// Reads a rule from a `POST /api/faults` body; the error names the field at fault.
 pub fn parse_rule(body: &[u8]) -> Result<NewRule, String> {
-    let value = json::parse_unique(body).map_err(|e| match e {
-        json::JsonError::Syntax(e) => format!("the body is not valid JSON: {e}"),
-        json::JsonError::Duplicate(path) => {
-            format!("duplicate field {path:?}: a field may appear once")
-        }
-    })?;
+    let value = json::parse_unique(body)?;
     let Value::Object(object) = value else {
         return Err("the body must be a JSON object".into());
     };

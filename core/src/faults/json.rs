@@ -10,17 +10,9 @@ use std::fmt;
 use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Number, Value};
 
-/// What went wrong reading a body.
-#[derive(Debug)]
-pub(super) enum JsonError {
-    /// Not JSON at all (serde_json's message says where).
-    Syntax(serde_json::Error),
-    /// A key appeared twice in one object: its path from the top.
-    Duplicate(String),
-}
-
-/// Reads `body` as one JSON value, refusing duplicate keys at any depth.
-pub(super) fn parse_unique(body: &[u8]) -> Result<Value, JsonError> {
+/// Reads `body` as one JSON value, refusing duplicate keys at any depth; the error says what
+/// is wrong (for a duplicate, its path: `action.reply.code`).
+pub(super) fn parse_unique(body: &[u8]) -> Result<Value, String> {
     let mut duplicate = None;
     let mut reader = serde_json::Deserializer::from_slice(body);
     let seed = Unique {
@@ -32,9 +24,9 @@ pub(super) fn parse_unique(body: &[u8]) -> Result<Value, JsonError> {
         Ok(value)
     });
     match (value, duplicate) {
-        (_, Some(path)) => Err(JsonError::Duplicate(path)),
+        (_, Some(path)) => Err(format!("duplicate field {path:?}: a field may appear once")),
         (Ok(value), None) => Ok(value),
-        (Err(e), None) => Err(JsonError::Syntax(e)),
+        (Err(e), None) => Err(format!("the body is not valid JSON: {e}")),
     }
 }
 
@@ -114,7 +106,7 @@ impl<'de> Visitor<'de> for Unique<'_> {
     fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<Value, A::Error> {
         let mut object = Map::new();
         while let Some(key) = map.next_key::<String>()? {
-            let mut child = self.child(&key);
+            let child = self.child(&key);
             if object.contains_key(&key) {
                 *child.duplicate = Some(child.path);
                 return Err(de::Error::custom("duplicate key"));
