@@ -84,6 +84,28 @@ fn zero_width_alternations() -> Vec<(String, usize)> {
     out
 }
 
+/// Properties of strings (`v`), alternations of thousands of literals, on pieces of emoji
+/// sequences in any order (many partial matches at once).
+fn string_property_cases() -> Vec<(&'static str, &'static str, String)> {
+    let pieces = [
+        '👨', '👩', '👧', '🧑', '\u{200D}', '\u{FE0F}', '🏻', '🏽', '❤', '💋', '🤝', '🇫', '🇷', 'a',
+    ];
+    let long = random(&pieces, 20_000, 5);
+    let short = random(&pieces, 2_000, 5);
+    vec![
+        (r"\p{RGI_Emoji}x", "v", long.clone()),
+        (r"\p{RGI_Emoji}+x", "v", long.clone()),
+        (r"[\p{RGI_Emoji}a]*x", "iv", long.clone()),
+        (
+            r"\p{RGI_Emoji_ZWJ_Sequence}\p{RGI_Emoji_Flag_Sequence}x",
+            "v",
+            long,
+        ),
+        (r"(?<=a)\p{RGI_Emoji}x", "v", short.clone()),
+        (r"^(\p{RGI_Emoji})+\1x", "v", short),
+    ]
+}
+
 #[test]
 fn jsregex_estimate_bounds_adversarial_matches() {
     let words = random(&['a', 'b', ' ', 'x', 'é'], 20_000, 7);
@@ -115,6 +137,7 @@ fn jsregex_estimate_bounds_adversarial_matches() {
         (r"^[ab]{1,200}a[ab]{20}c", "", ab.clone()),
         (r"(?:[ab]{0,30}b){10}c", "", ab.clone()),
     ];
+    cases.extend(string_property_cases());
     // Zero-width parts (assertions, empty captures, empty alternatives) in a large
     // alternation: no characters, but every lazy-DFA state the tail builds carries their NFA
     // states (the fuzz finding: 50.8 ms measured, 0.24 ms estimated on 186 bytes).
@@ -193,6 +216,35 @@ fn jsregex_common_patterns_fit_the_default_budget_many_times() {
         println!("`{pattern}` /{flags}: {:.3} ms", ms(estimate));
         assert!(
             estimate < budget / 50,
+            "{pattern} /{flags}: {} ms",
+            ms(estimate)
+        );
+    }
+}
+
+#[test]
+fn jsregex_string_properties_fit_the_default_budget_many_times() {
+    // `\p{RGI_Emoji}` is an alternation of 3,953 literals, which `regex` runs as a trie: the
+    // estimate follows the trie's depth (about 17 ms on 1000 characters with emoji), not its
+    // 13,000 characters (seconds: always "too expensive").
+    let budget = mailjar_core::api::DEFAULT_PATTERN_BUDGET_MS * 1_000_000;
+    let subject: String = "Your order 📦 has shipped 🚚 🇫🇷 👍🏽 "
+        .chars()
+        .cycle()
+        .take(1_000)
+        .collect();
+    for (pattern, flags) in [
+        (r"\p{RGI_Emoji}", "v"),
+        (r"\p{RGI_Emoji}", "iv"),
+        (r"^\p{RGI_Emoji} ", "v"),
+        (r"shipped \p{RGI_Emoji_Flag_Sequence}+", "v"),
+        (r"[\p{RGI_Emoji}--\p{RGI_Emoji_Flag_Sequence}]", "v"),
+    ] {
+        let re = JsRegex::new(pattern, flags).expect("compiles");
+        let estimate = re.worst_case_nanos(&subject);
+        println!("`{pattern}` /{flags}: {:.3} ms", ms(estimate));
+        assert!(
+            estimate < budget / 10,
             "{pattern} /{flags}: {} ms",
             ms(estimate)
         );

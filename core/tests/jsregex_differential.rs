@@ -142,3 +142,165 @@ fn jsregex_agrees_with_node() {
         unexpected.join("\n")
     );
 }
+
+/// Node's answer to `new RegExp(`^\\p{${name}}$`, "v").test(s)` for every name and subject, as
+/// one string of `0`/`1` per name.
+const NODE_PROPERTIES_SCRIPT: &str = r#"
+const { names, subjects } = JSON.parse(require('fs').readFileSync(0, 'utf8'));
+const out = names.map((name) => {
+  const re = new RegExp(`^\\p{${name}}$`, 'v');
+  return subjects.map((s) => (re.test(s) ? '1' : '0')).join('');
+});
+process.stdout.write(JSON.stringify(out));
+"#;
+
+/// The properties of strings of the `v` flag.
+const STRING_PROPERTIES: [&str; 7] = [
+    "Basic_Emoji",
+    "Emoji_Keycap_Sequence",
+    "RGI_Emoji_Modifier_Sequence",
+    "RGI_Emoji_Flag_Sequence",
+    "RGI_Emoji_Tag_Sequence",
+    "RGI_Emoji_ZWJ_Sequence",
+    "RGI_Emoji",
+];
+
+/// The ZWJ templates of `src/jsregex/emoji_table.rs`, read from its text (so that this test
+/// does not share the library's decoder): the `ZWJ_TEMPLATES` string literal.
+fn zwj_templates() -> Vec<String> {
+    let source = include_str!("../src/jsregex/emoji_table.rs");
+    let start = source
+        .find("ZWJ_TEMPLATES: &str = \"")
+        .expect("ZWJ_TEMPLATES in the table");
+    let literal = &source[start..];
+    let literal = &literal[literal.find('"').expect("a string") + 1..];
+    let literal = &literal[..literal.find('"').expect("its end")];
+    let text: String = literal
+        .split("\\\n")
+        .map(str::trim_start)
+        .collect::<Vec<_>>()
+        .concat();
+    text.split('|').map(str::to_owned).collect()
+}
+
+/// Every sequence a template stands for; with `same_tones`, `%` takes every tone (giving
+/// sequences the table leaves out too).
+fn expand(template: &str, same_tones: bool) -> Vec<String> {
+    let tones: Vec<char> = ('\u{1F3FB}'..='\u{1F3FF}').collect();
+    let mut partial = vec![(String::new(), ' ')];
+    for ch in template.chars() {
+        partial = match ch {
+            '_' | '!' => partial
+                .into_iter()
+                .map(|(s, t)| (s + if ch == '_' { "\u{200D}" } else { "\u{FE0F}" }, t))
+                .collect(),
+            '*' | '%' => partial
+                .iter()
+                .flat_map(|(s, taken)| {
+                    let tones = tones.clone();
+                    tones.into_iter().filter_map(move |tone| {
+                        let other = ch == '%' && !same_tones && tone == *taken;
+                        (!other)
+                            .then(|| (format!("{s}{tone}"), if ch == '*' { tone } else { *taken }))
+                    })
+                })
+                .collect(),
+            c => partial
+                .into_iter()
+                .map(|(s, t)| (format!("{s}{c}"), t))
+                .collect(),
+        };
+    }
+    partial.into_iter().map(|(s, _)| s).collect()
+}
+
+/// What the properties are asked about: every emoji code point alone and with what could
+/// follow it in a sequence (U+FE0F, a keycap, a skin tone), every pair of regional
+/// indicators, tag sequences, every ZWJ sequence of the table and near misses of each.
+fn emoji_candidates() -> Vec<String> {
+    let emoji = regex_syntax::parse(r"[\p{Emoji}\p{Emoji_Component}\p{Extended_Pictographic}]")
+        .expect("the emoji properties");
+    let regex_syntax::hir::HirKind::Class(regex_syntax::hir::Class::Unicode(class)) = emoji.kind()
+    else {
+        panic!("a class: {emoji:?}");
+    };
+    let mut out = Vec::new();
+    for c in class.iter().flat_map(|r| r.start()..=r.end()) {
+        out.push(c.to_string());
+        for after in ["\u{FE0F}", "\u{FE0F}\u{20E3}", "\u{20E3}"] {
+            out.push(format!("{c}{after}"));
+        }
+        out.extend(('\u{1F3FB}'..='\u{1F3FF}').map(|tone| format!("{c}{tone}")));
+    }
+    let regional: Vec<char> = ('\u{1F1E6}'..='\u{1F1FF}').collect();
+    for a in &regional {
+        out.extend(regional.iter().map(|b| format!("{a}{b}")));
+    }
+    for tag in ["gbeng", "gbsct", "gbwls", "usca", "gb", "frbre"] {
+        let letters: String = tag
+            .chars()
+            .filter_map(|l| char::from_u32(0xE0000 + l as u32))
+            .collect();
+        out.push(format!("\u{1F3F4}{letters}\u{E007F}"));
+        out.push(format!("\u{1F3F4}{letters}"));
+    }
+    for template in zwj_templates() {
+        for s in expand(&template, true) {
+            out.push(s.replace('\u{FE0F}', ""));
+            let mut prefix = s.clone();
+            prefix.pop();
+            out.push(prefix);
+            out.push(s);
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+#[test]
+fn string_properties_agree_with_node_on_every_sequence() {
+    let subjects = emoji_candidates();
+    let input = serde_json::json!({ "names": STRING_PROPERTIES, "subjects": subjects }).to_string();
+    let mut child = Command::new("node")
+        .arg("-e")
+        .arg(NODE_PROPERTIES_SCRIPT)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("this test needs `node` (Node 20) on PATH: {e}"));
+    child
+        .stdin
+        .take()
+        .expect("node stdin")
+        .write_all(input.as_bytes())
+        .expect("write the subjects to node");
+    let output = child.wait_with_output().expect("wait for node");
+    assert!(output.status.success(), "node failed: {:?}", output.status);
+    let node: Vec<String> = serde_json::from_slice(&output.stdout).expect("node output");
+    let mut disagreements = Vec::new();
+    for (name, node) in STRING_PROPERTIES.iter().zip(&node) {
+        let re = JsRegex::new(&format!("^\\p{{{name}}}$"), "v").expect("compiles");
+        let mut members = 0;
+        for (subject, want) in subjects.iter().zip(node.bytes()) {
+            let want = want == b'1';
+            members += usize::from(want);
+            if re.is_match(subject) != Ok(want) {
+                disagreements.push(format!(
+                    "{name} {subject:?} ({:X?}): node {want}",
+                    subject.chars().map(u32::from).collect::<Vec<_>>()
+                ));
+            }
+        }
+        println!(
+            "{name}: {members} of {} candidates are members for node",
+            subjects.len()
+        );
+    }
+    assert!(
+        disagreements.is_empty(),
+        "{} disagreements with node, the first: {:#?}",
+        disagreements.len(),
+        &disagreements[..disagreements.len().min(20)]
+    );
+}

@@ -74,6 +74,13 @@ fn largest_count(pattern: &dyn Fn(usize) -> String, flags: &str) -> usize {
     ok
 }
 
+/// A property of strings, an alternation of 3,953 literals (a trie), near the limit too: its
+/// growth per pattern.
+fn string_property(keep: &mut Vec<Arc<Vec<JsRegex>>>) -> usize {
+    let subject = "Order 📦 shipped 🚚 👍🏽 🇫🇷 👨\u{200D}👩\u{200D}👧 ".repeat(40);
+    per_pattern(keep, 50, &|i| format!(r"{i}\p{{RGI_Emoji}}"), "v", &subject)
+}
+
 #[test]
 fn jsregex_compiled_patterns_hold_bounded_memory() {
     let mut keep = Vec::new();
@@ -118,7 +125,9 @@ fn jsregex_compiled_patterns_hold_bounded_memory() {
         "iu",
         &subject,
     );
+    let emoji = string_property(&mut keep);
     println!("limit MAX_COMPILED_BYTES = {MAX_COMPILED_BYTES}");
+    println!("\\p{{RGI_Emoji}} (v): {emoji} bytes per pattern");
     println!("near the limit, regex ({{{k}}} iu): {near_limit} bytes per pattern");
     println!(
         "near the limit, fancy-regex ({{{fancy_k}}} iu): {fancy_near_limit} bytes per pattern"
@@ -134,6 +143,7 @@ fn jsregex_compiled_patterns_hold_bounded_memory() {
         ("order", order),
         ("reset", reset),
         ("lookahead", lookahead),
+        ("emoji", emoji),
     ] {
         assert!(
             bytes <= MAX_HEAP_BYTES,

@@ -34,6 +34,7 @@
 use super::ast::Node;
 use super::charset::Set;
 use super::flags::Flags;
+use super::strings::{Alternative, Alternatives};
 
 /// Fixed cost of one call (conversion, engine setup, a cache from the pool).
 const CALL_NS: f64 = 5_000.0;
@@ -211,27 +212,55 @@ impl Shape {
         }
     }
 
+    /// A class with strings: an alternation of sequences. When they are all literals `regex`
+    /// compiles them as a trie: one thread per start position, at one node and the states
+    /// its end may add (so twice the longest string, plus its start), and no more lazy-DFA
+    /// states than the trie has nodes (counted as `varied`: `2^varied` is at least that).
+    fn strings(alternatives: &Alternatives) -> Shape {
+        let char = |literal: bool, single: bool| Shape::new(Kind::Char { literal, single });
+        let mut nodes = 0;
+        let alts = alternatives
+            .alternatives
+            .iter()
+            .map(|alternative| match alternative {
+                Alternative::Literal(chars) => {
+                    nodes += chars.len();
+                    Shape::new(Kind::Seq(chars.iter().map(|_| char(true, true)).collect()))
+                }
+                // Case variants or a class: counted as classes (less code in the wasm than
+                // telling the case variants of one character apart, and rare).
+                Alternative::Sets(sets) => {
+                    Shape::new(Kind::Seq(sets.iter().map(|_| char(false, false)).collect()))
+                }
+            })
+            .collect();
+        let mut shape = Shape::new(Kind::Alt(alts));
+        if alternatives.literal {
+            // The trie has at most one node a character, and its root; `varied` is the bits
+            // of that count, at least log2 of it.
+            shape.varied = f64::from(usize::BITS - nodes.leading_zeros());
+            shape.positions = 2.0 * shape.max_len + 1.0 + shape.varied;
+        }
+        if alternatives.empty {
+            shape = Shape::new(Kind::Repeat {
+                body: Box::new(shape),
+                min: 0,
+                max: Some(1),
+            });
+        }
+        shape
+    }
+
     /// The shape of `node` as the translator emits it for these flags and engine.
     pub(super) fn of(node: &Node, fl: &Flags, fancy: bool) -> Shape {
         let kind = match node {
             Node::Empty => Kind::Empty,
             Node::Set(set) => Kind::Char {
                 literal: is_literal(set),
-                single: set.ranges().len() == 1 && set.ranges()[0].start() == set.ranges()[0].end(),
+                single: is_single(set),
             },
-            Node::Strings(strings, _) => {
-                let char = || {
-                    Shape::new(Kind::Char {
-                        literal: false,
-                        single: false,
-                    })
-                };
-                let mut alts: Vec<Shape> = strings
-                    .iter()
-                    .map(|s| Shape::new(Kind::Seq(s.iter().map(|_| char()).collect())))
-                    .collect();
-                alts.push(char());
-                Kind::Alt(alts)
+            Node::Strings(strings, set) => {
+                return Shape::strings(&Alternatives::of(strings, set, fl));
             }
             Node::Start | Node::End if fancy && fl.multiline => Kind::Assert { looks: 3.0 },
             Node::WordBoundary(_) if fancy => Kind::Assert { looks: 4.0 },
@@ -481,6 +510,12 @@ fn starts_with_caret(node: &Node) -> bool {
         Node::Concat(v) => matches!(v.first(), Some(Node::Start)),
         _ => false,
     }
+}
+
+/// Exactly one character.
+fn is_single(set: &Set) -> bool {
+    let r = set.ranges();
+    r.len() == 1 && r[0].start() == r[0].end()
 }
 
 /// One character, or the case variants of one character.

@@ -1,19 +1,26 @@
 //! The ECMAScript (2024, with Annex B) pattern parser: it throws exactly where JS throws a
 //! `SyntaxError`, and builds the [`Node`] tree with every class closed under case folding.
 
-use super::ast::{ClassValue, Node};
+use super::ast::{ClassValue, Node, merge};
 use super::charset::{
     Set, case_close, digit_set, empty_set, is_id_continue, is_id_start, line_terminators, negated,
     push_range, push_unit_range, range_set, resolve_property, space_set, word_set,
 };
+use super::emoji;
 use super::error::JsRegexError;
 use super::flags::Flags;
-use super::tables::{BINARY_PROPERTIES, GENERAL_CATEGORIES, SCRIPTS, STRING_PROPERTIES};
+use super::strings::emitted_chars;
+use super::tables::{BINARY_PROPERTIES, GENERAL_CATEGORIES, SCRIPTS};
 
 /// Largest `{n,m}` count we accept (larger counts compile to huge automata).
 const MAX_REPEAT: u64 = 10_000;
 /// Deepest nesting of groups and classes we accept (the parser is recursive).
 const MAX_DEPTH: usize = 128;
+/// Most characters the classes with strings of one pattern may hold, their strings and the
+/// single characters listed beside them (`\p{RGI_Emoji}` has 12,389): more could never
+/// compile within [`super::MAX_COMPILED_BYTES`], and would only cost time and memory to
+/// translate (a 1000-character pattern can name `\p{RGI_Emoji}` 70 times).
+const MAX_STRING_CHARS: usize = 1 << 15;
 
 /// The ECMAScript 2024 (with Annex B) pattern parser.
 pub(super) struct Parser<'f> {
@@ -27,6 +34,8 @@ pub(super) struct Parser<'f> {
     group_names: Vec<(String, usize)>,
     next_group: usize,
     depth: usize,
+    /// The characters of the classes with strings so far (see [`MAX_STRING_CHARS`]).
+    string_chars: usize,
 }
 
 type PResult<T> = Result<T, JsRegexError>;
@@ -63,6 +72,7 @@ impl<'f> Parser<'f> {
             group_names: Vec::new(),
             next_group: 0,
             depth: 0,
+            string_chars: 0,
         };
         p.prescan_groups();
         if !p.group_names.is_empty() {
@@ -74,6 +84,20 @@ impl<'f> Parser<'f> {
             return Err(p.err("unmatched ')'"));
         }
         Ok(node)
+    }
+
+    /// A `v`-mode class as a node: a plain set when no string is left in it.
+    fn strings_node(&mut self, v: ClassValue) -> PResult<Node> {
+        if v.strings.is_empty() {
+            return Ok(Node::Set(v.set));
+        }
+        self.string_chars += emitted_chars(&v.strings, &v.set);
+        if self.string_chars > MAX_STRING_CHARS {
+            return Err(JsRegexError::TooLarge(format!(
+                "its classes hold more than {MAX_STRING_CHARS} characters of strings"
+            )));
+        }
+        Ok(Node::Strings(v.strings, v.set))
     }
 
     fn err(&self, message: &str) -> JsRegexError {
@@ -153,6 +177,7 @@ impl<'f> Parser<'f> {
                         group_names: Vec::new(),
                         next_group: 0,
                         depth: 0,
+                        string_chars: 0,
                     };
                     // An invalid name is reported when the group itself is parsed.
                     let name = sub.group_name().unwrap_or_default();
@@ -567,6 +592,9 @@ impl<'f> Parser<'f> {
                 None => Err(self.err_at("invalid named capture referenced", esc_pos)),
             };
         }
+        if let Some(v) = self.string_property()? {
+            return self.strings_node(v);
+        }
         if let Some(set) = self.class_escape_set()? {
             return Ok(Node::Set(set));
         }
@@ -621,6 +649,28 @@ impl<'f> Parser<'f> {
         Ok(Some(s))
     }
 
+    /// `\p{RGI_Emoji}` and the other properties of strings (`v` flag only), the backslash
+    /// already consumed. Anywhere else (`u` flag, `\P`, a `=Value`) their names are invalid
+    /// property names, as any unknown name.
+    fn string_property(&mut self) -> PResult<Option<ClassValue>> {
+        if !self.fl.sets || !self.looking_at("p{") {
+            return Ok(None);
+        }
+        let named = |name: &&str| {
+            let mut bytes = name.bytes().enumerate();
+            bytes.all(|(i, b)| self.peek_at(2 + i) == Some(u32::from(b)))
+                && self.peek_at(2 + name.len()) == Some('}' as u32)
+        };
+        let Some(name) = emoji::NAMES.into_iter().find(named) else {
+            return Ok(None);
+        };
+        self.pos += name.len() + 3;
+        let mut value =
+            emoji::string_property(name).ok_or_else(|| self.err("invalid property name"))?;
+        case_close(&mut value.set, self.fl);
+        Ok(Some(value))
+    }
+
     /// `{Name}` or `{Name=Value}` after `\p` / `\P`.
     fn property(&mut self, at: usize, negate: bool) -> PResult<Set> {
         if !self.eat('{') {
@@ -658,10 +708,6 @@ impl<'f> Parser<'f> {
                     format!("gc={body}")
                 } else if BINARY_PROPERTIES.contains(&body.as_str()) {
                     body.clone()
-                } else if STRING_PROPERTIES.contains(&body.as_str()) && self.fl.sets && !negate {
-                    return Err(JsRegexError::Unsupported(format!(
-                        "the property of strings \\p{{{body}}}"
-                    )));
                 } else {
                     return Err(bad());
                 }
@@ -804,15 +850,12 @@ impl<'f> Parser<'f> {
             let v = self.class_set_contents(start)?;
             self.depth -= 1;
             if negate {
-                if !v.strings.is_empty() {
+                if v.may_contain_strings {
                     return Err(self.err_at("negated character class may contain strings", start));
                 }
                 return Ok(Node::Set(negated(v.set)));
             }
-            if v.strings.is_empty() {
-                return Ok(Node::Set(v.set));
-            }
-            return Ok(Node::Strings(v.strings, v.set));
+            return self.strings_node(v);
         }
         let negate = self.eat('^');
         let mut set = empty_set();
@@ -918,11 +961,9 @@ impl<'f> Parser<'f> {
                 }
                 let rhs = rhs.into_value(self)?;
                 if op == Some('&' as u32) {
-                    acc.set.intersect(&rhs.set);
-                    acc.strings.retain(|s| rhs.strings.contains(s));
+                    acc.intersect(&rhs);
                 } else {
-                    acc.set.difference(&rhs.set);
-                    acc.strings.retain(|s| !rhs.strings.contains(s));
+                    acc.subtract(&rhs);
                 }
             }
             if !self.eat(']') {
@@ -942,12 +983,7 @@ impl<'f> Parser<'f> {
                 return Err(self.err("invalid set operation in character class"));
             }
             let v = self.class_set_operand(start, true)?.into_value(self)?;
-            acc.set.union(&v.set);
-            for s in v.strings {
-                if !acc.strings.contains(&s) {
-                    acc.strings.push(s);
-                }
-            }
+            acc.union(v);
         }
     }
 
@@ -964,7 +1000,7 @@ impl<'f> Parser<'f> {
             let v = self.class_set_contents(inner_start)?;
             self.depth -= 1;
             if negate {
-                if !v.strings.is_empty() {
+                if v.may_contain_strings {
                     return Err(
                         self.err_at("negated character class may contain strings", inner_start)
                     );
@@ -1008,6 +1044,9 @@ impl<'f> Parser<'f> {
                 self.pos += 2;
                 return Ok(Operand::Value(self.class_strings(esc_pos)?));
             }
+            if let Some(v) = self.string_property()? {
+                return Ok(Operand::Value(v));
+            }
             if let Some(s) = self.class_escape_set()? {
                 return Ok(Operand::Value(ClassValue::chars(s)));
             }
@@ -1025,7 +1064,8 @@ impl<'f> Parser<'f> {
 
     /// `\q{a|bc|}` body, after `\q{`.
     fn class_strings(&mut self, esc_pos: usize) -> PResult<ClassValue> {
-        let mut value = ClassValue::chars(empty_set());
+        let mut set = empty_set();
+        let mut strings: Vec<Vec<u32>> = Vec::new();
         let mut cur: Vec<u32> = Vec::new();
         loop {
             let Some(c) = self.peek() else {
@@ -1035,14 +1075,18 @@ impl<'f> Parser<'f> {
                 self.pos += 1;
                 let s = std::mem::take(&mut cur);
                 if s.len() == 1 {
-                    let mut set = range_set(s[0], s[0]);
-                    case_close(&mut set, self.fl);
-                    value.set.union(&set);
-                } else if !value.strings.contains(&s) {
-                    value.strings.push(s);
+                    let mut one = range_set(s[0], s[0]);
+                    case_close(&mut one, self.fl);
+                    set.union(&one);
+                } else {
+                    strings = merge(strings, vec![s]);
                 }
                 if c == '}' as u32 {
-                    return Ok(value);
+                    return Ok(if strings.is_empty() {
+                        ClassValue::chars(set)
+                    } else {
+                        ClassValue::with_strings(set, strings)
+                    });
                 }
                 continue;
             }
@@ -1084,6 +1128,7 @@ impl Operand {
 #[cfg(test)]
 mod tests {
     use super::super::test_util::{m, syntax_err, tr};
+    use crate::jsregex::{JsRegex, JsRegexError};
 
     #[test]
     fn escapes() {
@@ -1137,5 +1182,33 @@ mod tests {
         assert!(m(r"^[\q{abc|d}]$", "v", "abc"));
         assert!(syntax_err(r"[a-z&&b]", "v"));
         assert!(syntax_err(r"[(]", "v"));
+    }
+
+    #[test]
+    fn properties_of_strings() {
+        let thumbs = "\u{1F44D}\u{1F3FD}";
+        assert!(m(r"^\p{RGI_Emoji}$", "v", thumbs));
+        assert!(m(r"^\p{RGI_Emoji_Modifier_Sequence}$", "v", thumbs));
+        assert!(!m(r"^\p{Basic_Emoji}$", "v", thumbs));
+        assert!(!m(r"^\p{RGI_Emoji}$", "v", "a"));
+        assert!(m(r"^[\p{RGI_Emoji}--\q{\u{1F44D}}]$", "v", thumbs));
+        assert!(!m(r"^[\p{RGI_Emoji}--\q{\u{1F44D}}]$", "v", "\u{1F44D}"));
+        // Only with `v`, never negated; `u` and no flag read them as JS does.
+        assert!(syntax_err(r"\p{RGI_Emoji}", "u"));
+        assert!(m(r"^\p{RGI_Emoji}$", "", "p{RGI_Emoji}"));
+        assert!(syntax_err(r"\P{RGI_Emoji}", "v"));
+        assert!(syntax_err(r"[^\p{RGI_Emoji}]", "v"));
+        assert!(syntax_err(r"\p{RGI_Emoji=Yes}", "v"));
+        // A negated class may not contain strings even when the set operations leave none.
+        assert!(syntax_err(r"[^\p{RGI_Emoji}--\p{RGI_Emoji}]", "v"));
+        assert!(syntax_err(r"[^\q{ab}--\q{ab}]", "v"));
+        assert!(m(r"^[^\p{RGI_Emoji}&&\p{L}]$", "v", "1"));
+        assert!(m(r"^[^\q{a|b}]$", "v", "c"));
+        // Three times is refused before it is translated (it could never compile).
+        let thrice = JsRegex::new(&r"\p{RGI_Emoji}".repeat(3), "v");
+        assert!(
+            matches!(thrice, Err(JsRegexError::TooLarge(_))),
+            "{thrice:?}"
+        );
     }
 }

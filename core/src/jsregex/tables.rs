@@ -1,5 +1,6 @@
 //! Unicode property names JS accepts in `\p{..}` (data only: the sets themselves come from
-//! the `regex` crate's tables, see `charset::resolve_property`).
+//! the `regex` crate's tables, see `charset::resolve_property`; the properties of strings of
+//! the `v` flag are in `emoji`).
 
 /// General category names and aliases (`\p{Lu}`, `\p{gc=Letter}`).
 pub(super) const GENERAL_CATEGORIES: &[&str] = &[
@@ -186,17 +187,6 @@ pub(super) const BINARY_PROPERTIES: &[&str] = &[
     "XIDC",
     "XID_Start",
     "XIDS",
-];
-
-/// Properties of strings (`v` flag only).
-pub(super) const STRING_PROPERTIES: &[&str] = &[
-    "Basic_Emoji",
-    "Emoji_Keycap_Sequence",
-    "RGI_Emoji_Modifier_Sequence",
-    "RGI_Emoji_Flag_Sequence",
-    "RGI_Emoji_Tag_Sequence",
-    "RGI_Emoji_ZWJ_Sequence",
-    "RGI_Emoji",
 ];
 
 /// Script names and aliases that Node 20 (ICU 78, Unicode 17) accepts.

@@ -4,8 +4,9 @@
 use std::fmt::Write as _;
 
 use super::ast::Node;
-use super::charset::{Set, case_close, range_set, word_set};
+use super::charset::{Set, word_set};
 use super::flags::Flags;
+use super::strings::{Alternative, Alternatives};
 
 /// A Rust pattern and the engine it needs.
 pub(super) struct Translated {
@@ -80,21 +81,7 @@ impl Emitter<'_> {
         match node {
             Node::Empty => {}
             Node::Set(s) => self.set(s),
-            Node::Strings(strings, set) => {
-                let mut strings = strings.clone();
-                strings.sort_by_key(|s| std::cmp::Reverse(s.len()));
-                self.out.push_str("(?:");
-                for s in &strings {
-                    for &c in s {
-                        let mut cs = range_set(c, c);
-                        case_close(&mut cs, self.fl);
-                        self.set(&cs);
-                    }
-                    self.out.push('|');
-                }
-                self.set(set);
-                self.out.push(')');
-            }
+            Node::Strings(strings, set) => self.class_strings(strings, set),
             Node::Start => {
                 if self.fl.multiline && !self.surrogate {
                     let _ = write!(self.out, "(?:^|(?<={LINE_TERMINATOR_CLASS}))");
@@ -207,6 +194,43 @@ impl Emitter<'_> {
         }
     }
 
+    /// A `v`-mode class with strings, as its alternatives (`strings`).
+    fn class_strings(&mut self, strings: &[Vec<u32>], set: &Set) {
+        self.out.push_str("(?:");
+        let alternatives = Alternatives::of(strings, set, self.fl);
+        for (i, alternative) in alternatives.alternatives.iter().enumerate() {
+            if i > 0 {
+                self.out.push('|');
+            }
+            match alternative {
+                Alternative::Literal(chars) => {
+                    for &c in chars {
+                        self.literal_char(c);
+                    }
+                }
+                Alternative::Sets(sets) => sets.iter().for_each(|s| self.set(s)),
+            }
+        }
+        if alternatives.alternatives.is_empty() {
+            self.out.push_str("[a&&b]");
+        }
+        self.out.push(')');
+        if alternatives.empty {
+            self.out.push('?');
+        }
+    }
+
+    /// A character of a class's string. Other characters than ASCII are never special to
+    /// `regex` (without `x`): written as they are, they keep `\p{RGI_Emoji}` short.
+    fn literal_char(&mut self, c: u32) {
+        match char::from_u32(c) {
+            Some(c) if !c.is_ascii() => self.out.push(c),
+            Some(c) => push_char(&mut self.out, c),
+            // A lone surrogate (`\q{\uD800x}`) never matches in a `&str`.
+            None => self.out.push_str(r"[a&&b]"),
+        }
+    }
+
     fn set(&mut self, s: &Set) {
         let r = s.ranges();
         if r.len() == 1 && r[0].start() == r[0].end() {
@@ -256,6 +280,19 @@ mod tests {
         assert!(m("a&&b", "", "a&&b"));
         assert!(m("[&&~~]", "", "~"));
         assert!(m("[-~]", "", "-"));
+    }
+
+    #[test]
+    fn class_strings_longest_first_then_characters_then_empty() {
+        assert_eq!(tr(r"[\q{a|bc|def|}x]", "v"), "(?:def|bc|a|x)?");
+        assert_eq!(
+            tr(r"[\q{\u{1F600}\u{1F601}}]", "v"),
+            "(?:\u{1F600}\u{1F601})"
+        );
+        // With `i`, few spellings are listed (the alternation stays one of literals).
+        assert_eq!(tr(r"[\q{ab}]", "iv"), "(?:AB|aB|Ab|ab)");
+        assert!(m(r"^[\q{|a}]$", "v", ""));
+        assert!(m(r"^[\q{|a}]b$", "v", "ab"));
     }
 
     #[test]
