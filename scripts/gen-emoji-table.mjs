@@ -186,21 +186,8 @@ async function main() {
 const hex = (c) => `0x${c.toString(16).toUpperCase()}`;
 const rangeList = (rs) => rs.map(([a, b]) => `(${hex(a)}, ${hex(b)})`);
 
-/** Lines of at most ~95 columns, each item followed by `sep`. */
-function wrap(items, indent, sep) {
-  const lines = [];
-  let line = "";
-  for (const item of items) {
-    const piece = item + sep;
-    if (line && indent.length + line.length + piece.length > 95) {
-      lines.push(indent + line.trimEnd());
-      line = "";
-    }
-    line += piece;
-  }
-  if (line) lines.push(indent + line.trimEnd());
-  return lines.join("\n");
-}
+/** One item a line, as rustfmt writes an array of tuples. */
+const lines = (items) => items.map((item) => `    ${item},`).join("\n");
 
 /** A long string literal over several lines (`\` continuations drop the line breaks and indents). */
 function longString(parts, sep) {
@@ -230,12 +217,12 @@ function rust(t) {
 
 /// Basic_Emoji of one code point: inclusive ranges.
 pub(super) const BASIC: &[(u32, u32)] = &[
-${wrap(rangeList(t.basicSingle), "    ", ", ")}
+${lines(rangeList(t.basicSingle))}
 ];
 
 /// Basic_Emoji of two code points: these, each followed by U+FE0F.
 pub(super) const BASIC_VS16: &[(u32, u32)] = &[
-${wrap(rangeList(t.basicVs16), "    ", ", ")}
+${lines(rangeList(t.basicVs16))}
 ];
 
 /// Emoji_Keycap_Sequence: each of these followed by U+FE0F U+20E3.
@@ -243,7 +230,7 @@ pub(super) const KEYCAP_BASES: &str = ${JSON.stringify(t.keycapBases)};
 
 /// RGI_Emoji_Modifier_Sequence: each of these followed by each skin tone, U+1F3FB..=U+1F3FF.
 pub(super) const MODIFIER_BASES: &[(u32, u32)] = &[
-${wrap(rangeList(t.modifierBases), "    ", ", ")}
+${lines(rangeList(t.modifierBases))}
 ];
 
 /// RGI_Emoji_Flag_Sequence: two regional indicator symbols, here their letters, in pairs.
