@@ -1,13 +1,15 @@
 //! Parsing a received message into the fields of a CapturedEmail.
 //!
 //! [`parse`] runs once per message, at delivery, and its [`ParsedMessage`] is
-//! kept for the message's lifetime next to the raw bytes. MIME structure,
-//! transfer encodings and body charsets are handled by `mail-parser` (with its
-//! `full_encoding` feature: every charset of the WHATWG Encoding Standard,
-//! Chinese, Japanese and Korean ones included); this module picks the fields
-//! out of its result and adds what it has no notion of, one subject per
-//! submodule:
+//! kept for the message's lifetime next to the raw bytes. Header fields and
+//! charsets are `mail-parser`'s (with its `full_encoding` feature: every
+//! charset of the WHATWG Encoding Standard, Chinese, Japanese and Korean ones
+//! included); the rest is here, one subject per submodule:
 //!
+//! - `mime`: the MIME structure, where each part lies in the raw bytes and
+//!   its media type (RFC 2045, RFC 2046, as Python's `email` reads them);
+//! - `bodies`: which parts are the text, the HTML and the attachments;
+//! - `decode`: transfer encodings undone and charsets read;
 //! - `header`: header values as text (unfolding, RFC 2047 words);
 //! - `links`: the `href` values of `<a>` and `<area>` tags in the HTML body
 //!   (entities decoded), then the `http://` and `https://` URLs written in
@@ -22,23 +24,23 @@
 //! them so); `raw` stays as received. Every scanner is linear in its input,
 //! so a hostile message costs its size in time, not its size squared.
 
+mod bodies;
 mod codes;
+mod decode;
 mod header;
 mod html;
 mod links;
+mod mime;
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
-use std::sync::LazyLock;
 
-use mail_parser::{
-    Address, Encoding, Header, HeaderName, HeaderValue, Message, MessageParser, MessagePart,
-    MimeHeaders, PartType,
-};
+use mail_parser::{Address, Encoding, Header, HeaderName, HeaderValue};
 
 use codes::{find_codes, find_codes_outside};
-use header::{header_map, is_field_name, raw_value};
+use decode::{charset_text, decoded_len, transfer_decode, transfer_encoding};
+use header::{header_map, raw_value};
 use html::html_to_text;
 use links::{html_links, text_links};
 #[cfg(test)]
@@ -111,12 +113,11 @@ pub struct AttachmentInfo {
 
 /// Parses `raw`, the message exactly as received over SMTP.
 ///
-/// Never panics, whatever the bytes. A message that `mail-parser` cannot make
-/// sense of still yields a `ParsedMessage`: empty fields, with `text` holding
-/// the raw bytes as lossy UTF-8.
+/// Never panics, whatever the bytes. Bytes without a header field are a
+/// message without headers: its text is all of them (lossy UTF-8).
 pub fn parse(raw: &[u8]) -> ParsedMessage {
-    // mail-parser promises not to panic; this guard keeps one bad message from
-    // taking the delivery path down should it break that promise.
+    // Neither mail-parser nor this module should panic; this guard keeps one
+    // bad message from taking the delivery path down should either.
     std::panic::catch_unwind(|| parse_unguarded(raw, true)).unwrap_or_else(|_| unparsed(raw))
 }
 
@@ -148,20 +149,16 @@ pub struct HeaderFields {
 /// a message is shown.
 pub fn header_fields(raw: &[u8]) -> HeaderFields {
     std::panic::catch_unwind(|| {
-        let Some(message) = PARSER.parse_headers(raw) else {
-            return HeaderFields::default();
-        };
-        let Some(root) = message.parts.first() else {
-            return HeaderFields::default();
-        };
-        fields_of(&root.headers, raw)
+        let (fields, headers) = mime::root_headers(raw);
+        fields_of(&headers, fields)
     })
     .unwrap_or_default()
 }
 
-fn fields_of(headers: &[Header<'_>], raw: &[u8]) -> HeaderFields {
+/// The fields of `headers`, parsed from the header block `fields`.
+fn fields_of(headers: &[Header<'_>], fields: &[u8]) -> HeaderFields {
     HeaderFields {
-        headers: header_map(headers, raw),
+        headers: header_map(headers, fields),
         from: first(headers, HeaderName::From)
             .and_then(HeaderValue::as_address)
             .and_then(display_addresses),
@@ -170,7 +167,7 @@ fn fields_of(headers: &[Header<'_>], raw: &[u8]) -> HeaderFields {
     }
 }
 
-/// The result for bytes that have no recognisable message structure.
+/// The result for bytes whose parse panicked (or found no part): all text.
 fn unparsed(raw: &[u8]) -> ParsedMessage {
     let lossy = String::from_utf8_lossy(raw);
     let text_span = matches!(lossy, Cow::Borrowed(_)).then_some(0..raw.len());
@@ -185,47 +182,41 @@ fn unparsed(raw: &[u8]) -> ParsedMessage {
     parsed
 }
 
-static PARSER: LazyLock<MessageParser> = LazyLock::new(MessageParser::new);
-
 fn parse_unguarded(raw: &[u8], with_header_fields: bool) -> ParsedMessage {
-    let Some(message) = PARSER.parse(raw) else {
+    let parts = mime::parts(raw);
+    let Some(root) = parts.first() else {
         return unparsed(raw);
     };
-    let Some(root) = message.parts.first() else {
-        return unparsed(raw);
+    let roles = bodies::roles(&parts);
+    let (text_source, text_span) = joined_text(raw, &parts, &roles.text);
+    let (html_source, html_span) = match roles.html {
+        Some(i) => body_text(raw, &parts[i]),
+        None => (Cow::Borrowed(""), None),
     };
-    let headers = &root.headers;
-
-    let (text_source, text_span) = body(&message, raw, &message.text_body, false);
-    let (html_source, html_span) = body(&message, raw, &message.html_body, true);
     let text_empty = text_source.is_empty();
     let html_empty = html_source.is_empty();
-    // mail-parser takes a line without a colon for a header name.
-    let no_headers = !headers.iter().any(|h| is_field_name(h.name()));
-    if no_headers && text_empty && html_empty && message.attachments.is_empty() {
-        return unparsed(raw);
-    }
 
     let mut links = Vec::new();
     let mut seen = BTreeSet::new();
-    html_links(html_source, &mut links, &mut seen);
-    let text_urls = text_links(text_source, &mut links, &mut seen);
+    html_links(&html_source, &mut links, &mut seen);
+    let text_urls = text_links(&text_source, &mut links, &mut seen);
     // After the links: a URL in the HTML's text is not a link unless an
     // `<a>` points to it, as before there was a text derived from HTML.
-    let derived = (text_empty && !html_empty).then(|| html_to_text(&crlf_to_lf(html_source)));
+    let derived = (text_empty && !html_empty).then(|| html_to_text(&crlf_to_lf(&html_source)));
     // An empty text part had a span; the text derived from HTML has none.
     let text_span = text_span.filter(|_| derived.is_none());
 
+    let headers = &root.headers;
     let subject = headers
         .iter()
         .find(|h| h.name == HeaderName::Subject)
-        .map(|h| raw_value(h, raw))
+        .map(|h| raw_value(h, root.fields))
         .unwrap_or_default();
 
     let mut codes = Vec::new();
     find_codes(&subject, &mut codes);
     match &derived {
-        None => find_codes_outside(text_source, &text_urls, &mut codes),
+        None => find_codes_outside(&text_source, &text_urls, &mut codes),
         Some(derived) => find_codes(derived, &mut codes),
     }
 
@@ -235,7 +226,7 @@ fn parse_unguarded(raw: &[u8], with_header_fields: bool) -> ParsedMessage {
         date,
         message_id,
     } = if with_header_fields {
-        fields_of(headers, raw)
+        fields_of(headers, root.fields)
     } else {
         HeaderFields::default()
     };
@@ -252,11 +243,15 @@ fn parse_unguarded(raw: &[u8], with_header_fields: bool) -> ParsedMessage {
         date,
         message_id,
         headers: header_map,
-        text: derived.unwrap_or_else(|| kept(text_source, &text_span)),
-        html: kept(html_source, &html_span),
+        text: derived.unwrap_or_else(|| kept(&text_source, &text_span)),
+        html: kept(&html_source, &html_span),
         links,
         codes,
-        attachments: message.attachments().map(attachment_info).collect(),
+        attachments: roles
+            .attachments
+            .iter()
+            .map(|&i| attachment_info(raw, &parts[i]))
+            .collect(),
         text_span,
         html_span,
     }
@@ -264,38 +259,46 @@ fn parse_unguarded(raw: &[u8], with_header_fields: bool) -> ParsedMessage {
 
 /// The value of the first header called `name`.
 fn first<'a, 'x>(headers: &'a [Header<'x>], name: HeaderName<'_>) -> Option<&'a HeaderValue<'x>> {
-    headers.iter().find(|h| h.name == name).map(|h| &h.value)
+    mime::first(headers, name)
 }
 
-/// The first genuine text/plain (`want_html` false) or text/html part among
-/// `ids`. mail-parser lists the HTML part among the text bodies when there is
-/// no text part (and the other way round), and lists inline parts of other
-/// text types too; those are skipped.
-///
-/// The body comes as mail-parser gives it (CRLF line endings), with where
-/// it stands in `raw` when mail-parser left it undecoded there, so the store
-/// can keep a range instead of a copy.
-fn body<'m>(
-    message: &'m Message<'_>,
-    raw: &[u8],
-    ids: &[u32],
-    want_html: bool,
-) -> (&'m str, Option<Range<usize>>) {
-    for &id in ids {
-        let Some(part) = message.parts.get(id as usize) else {
-            continue;
-        };
-        match &part.body {
-            PartType::Html(html) if want_html => {
-                return (html, span_in(raw, html));
-            }
-            PartType::Text(text) if !want_html && is_plain(part) => {
-                return (text, span_in(raw, text));
-            }
-            _ => {}
-        }
+/// The text of the text/plain parts `ids`, joined with a line break (as
+/// Node's mailparser joins them), and where it stands in `raw` when it is
+/// one part that needed no decoding.
+fn joined_text<'x>(
+    raw: &'x [u8],
+    parts: &[mime::Part<'x>],
+    ids: &[usize],
+) -> (Cow<'x, str>, Option<Range<usize>>) {
+    let mut texts = ids.iter().map(|&i| body_text(raw, &parts[i]));
+    let Some(first) = texts.next() else {
+        return (Cow::Borrowed(""), None);
+    };
+    let rest: Vec<Cow<'x, str>> = texts.map(|(t, _)| t).filter(|t| !t.is_empty()).collect();
+    if rest.is_empty() {
+        return first;
     }
-    ("", None)
+    let mut joined = first.0.into_owned();
+    for text in rest {
+        if !joined.is_empty() {
+            joined.push('\n');
+        }
+        joined.push_str(&text);
+    }
+    (Cow::Owned(joined), None)
+}
+
+/// A text part's body as text (transfer encoding undone, charset read),
+/// with where it stands in `raw` when it needed neither, so the store can
+/// keep a range instead of a copy; CRLF line endings as in `raw`.
+fn body_text<'x>(raw: &'x [u8], part: &mime::Part<'x>) -> (Cow<'x, str>, Option<Range<usize>>) {
+    let bytes = transfer_decode(&raw[part.body.clone()], transfer_encoding(part));
+    let text = charset_text(bytes, part.charset());
+    let span = match &text {
+        Cow::Borrowed(text) => span_in(raw, text),
+        Cow::Owned(_) => None,
+    };
+    (text, span)
 }
 
 /// The range of `raw` that `text` borrows, when it points into `raw` (a
@@ -357,14 +360,6 @@ pub fn is_crlf_form_of(raw: &[u8], text: &str) -> bool {
         from = cr + 1;
     }
     text.get(t..) == Some(&raw[from..])
-}
-
-/// Whether a text part is text/plain; a part without Content-Type is.
-fn is_plain(part: &MessagePart<'_>) -> bool {
-    part.content_type().is_none_or(|ct| {
-        ct.ctype().eq_ignore_ascii_case("text")
-            && ct.subtype().is_none_or(|s| s.eq_ignore_ascii_case("plain"))
-    })
 }
 
 /// `Name <address>` for each mailbox, joined with ", ".
@@ -449,44 +444,59 @@ fn message_id(value: &HeaderValue<'_>) -> Option<String> {
     (!id.is_empty()).then(|| id.to_owned())
 }
 
-fn attachment_info(part: &MessagePart<'_>) -> AttachmentInfo {
-    let content_type = match part.content_type() {
-        Some(ct) => {
-            let ctype = ct.ctype().trim().to_ascii_lowercase();
-            match ct.subtype().map(str::trim).filter(|s| !s.is_empty()) {
-                Some(sub) => format!("{ctype}/{}", sub.to_ascii_lowercase()),
-                None if ctype == "text" => "text/plain".to_owned(),
-                None if ctype == "message" => "message/rfc822".to_owned(),
-                None => "application/octet-stream".to_owned(),
-            }
-        }
-        None if part.is_message() => "message/rfc822".to_owned(),
-        None => "text/plain".to_owned(),
-    };
-    let size = match &part.body {
-        // An unencoded nested message keeps the whole outer message as its
-        // raw bytes, so its own extent comes from the part's offsets.
-        PartType::Message(_) if part.encoding == Encoding::None => {
-            part.offset_end.saturating_sub(part.offset_body) as usize
-        }
-        _ => part.len(),
+/// What a single part that is not a body says about itself.
+fn attachment_info(raw: &[u8], part: &mime::Part<'_>) -> AttachmentInfo {
+    let body = &raw[part.body.clone()];
+    let encoding = transfer_encoding(part);
+    let size = if part.media.ctype == "text" {
+        charset_text(transfer_decode(body, encoding), part.charset()).len()
+    } else {
+        decoded_len(body, encoding)
     };
     AttachmentInfo {
-        filename: part.attachment_name().unwrap_or("").trim().to_owned(),
-        content_type,
+        filename: part.filename().unwrap_or("").trim().to_owned(),
+        content_type: format!("{}/{}", part.media.ctype, part.media.subtype),
         size,
-        content_id: part
-            .content_id()
-            .map(|id| {
-                id.trim()
-                    .trim_start_matches('<')
-                    .trim_end_matches('>')
-                    .trim()
-            })
-            .filter(|id| !id.is_empty())
-            .map(str::to_owned),
+        content_id: part.content_id().map(str::to_owned),
     }
 }
 
+/// Where attachment `index` of a message (as in its `attachments`) lies in
+/// the raw bytes, and how to decode it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttachmentSource {
+    /// The attachment's body, transfer encoding and all, in the raw bytes.
+    pub body: Range<usize>,
+    /// Its Content-Transfer-Encoding (base64, quoted-printable, or none).
+    pub encoding: Encoding,
+    /// Its charset parameter, when it has one.
+    pub charset: Option<String>,
+}
+
+/// Where attachment `index` of `raw` lies; None when there is no such
+/// attachment. Reads the MIME structure again: linear in the message.
+pub fn attachment_source(raw: &[u8], index: usize) -> Option<AttachmentSource> {
+    std::panic::catch_unwind(|| {
+        let parts = mime::parts(raw);
+        let part = &parts[*bodies::roles(&parts).attachments.get(index)?];
+        Some(AttachmentSource {
+            body: part.body.clone(),
+            encoding: transfer_encoding(part),
+            charset: part.charset().map(str::to_owned),
+        })
+    })
+    .ok()
+    .flatten()
+}
+
+/// The bytes of `source`, its transfer encoding undone (the charset is left
+/// as sent: a file's bytes are the sender's).
+pub fn decode_attachment(raw: &[u8], source: &AttachmentSource) -> Vec<u8> {
+    let body = raw.get(source.body.clone()).unwrap_or_default();
+    transfer_decode(body, source.encoding).into_owned()
+}
+
+#[cfg(test)]
+mod exact_tests;
 #[cfg(test)]
 mod tests;
