@@ -16,8 +16,6 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use mail_parser::{Encoding, MessageParser, MimeHeaders, PartType};
-
 use crate::email::Email;
 use crate::error::ApiError;
 use crate::response::{Body, CHUNK_BYTES, ChunkSource, Response};
@@ -131,56 +129,20 @@ pub fn content_disposition(filename: &str, fallback: &str) -> String {
     format!("attachment; filename=\"{ascii}\"; filename*=UTF-8''{encoded}")
 }
 
-static PARSER: std::sync::LazyLock<MessageParser> = std::sync::LazyLock::new(MessageParser::new);
-
-/// The decoded bytes of a part and its charset parameter: the
-/// Content-Transfer-Encoding undone, the charset left as sent (a file's bytes
-/// are the sender's, so a text attachment comes in its own charset).
-fn part_bytes(raw: &[u8], part: &mail_parser::MessagePart<'_>) -> Vec<u8> {
-    let span = raw
-        .get(part.offset_body as usize..part.offset_end as usize)
-        .unwrap_or_default();
-    match &part.body {
-        PartType::Binary(bytes) | PartType::InlineBinary(bytes) => bytes.to_vec(),
-        PartType::Message(_) if part.encoding == Encoding::None => span.to_vec(),
-        PartType::Message(nested) if part.encoding != Encoding::None => {
-            let decoded = transfer_decode(span, part.encoding);
-            decoded.unwrap_or_else(|| nested.raw_message.to_vec())
-        }
-        PartType::Text(_) | PartType::Html(_) => {
-            transfer_decode(span, part.encoding).unwrap_or_else(|| part.contents().to_vec())
-        }
-        _ => part.contents().to_vec(),
-    }
-}
-
-fn transfer_decode(span: &[u8], encoding: Encoding) -> Option<Vec<u8>> {
-    match encoding {
-        Encoding::None => Some(span.to_vec()),
-        Encoding::Base64 => mail_parser::decoders::base64::base64_decode(span),
-        Encoding::QuotedPrintable => {
-            mail_parser::decoders::quoted_printable::quoted_printable_decode(span)
-        }
-    }
-}
-
 /// The decoded bytes of attachment `index` (as in the message's
 /// `attachments`) and its charset parameter, read again from the raw bytes:
 /// linear in the message's size. None when there is no such attachment.
+/// The Content-Transfer-Encoding is undone, the charset left as sent (a
+/// file's bytes are the sender's, so a text attachment comes in its own
+/// charset).
 pub fn attachment_bytes(email: &Email, index: usize) -> Option<(Vec<u8>, Option<String>)> {
     email.attachments().get(index)?;
     let raw = email.raw();
-    std::panic::catch_unwind(|| {
-        let message = PARSER.parse(raw)?;
-        let part = message.attachments().nth(index)?;
-        let charset = part
-            .content_type()
-            .and_then(|ct| ct.attribute("charset"))
-            .map(str::to_owned);
-        Some((part_bytes(raw, part), charset))
-    })
-    .ok()
-    .flatten()
+    let source = crate::message::attachment_source(raw, index)?;
+    Some((
+        crate::message::decode_attachment(raw, &source),
+        source.charset,
+    ))
 }
 
 /// `GET /api/emails/:id/attachments/:index`, for an index already checked
