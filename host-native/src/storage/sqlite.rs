@@ -22,7 +22,7 @@ use mailjar_core::id::MessageId;
 use mailjar_core::smtp::{AuthInfo, Envelope, Incoming, SessionFacts, TlsInfo};
 use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior, params};
 
-use super::{Loaded, Options, Record, Storage, StorageError};
+use super::{LoadReport, Loaded, Options, Record, Storage, StorageError};
 
 /// The schema this build writes (`PRAGMA user_version`).
 pub const SCHEMA_VERSION: i64 = 2;
@@ -66,6 +66,12 @@ const WAL_CAP_BYTES: i64 = 128 * 1024 * 1024;
 
 /// What one commit logs beside its messages, about (the pages of the tree it touched).
 const COMMIT_OVERHEAD_BYTES: usize = 3 * PAGE_SIZE as usize;
+
+impl From<rusqlite::Error> for StorageError {
+    fn from(e: rusqlite::Error) -> StorageError {
+        StorageError(e.to_string())
+    }
+}
 
 /// The migrations, from schema `i` to `i + 1`.
 const MIGRATIONS: &[&str] = &[
@@ -167,10 +173,7 @@ impl std::fmt::Debug for Sqlite {
 }
 
 /// The environment variable naming a file whose existence makes writes fail; honoured only in debug builds.
-pub const FAULT_ENV: &str = "MAILJAR_DEBUG_FAIL_WRITES_WHILE";
-
-/// Like [`FAULT_ENV`], for the database's writes alone (the journal's still work); debug builds only.
-pub const DB_FAULT_ENV: &str = "MAILJAR_DEBUG_FAIL_DB_WRITES_WHILE";
+const FAULT_ENV: &str = "MAILJAR_DEBUG_FAIL_WRITES_WHILE";
 
 fn error(path: &Path, what: impl std::fmt::Display) -> StorageError {
     StorageError(format!("{}: {what}", path.display()))
@@ -364,7 +367,9 @@ impl Sqlite {
                 .map_err(|e| error(&path, format!("migration to schema {to} failed: {e}")))?;
             tracing::info!("{}: now at schema {to}", path.display());
         }
-        let fail_while = super::debug_flag(&[FAULT_ENV, DB_FAULT_ENV]);
+        let fail_while = cfg!(debug_assertions)
+            .then(|| std::env::var_os(FAULT_ENV).map(PathBuf::from))
+            .flatten();
         let id_floor = connection
             .query_row("SELECT value FROM meta WHERE key = 'id_floor'", [], |r| {
                 r.get::<_, Vec<u8>>(0)
@@ -443,7 +448,7 @@ fn open_exclusive(path: &Path) -> Result<Connection, StorageError> {
 }
 
 /// Bytes of the database file and its write-ahead log.
-pub fn bytes_on_disk(path: &Path) -> u64 {
+fn bytes_on_disk(path: &Path) -> u64 {
     let len = |p: &Path| std::fs::metadata(p).map_or(0, |m| m.len());
     len(path) + len(&beside(path, "-wal"))
 }
@@ -572,7 +577,7 @@ impl Storage for Sqlite {
         Ok(())
     }
 
-    fn load(&mut self, each: &mut dyn FnMut(Vec<Loaded>)) -> Result<(), StorageError> {
+    fn load(&mut self, each: &mut dyn FnMut(Vec<Loaded>)) -> Result<LoadReport, StorageError> {
         let mut statement = self.connection.prepare(
             "SELECT id, received_ms, sender, recipients, helo, remote_addr, tls_version, \
              tls_cipher, auth_mechanism, auth_username, raw, seq FROM messages ORDER BY seq",
@@ -627,11 +632,18 @@ impl Storage for Sqlite {
         if !batch.is_empty() {
             each(batch);
         }
-        Ok(())
+        Ok(LoadReport::default())
     }
 
     fn size(&self) -> u64 {
         bytes_on_disk(&self.path)
+    }
+
+    fn describe(&self) -> serde_json::Map<String, serde_json::Value> {
+        serde_json::Map::from_iter([
+            ("kind".to_owned(), "sqlite".into()),
+            ("path".to_owned(), self.path.display().to_string().into()),
+        ])
     }
 
     fn id_floor(&self) -> Option<MessageId> {
@@ -672,7 +684,7 @@ impl Storage for Sqlite {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::storage::session_facts;
+    use crate::storage::tests::session_facts;
     use mailjar_core::api::{Api, ApiConfig};
     use mailjar_core::smtp::SmtpFacts;
 
