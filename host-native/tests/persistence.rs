@@ -327,15 +327,21 @@ fn ids_sort_after_a_deleted_newest_message_across_a_restart_even_when_the_clock_
     assert_eq!(smtplib_send(&server, &[message("stored", b"1")]), [250]);
     stop(server);
     // As if the clock had been an hour ahead when it was received: its id
-    // (48 bits of milliseconds first) is moved an hour into the future.
+    // (48 bits of milliseconds first) is moved an hour into the future, and
+    // its row's checksum (CRC-32 of each field after its length) follows.
     let shifted = Command::new("python3")
         .arg("-c")
         .arg(
-            "import sqlite3,sys\n\
+            "import sqlite3, struct, sys, zlib\n\
              c = sqlite3.connect(sys.argv[1])\n\
              (seq, i), = c.execute('select seq, id from messages').fetchall()\n\
              ms = int.from_bytes(i[:6], 'big') + 3600000\n\
-             c.execute('update messages set id = ? where seq = ?', (ms.to_bytes(6, 'big') + i[6:], seq))\n\
+             new = ms.to_bytes(6, 'big') + i[6:]\n\
+             row = c.execute('select received_ms, sender, recipients, helo, remote_addr, tls_version, tls_cipher, auth_mechanism, auth_username, raw from messages where seq = ?', (seq,)).fetchone()\n\
+             field = lambda b: struct.pack('<Q', 2**64 - 1) if b is None else struct.pack('<Q', len(b)) + b\n\
+             values = [new, struct.pack('<q', row[0])] + [v.encode() if isinstance(v, str) else v for v in row[1:]]\n\
+             crc = zlib.crc32(b''.join(field(v) for v in values))\n\
+             c.execute('update messages set id = ?, checksum = ? where seq = ?', (new, crc, seq))\n\
              c.commit()\n",
         )
         .arg(dir.join("mailjar.db"))
@@ -935,6 +941,11 @@ fn a_data_directory_with_an_older_versions_journal_loses_nothing_on_upgrade() {
     drop(file);
     let log = startup_log(&dir);
     let said = |log: &[String], what: &str| log.iter().any(|line| line.contains(what));
+    assert!(said(&log, "migrating schema 2 to 3"), "{log:#?}");
+    assert!(
+        said(&log, "computed the checksums of 3 stored messages"),
+        "{log:#?}"
+    );
     assert!(
         said(&log, "moved 4 messages from 1 journal files"),
         "{log:#?}"
@@ -970,5 +981,79 @@ fn a_data_directory_with_an_older_versions_journal_loses_nothing_on_upgrade() {
     let log = startup_log(&dir);
     assert!(!said(&log, "journal"), "{log:#?}");
     assert!(said(&log, "loaded 7 messages"), "{log:#?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Copies the write-ahead log of the stopped mailjar's database into it.
+fn checkpoint(dir: &Path) {
+    let status = Command::new("python3")
+        .arg("-c")
+        .arg("import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute('PRAGMA wal_checkpoint(TRUNCATE)'); c.close()")
+        .arg(dir.join("mailjar.db"))
+        .status()
+        .expect("python3 runs");
+    assert!(status.success());
+}
+
+#[test]
+fn a_stored_message_with_a_flipped_bit_is_not_served_and_health_counts_it() {
+    let dir = data_dir("flipped");
+    let server = start(&dir, &[]);
+    let marker = b"the bit of this line flips on disk";
+    let sent = [
+        message("kept", b"fine"),
+        message("flipped", marker),
+        message("kept too", b"fine"),
+    ];
+    assert_eq!(smtplib_send(&server, &sent), [250; 3]);
+    let before = ids(&server);
+    stop(server);
+    // One bit of the message, in the database file itself.
+    checkpoint(&dir);
+    let db = dir.join("mailjar.db");
+    let mut bytes = std::fs::read(&db).unwrap();
+    let at: Vec<usize> = bytes
+        .windows(marker.len())
+        .enumerate()
+        .filter(|(_, w)| w == marker)
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(at.len(), 1, "stored once");
+    bytes[at[0] + 4] ^= 0x01;
+    std::fs::write(&db, &bytes).unwrap();
+
+    let log = startup_log(&dir);
+    let named = log
+        .iter()
+        .any(|l| l.contains("ERROR") && l.contains(&before[1]) && l.contains("damaged"));
+    assert!(named, "an error names the message: {log:#?}");
+    let server = start(&dir, &[]);
+    assert_eq!(ids(&server), [before[0].clone(), before[2].clone()]);
+    assert_eq!(
+        server.get(&format!("/api/emails/{}/raw", before[1])).status,
+        404
+    );
+    let health = server.health();
+    assert_eq!(health["storage"]["damaged"], 1, "{health}");
+    assert_eq!(health["storage"]["ok"], true, "{health}");
+    assert_eq!(smtplib_send(&server, &[message("after", b"x")]), [250]);
+    stop(server);
+    // Kept aside as it was, and still counted, until someone deletes it.
+    let server = start(&dir, &[]);
+    assert_eq!(ids(&server).len(), 3);
+    assert_eq!(server.health()["storage"]["damaged"], 1);
+    stop(server);
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg("import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); [print(r[0], bytes(r[1]).decode('latin-1')) for r in c.execute('select reason, raw from damaged')]")
+        .arg(&db)
+        .output()
+        .expect("python3 runs");
+    let kept = String::from_utf8_lossy(&out.stdout);
+    assert!(kept.contains("checksum"), "{kept}");
+    assert!(
+        kept.contains("the cit of this line"),
+        "the bytes as they were: {kept}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
