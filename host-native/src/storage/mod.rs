@@ -136,19 +136,19 @@ pub struct Options {
 
 /// What [`load_into`] did.
 #[derive(Debug, Default)]
-pub struct Load {
+struct Load {
     /// Messages read from the storage.
-    pub read: usize,
+    read: usize,
     /// What today's limits removed of them (to delete from disk too).
-    pub removals: Vec<Removal>,
+    removals: Vec<Removal>,
     /// Damaged messages the storage did not hand over.
-    pub damaged: u64,
+    damaged: u64,
 }
 
 /// Loads every stored message into the core in id order, parsing them on
 /// `threads` threads while the next rows are read; applies today's limits
 /// and `--max-age` at `now_ms`.
-pub fn load_into<W>(
+fn load_into<W>(
     storage: &mut dyn Storage,
     api: &mut Api<W>,
     now_ms: u64,
