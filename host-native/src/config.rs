@@ -131,7 +131,7 @@ pub struct Settings {
     /// Keep every message in DIR/mailjar.db (SQLite) so it survives a restart or a crash; memory only without it.
     #[arg(long, env = "MAILJAR_DATA_DIR")]
     pub data_dir: Option<std::path::PathBuf>,
-    /// With --data-dir: no journal; every batch of messages commits with a sync to the disk (SQLite synchronous=FULL) before its 250s, so acknowledged mail survives a power cut too.
+    /// With --data-dir: every transaction syncs the disk (SQLite synchronous=FULL) before its 250s, so acknowledged mail survives a power cut too, not only a crash.
     #[arg(long, env = "MAILJAR_FSYNC")]
     pub fsync: bool,
     /// Evict messages this old (24h, 90m, 2s), from memory and disk; off by default.

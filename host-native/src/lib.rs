@@ -202,10 +202,22 @@ impl Server {
                 .max_age
                 .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
         );
-        let storage = storage::start(&settings, &mut api)?;
+        let storage = match &settings.data_dir {
+            Some(dir) => {
+                let options = storage::Options {
+                    dir: dir.clone(),
+                    fsync: settings.fsync,
+                };
+                Some(
+                    storage::open(&options, &mut api, state::now_ms())
+                        .map_err(std::io::Error::other)?,
+                )
+            }
+            None => None,
+        };
         let shared = Arc::new(Shared::new(api, workers));
-        if let Some(start) = storage {
-            start.spawn(&shared)?;
+        if let Some(storage) = storage {
+            shared.start_writer(storage)?;
         }
         Ok(Server {
             shared,

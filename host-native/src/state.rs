@@ -21,9 +21,7 @@ use mailjar_core::smtp::Incoming;
 use mailjar_core::store::{Email, Prepared};
 use tokio::sync::{Notify, Semaphore, oneshot, watch};
 
-use crate::storage::ingest::{Completed, Ingest};
-use crate::storage::journal::Encoded;
-use crate::storage::{Record, StorageError, writer};
+use crate::storage::{self, StorageError, writer};
 
 /// Messages at least this large are parsed on the blocking pool, not on an async worker.
 const PARSE_INLINE_BYTES: usize = 64 * 1024;
@@ -46,10 +44,6 @@ pub struct Shared {
     logged: Notify,
     /// With `--data-dir`: the storage writer's queue (see [`crate::storage::writer`]).
     writer: std::sync::OnceLock<std::sync::mpsc::Sender<writer::Job>>,
-    /// With `--data-dir` (not `--fsync`): the ingest journal each session
-    /// writes its message to (see [`crate::storage::ingest`]), and the
-    /// storage's health, where a failed journal write shows.
-    journal: std::sync::OnceLock<(Arc<Ingest<Email>>, Arc<writer::Status>)>,
 }
 
 /// What a request turned into: a response now, or one to wait for.
@@ -90,25 +84,6 @@ fn unwritten_delete(e: Option<&StorageError>) -> String {
 /// Why a write was not made: the writer has stopped (mailjar is shutting down).
 fn writer_stopped() -> StorageError {
     StorageError("the storage writer has stopped".to_owned())
-}
-
-/// A journal reservation its session has not completed yet: dropped
-/// unfinished (a panic), it completes it as failed, so that the sessions
-/// after it are not held up for good.
-struct Unfinished<'a> {
-    shared: &'a Shared,
-    ingest: &'a Ingest<Email>,
-    writer: &'a std::sync::mpsc::Sender<writer::Job>,
-    ticket: Option<u64>,
-}
-
-impl Drop for Unfinished<'_> {
-    fn drop(&mut self) {
-        if let Some(ticket) = self.ticket.take() {
-            self.shared
-                .complete_journaled(self.ingest, self.writer, ticket, None);
-        }
-    }
 }
 
 /// What an event stream has to send next.
@@ -178,7 +153,6 @@ impl Shared {
             logged_head: AtomicU64::new(0),
             logged: Notify::new(),
             writer: std::sync::OnceLock::new(),
-            journal: std::sync::OnceLock::new(),
         }
     }
 
@@ -215,11 +189,10 @@ impl Shared {
         self.store(prepared)
     }
 
-    /// With `--data-dir`: assigns the message its id, writes it to the
-    /// ingest journal (with `--fsync`: has the writer commit it), then it is
-    /// stored in the core; returns its id once all that is done, or the
-    /// write's error (nothing is stored then). Without `--data-dir` it is
-    /// [`Shared::deliver`].
+    /// With `--data-dir`: assigns the message its id and has the writer
+    /// commit it, then it is stored in the core; returns its id once all that
+    /// is done, or the write's error (nothing is stored then). Without
+    /// `--data-dir` it is [`Shared::deliver`].
     pub async fn deliver_durable(&self, incoming: Incoming) -> Result<MessageId, StorageError> {
         let Some(writer) = self.writer.get() else {
             return Ok(self.deliver(incoming));
@@ -233,11 +206,6 @@ impl Shared {
             build(incoming)
         };
         let entropy = entropy();
-        if let Some((ingest, status)) = self.journal.get() {
-            return self
-                .deliver_journaled(ingest, status, writer, email, entropy)
-                .await;
-        }
         let (reply, receiver) = oneshot::channel();
         {
             let mut api = self.lock();
@@ -253,103 +221,6 @@ impl Shared {
         receiver.await.unwrap_or_else(|_| Err(writer_stopped()))
     }
 
-    /// Writes `email`'s record to the journal at a place reserved in id
-    /// order, then makes it visible in the core once every message before it
-    /// is; returns its id then, or the write's error (nothing is stored).
-    async fn deliver_journaled(
-        &self,
-        ingest: &Ingest<Email>,
-        status: &writer::Status,
-        writer: &std::sync::mpsc::Sender<writer::Job>,
-        mut email: Email,
-        entropy: mailjar_core::id::Entropy,
-    ) -> Result<MessageId, StorageError> {
-        // Its id and receive time are sealed in once assigned.
-        let mut record = Encoded::new(&Record::of(&email))?;
-        let (reservation, assigned) =
-            ingest.reserve(record.len(), || self.lock().assign(now_ms(), entropy))?;
-        // Were this session to panic before completing, every later one would
-        // wait behind its reservation: the guard completes it as failed then.
-        let mut unfinished = Unfinished {
-            shared: self,
-            ingest,
-            writer,
-            ticket: Some(reservation.ticket),
-        };
-        email.id = assigned.id;
-        email.received_at_ms = assigned.received_at_ms;
-        let span = &reservation.span;
-        // No lock is held: sessions write their records side by side.
-        let large = record.len() >= PARSE_INLINE_BYTES as u64;
-        record.seal(assigned.id, assigned.received_at_ms, email.raw());
-        let write = || {
-            ingest
-                .check_fault()
-                .and_then(|()| record.write(&span.file, email.raw(), span.offset))
-        };
-        let written = if large && multi_thread() {
-            // Other connections' tasks move to another worker while this one writes.
-            tokio::task::block_in_place(write)
-        } else {
-            write()
-        };
-        status.set_journal(written.as_ref().err().map(ToString::to_string));
-        unfinished.ticket = None;
-        let completed = self.complete_journaled(
-            ingest,
-            writer,
-            reservation.ticket,
-            written.is_ok().then_some(email),
-        );
-        match completed {
-            Completed::Visible => Ok(assigned.id),
-            Completed::Waiting(visible) => match visible.await {
-                Ok(()) => Ok(assigned.id),
-                Err(_) => Err(writer_stopped()),
-            },
-            Completed::Failed => Err(written.err().unwrap_or_else(writer_stopped)),
-        }
-    }
-
-    /// Completes a journal reservation (`None`: its write failed): what
-    /// became visible goes into the core, in id order, and the storage
-    /// writer is woken if it was idle.
-    fn complete_journaled(
-        &self,
-        ingest: &Ingest<Email>,
-        writer: &std::sync::mpsc::Sender<writer::Job>,
-        ticket: u64,
-        outcome: Option<Email>,
-    ) -> Completed {
-        let mut let_go = Vec::new();
-        let mut inserted = None;
-        let (completed, wake_writer) = ingest.complete(ticket, outcome, |emails| {
-            let mut api = self.lock();
-            let mut parked = false;
-            for email in emails {
-                parked |= api.insert_email(email).waits_parked;
-            }
-            let trash = api.take_trash();
-            inserted = Some((api.event_head(), parked));
-            drop(api);
-            let removals = trash.removals();
-            // Freed after every lock is let go.
-            let_go.push(trash);
-            removals
-        });
-        drop(let_go);
-        if let Some((head, parked)) = inserted {
-            self.publish(head);
-            if parked {
-                self.stored.notify_one();
-            }
-        }
-        if wake_writer {
-            let _ = writer.send(writer::Job::Journal);
-        }
-        completed
-    }
-
     /// With `--data-dir`: has the writer finish what is queued and close the
     /// database and its lock; returns once it has. Later deliveries get 452.
     pub async fn stop_writer(&self) {
@@ -362,14 +233,18 @@ impl Shared {
         }
     }
 
-    /// Hands the storage writer its queue (once, at start).
-    pub fn set_writer(&self, sender: std::sync::mpsc::Sender<writer::Job>) {
+    /// Starts the storage writer (once, at start): it owns `storage` from
+    /// now on and hands what it commits to this state. Held weakly: the state
+    /// holds the writer's queue, so a strong reference would keep both alive
+    /// after the server stops, and the database's lock with them.
+    pub fn start_writer(self: &Arc<Self>, storage: storage::Opened) -> std::io::Result<()> {
+        let inserting = Arc::downgrade(self);
+        let sender = storage.spawn(Box::new(move |batch| match inserting.upgrade() {
+            Some(shared) => shared.insert_committed(batch),
+            None => Vec::new(),
+        }))?;
         let _ = self.writer.set(sender);
-    }
-
-    /// Has deliveries write to this journal (once, at start, before the writer is set).
-    pub fn set_journal(&self, ingest: Arc<Ingest<Email>>, status: Arc<writer::Status>) {
-        let _ = self.journal.set((ingest, status));
+        Ok(())
     }
 
     /// Stores messages the writer committed, in id order; returns what that

@@ -2,20 +2,20 @@
 //!
 //! The core decides (ids, what is stored, deleted, evicted, expired); this
 //! module writes it down and loads it back at start. [`Storage`] is all a
-//! storage engine has to do: write a batch in one transaction, load every
-//! message in id order, report its size. [`sqlite::Sqlite`] is today's
-//! engine; a networked one with SQLite's dialect (rqlite) could stand behind
-//! the same trait. [`writer`] runs the one thread that owns the engine: it
-//! moves what SMTP sessions wrote to the [`journal`] (see [`ingest`]) into
-//! the database, or with `--fsync` groups everything queued during a commit
-//! into the next one.
+//! storage engine does: write a batch of deliveries and removals in one
+//! transaction and say whether it committed, load every message in id order,
+//! report its size and what `/health` shows of it. `sqlite` is today's engine
+//! (`DIR/mailjar.db`); an engine for several nodes (PostgreSQL) implements the
+//! same trait. [`writer`] is the one thread that owns the engine and groups
+//! what SMTP sessions queue into transactions. `upgrade` moves the ingest
+//! journal that older versions kept beside the database into it, at start.
 
-pub mod ingest;
-pub mod journal;
-pub mod sqlite;
+mod sqlite;
+mod upgrade;
 pub mod writer;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mailjar_core::api::{Api, Removal};
@@ -34,12 +34,6 @@ impl std::fmt::Display for StorageError {
 }
 
 impl std::error::Error for StorageError {}
-
-impl From<rusqlite::Error> for StorageError {
-    fn from(e: rusqlite::Error) -> StorageError {
-        StorageError(e.to_string())
-    }
-}
 
 /// One message to write: its id, receive time, envelope and exact bytes.
 #[derive(Debug, Clone, Copy)]
@@ -66,15 +60,6 @@ impl<'a> Record<'a> {
             smtp: email.smtp(),
             raw: email.raw(),
         }
-    }
-}
-
-/// The session facts of stored SMTP facts (all but HELO), as a loaded message carries them.
-pub fn session_facts(smtp: &SmtpFacts) -> mailjar_core::smtp::SessionFacts {
-    mailjar_core::smtp::SessionFacts {
-        remote_addr: smtp.remote_addr.clone(),
-        tls: smtp.tls.clone(),
-        auth: smtp.auth.clone(),
     }
 }
 
@@ -107,14 +92,27 @@ impl Loaded {
     }
 }
 
-/// What a storage engine does; one thread owns it.
+/// What [`Storage::load`] found besides the messages it handed over.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct LoadReport {
+    /// Stored messages that are damaged (a checksum that does not match, a
+    /// field that does not decode): never handed over, each logged by its id
+    /// and kept aside by the engine.
+    pub damaged: u64,
+}
+
+/// What a storage engine does; one thread (the [`writer`]) owns it.
 pub trait Storage: Send {
-    /// Writes these messages and removes these, in one transaction: all or nothing.
+    /// Writes these messages, then removes these, in one transaction: all or
+    /// nothing, and `Ok` once it has committed.
     fn write(&mut self, records: &[Record<'_>], removals: &[Removal]) -> Result<(), StorageError>;
-    /// Calls `each` for every stored message in id order, in batches.
-    fn load(&mut self, each: &mut dyn FnMut(Vec<Loaded>)) -> Result<(), StorageError>;
+    /// Calls `each` for every stored message in id order, in batches, at start.
+    fn load(&mut self, each: &mut dyn FnMut(Vec<Loaded>)) -> Result<LoadReport, StorageError>;
     /// Bytes on disk.
     fn size(&self) -> u64;
+    /// What `/health` shows of it beside `bytes`, `ok`, `error` and
+    /// `damaged`: its `kind` and where it keeps the messages.
+    fn describe(&self) -> serde_json::Map<String, serde_json::Value>;
     /// The greatest id ever stored, when no stored row holds it any more
     /// (deleted or evicted): ids made after a restart must sort after it.
     fn id_floor(&self) -> Option<MessageId> {
@@ -136,27 +134,27 @@ pub struct Options {
     pub fsync: bool,
 }
 
-/// Debug builds only: the file named by the first of `names` that is set,
-/// whose existence makes writes fail (tests of the failure path).
-pub fn debug_flag(names: &[&str]) -> Option<PathBuf> {
-    if !cfg!(debug_assertions) {
-        return None;
-    }
-    names.iter().find_map(std::env::var_os).map(PathBuf::from)
+/// What [`load_into`] did.
+#[derive(Debug, Default)]
+struct Load {
+    /// Messages read from the storage.
+    read: usize,
+    /// What today's limits removed of them (to delete from disk too).
+    removals: Vec<Removal>,
+    /// Damaged messages the storage did not hand over.
+    damaged: u64,
 }
 
 /// Loads every stored message into the core in id order, parsing them on
 /// `threads` threads while the next rows are read; applies today's limits
-/// and `--max-age` at `now_ms`. Returns how many were loaded and what the
-/// limits removed (to delete from disk too).
-pub fn load_into<W>(
+/// and `--max-age` at `now_ms`.
+fn load_into<W>(
     storage: &mut dyn Storage,
     api: &mut Api<W>,
     now_ms: u64,
     threads: usize,
-) -> Result<(usize, Vec<Removal>), StorageError> {
-    let mut loaded = 0usize;
-    let mut removals = Vec::new();
+) -> Result<Load, StorageError> {
+    let mut load = Load::default();
     if let Some(floor) = storage.id_floor() {
         api.resume_after(floor);
     }
@@ -164,7 +162,7 @@ pub fn load_into<W>(
     let started = Instant::now();
     // Rows are read on this thread's helper while the previous batch is parsed and stored.
     let (batches, rows) = std::sync::mpsc::sync_channel::<Vec<Loaded>>(2);
-    let read = std::thread::scope(|scope| {
+    let report = std::thread::scope(|scope| {
         let reader = scope.spawn(move || storage.load(&mut |batch| drop(batches.send(batch))));
         for batch in rows {
             let t = Instant::now();
@@ -174,17 +172,17 @@ pub fn load_into<W>(
             for email in emails {
                 api.restore(email)
                     .map_err(|e| StorageError(e.to_string()))?;
-                loaded += 1;
+                load.read += 1;
             }
             // Evicted by today's limits: free them as they go, keep their ids.
-            removals.extend(api.take_trash().removals());
+            load.removals.extend(api.take_trash().removals());
             restoring += t.elapsed();
         }
         reader
             .join()
             .unwrap_or_else(|p| std::panic::resume_unwind(p))
-    });
-    read?;
+    })?;
+    load.damaged = report.damaged;
     tracing::debug!(
         "load: {} ms in all, {} ms parsing, {} ms storing",
         started.elapsed().as_millis(),
@@ -192,8 +190,8 @@ pub fn load_into<W>(
         restoring.as_millis()
     );
     api.expire_old(now_ms);
-    removals.extend(api.take_trash().removals());
-    Ok((loaded, removals))
+    load.removals.extend(api.take_trash().removals());
+    Ok(load)
 }
 
 /// Parses loaded messages into stored ones on up to `threads` threads, keeping their order.
@@ -221,26 +219,29 @@ fn parse_all(rows: Vec<Loaded>, threads: usize) -> Vec<Email> {
     })
 }
 
-/// Opens `DIR/mailjar.db`, loads it into the core and logs what it did.
-pub fn open_and_load<W>(
-    options: &Options,
-    api: &mut Api<W>,
-    now_ms: u64,
-) -> Result<sqlite::Sqlite, StorageError> {
+/// The storage opened and loaded, waiting for its writer thread.
+pub struct Opened {
+    storage: Box<dyn Storage>,
+    status: Arc<writer::Status>,
+}
+
+/// Opens `DIR/mailjar.db`, moves an older version's journal into it, loads
+/// it into `api` (applying today's limits and `--max-age` at `now_ms`), has
+/// `/health` report it, and logs what it did.
+pub fn open<W>(options: &Options, api: &mut Api<W>, now_ms: u64) -> Result<Opened, StorageError> {
     let started = Instant::now();
     let mut storage = sqlite::Sqlite::open(options)?;
-    // What a crash left only in the journal goes into the database first.
     let after = storage.greatest_id()?;
-    let recovered = journal::recover(&options.dir, &mut storage, after)?;
-    if recovered.files > 0 {
+    let moved = upgrade::move_into(&options.dir, &mut storage, after)?;
+    if moved.files > 0 {
         tracing::info!(
-            "moved {} messages from {} journal files into {}",
-            recovered.moved,
-            recovered.files,
+            "moved {} messages from {} journal files of an older mailjar into {}, and deleted the files",
+            moved.messages,
+            moved.files,
             storage.path().display()
         );
     }
-    let gaps = recovered.scanned;
+    let gaps = moved.scanned;
     if gaps.cut > 0 || gaps.unwritten > 0 {
         tracing::info!(
             "the journal held {} records cut short and {} bytes never written by a crash (never acknowledged): skipped",
@@ -248,151 +249,61 @@ pub fn open_and_load<W>(
             gaps.unwritten
         );
     }
-    tracing::debug!(
-        "opened and checked {} in {} ms",
-        storage.path().display(),
-        started.elapsed().as_millis()
-    );
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let (read, removals) = load_into(&mut storage, api, now_ms, threads)?;
+    let load = load_into(&mut storage, api, now_ms, threads)?;
     // What today's limits keep of what was read.
-    let loaded = api.store().len();
-    if !removals.is_empty() {
-        storage.write(&[], &removals)?;
+    let kept = api.store().len();
+    if !load.removals.is_empty() {
+        storage.write(&[], &load.removals)?;
         tracing::info!(
             "removed {} stored messages beyond today's limits (--max-messages, --max-store-bytes, --max-age)",
-            read.saturating_sub(loaded)
+            load.read.saturating_sub(kept)
         );
     }
     tracing::info!(
-        "loaded {loaded} messages from {} in {} ms",
+        "loaded {kept} messages from {} in {} ms",
         options.dir.display(),
         started.elapsed().as_millis()
     );
-    Ok(storage)
-}
-
-/// The most bytes the journal's files hold: what the store may hold, beyond
-/// the three files of normal use (the one being written, its spare, and the
-/// one being moved, each up to a message past its size). Only a database
-/// that cannot be written for long fills it.
-pub fn journal_max_bytes(max_store_bytes: usize, max_message_bytes: usize) -> u64 {
-    let normal_use = 3 * (ingest::FILE_BYTES + max_message_bytes as u64);
-    (max_store_bytes as u64).saturating_add(normal_use)
-}
-
-/// A database opened and loaded, waiting for its writer thread.
-pub struct Started {
-    storage: sqlite::Sqlite,
-    status: std::sync::Arc<writer::Status>,
-    /// The data directory.
-    dir: PathBuf,
-    /// Without `--fsync`: the journal file deliveries start writing to.
-    journal: Option<journal::JournalFile>,
-    /// Debug builds: journal writes fail while this file exists.
-    fail_while: Option<PathBuf>,
-    /// The most the journal's files hold (see [`ingest::Ingest::reserve`]).
-    journal_max_bytes: u64,
-    /// The most journaled records waiting to be moved into the database.
-    journal_max_unmoved: usize,
-}
-
-/// With `--data-dir`: opens and loads the database into `api` and makes
-/// `/health` report it. None without `--data-dir`.
-pub fn start<W>(
-    settings: &crate::Settings,
-    api: &mut Api<W>,
-) -> Result<Option<Started>, std::io::Error> {
-    let Some(dir) = &settings.data_dir else {
-        return Ok(None);
-    };
-    let options = Options {
-        dir: dir.clone(),
-        fsync: settings.fsync,
-    };
-    let storage =
-        open_and_load(&options, api, crate::state::now_ms()).map_err(std::io::Error::other)?;
-    let status = std::sync::Arc::new(writer::Status::default());
+    let status = Arc::new(writer::Status::default());
     status.set_bytes(storage.size());
-    let path = storage.path().to_owned();
-    let report = status.clone();
-    let journal_max = (!settings.fsync)
-        .then(|| journal_max_bytes(settings.max_store_bytes, settings.max_message_bytes));
-    api.set_storage_report(Box::new(move || {
-        let mut storage = serde_json::json!({
-            "kind": "sqlite",
-            "path": path.display().to_string(),
-            "bytes": report.bytes(),
-            "ok": true,
-        });
-        if let Some(max) = journal_max {
-            storage["journalBytes"] = report.journal_bytes().into();
-            storage["maxJournalBytes"] = max.into();
-        }
-        if let Some(error) = report.error() {
-            storage["ok"] = false.into();
-            storage["error"] = error.into();
-        }
-        storage
-    }));
-    // Without --fsync, deliveries are journaled (see `ingest`); with it, the
-    // writer commits each batch with a sync before the 250s.
-    let journal = if settings.fsync {
-        None
-    } else {
-        let generation = journal::list(dir)
-            .map_err(std::io::Error::other)?
-            .last()
-            .map_or(1, |(g, _)| g + 1);
-        Some(journal::JournalFile::create(dir, generation).map_err(std::io::Error::other)?)
-    };
-    let fail_while = debug_flag(&[sqlite::FAULT_ENV]);
-    Ok(Some(Started {
-        storage,
+    report(api, &storage, status.clone(), load.damaged);
+    Ok(Opened {
+        storage: Box::new(storage),
         status,
-        dir: dir.clone(),
-        journal,
-        fail_while,
-        journal_max_bytes: journal_max.unwrap_or(u64::MAX),
-        journal_max_unmoved: settings.max_messages.max(1000),
-    }))
+    })
 }
 
-impl Started {
-    /// Starts the writer thread and hands its queue to `shared`.
-    pub fn spawn(self, shared: &std::sync::Arc<crate::state::Shared>) -> std::io::Result<()> {
-        // Weak: `shared` holds the writer's queue, so a strong reference here
-        // would keep both alive after the server stops, and the lock with them.
-        let inserting = std::sync::Arc::downgrade(shared);
-        let journal = match self.journal {
-            Some(first) => {
-                let ingest = std::sync::Arc::new(
-                    ingest::Ingest::new(
-                        self.dir.clone(),
-                        first,
-                        self.journal_max_bytes,
-                        self.journal_max_unmoved,
-                    )
-                    .fail_while(self.fail_while)
-                    .report_bytes_to(self.status.journal_gauge()),
-                );
-                shared.set_journal(ingest.clone(), self.status.clone());
-                Some(ingest as std::sync::Arc<dyn ingest::JournalSource>)
-            }
-            None => None,
-        };
-        let sender = writer::spawn(
-            Box::new(self.storage),
+/// Has `/health` report `storage`: what it describes of itself, its size,
+/// whether the last write committed, and the damaged messages it kept aside.
+fn report<W>(api: &mut Api<W>, storage: &dyn Storage, status: Arc<writer::Status>, damaged: u64) {
+    let described = storage.describe();
+    api.set_storage_report(Box::new(move || {
+        let mut report = described.clone();
+        report.insert("bytes".into(), status.bytes().into());
+        report.insert("damaged".into(), damaged.into());
+        let error = status.error();
+        report.insert("ok".into(), error.is_none().into());
+        if let Some(error) = error {
+            report.insert("error".into(), error.into());
+        }
+        report.into()
+    }));
+}
+
+impl Opened {
+    /// Starts the writer thread, which owns the storage from now on;
+    /// `committed` hands what it commits to the core. The sender queues its jobs.
+    pub fn spawn(
+        self,
+        committed: Box<writer::Committed>,
+    ) -> std::io::Result<std::sync::mpsc::Sender<writer::Job>> {
+        writer::spawn(
+            self.storage,
             writer::Limits::default(),
             self.status,
-            Box::new(move |batch| match inserting.upgrade() {
-                Some(shared) => shared.insert_committed(batch),
-                None => Vec::new(),
-            }),
-            journal,
-        )?;
-        shared.set_writer(sender);
-        Ok(())
+            committed,
+        )
     }
 }
 
@@ -408,6 +319,15 @@ pub(crate) mod tests {
         pub rows: Vec<Loaded>,
         pub fail: bool,
         pub writes: usize,
+    }
+
+    /// The session facts of stored SMTP facts (all but HELO), as a loaded message carries them.
+    pub(crate) fn session_facts(smtp: &SmtpFacts) -> mailjar_core::smtp::SessionFacts {
+        mailjar_core::smtp::SessionFacts {
+            remote_addr: smtp.remote_addr.clone(),
+            tls: smtp.tls.clone(),
+            auth: smtp.auth.clone(),
+        }
     }
 
     impl Storage for Fake {
@@ -428,7 +348,7 @@ pub(crate) mod tests {
                         envelope: r.envelope.clone(),
                         raw: r.raw.to_vec(),
                         helo: r.smtp.helo.clone(),
-                        session: super::session_facts(r.smtp),
+                        session: session_facts(r.smtp),
                     },
                 });
             }
@@ -441,15 +361,19 @@ pub(crate) mod tests {
             Ok(())
         }
 
-        fn load(&mut self, each: &mut dyn FnMut(Vec<Loaded>)) -> Result<(), StorageError> {
+        fn load(&mut self, each: &mut dyn FnMut(Vec<Loaded>)) -> Result<LoadReport, StorageError> {
             for chunk in self.rows.chunks(100) {
                 each(chunk.to_vec());
             }
-            Ok(())
+            Ok(LoadReport::default())
         }
 
         fn size(&self) -> u64 {
             self.rows.iter().map(|r| r.incoming.raw.len() as u64).sum()
+        }
+
+        fn describe(&self) -> serde_json::Map<String, serde_json::Value> {
+            serde_json::Map::from_iter([("kind".to_owned(), "fake".into())])
         }
     }
 
@@ -484,8 +408,8 @@ pub(crate) mod tests {
             },
             ..ApiConfig::default()
         });
-        let (loaded, removals) = load_into(&mut fake, &mut api, 2_000, 2).unwrap();
-        assert_eq!(loaded, 250);
+        let Load { read, removals, .. } = load_into(&mut fake, &mut api, 2_000, 2).unwrap();
+        assert_eq!(read, 250);
         assert_eq!(api.store().len(), 200);
         let expected: Vec<_> = fake.rows[..50].iter().map(|r| Removal::One(r.id)).collect();
         assert_eq!(removals, expected);

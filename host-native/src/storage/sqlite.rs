@@ -1,7 +1,6 @@
 //! The SQLite engine behind `--data-dir`: `DIR/mailjar.db`, WAL (through the
-//! `unix-excl` VFS: the file is this process's alone), 16 KiB
-//! pages, incremental auto-vacuum, guarded by an advisory lock on
-//! `DIR/mailjar.lock`.
+//! `unix-excl` VFS: the file is this process's alone), 16 KiB pages,
+//! incremental auto-vacuum, guarded by an advisory lock on `DIR/mailjar.lock`.
 //!
 //! At open it refuses, naming the file and leaving it untouched, a file that
 //! is not a database, one written by a newer schema, and one that fails
@@ -12,6 +11,21 @@
 //! each stored id's `seq` in memory, so the table has no index on `id`, and a
 //! commit of a few messages writes about half the pages it would with one
 //! (measured: a third less CPU and half the wall time a message).
+//!
+//! Each row holds a CRC-32 of its fields (raw bytes, envelope, SMTP facts, id
+//! and time; [`Fields::checksum`]), checked at load: a row whose bytes changed
+//! on disk (a flipped bit, a torn or misdirected write) is not served. It is
+//! logged by its id and moved, as it is, to the table `damaged`, which
+//! `/health` counts (`storage.damaged`) until someone empties it. A CRC, not
+//! a cryptographic hash: it guards against damage, not against someone who
+//! can write the file (and could rewrite the checksum); it catches every
+//! change of up to 32 adjacent bits and all but one in 2^32 others, and with
+//! the CPU's carry-less multiply it costs far less than the parse every
+//! message gets at load.
+
+mod checkpointer;
+mod row;
+mod schema;
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -19,17 +33,12 @@ use std::path::{Path, PathBuf};
 
 use mailjar_core::api::Removal;
 use mailjar_core::id::MessageId;
-use mailjar_core::smtp::{AuthInfo, Envelope, Incoming, SessionFacts, TlsInfo};
-use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior, params};
+use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 
-use super::{Loaded, Options, Record, Storage, StorageError};
-
-/// The schema this build writes (`PRAGMA user_version`).
-pub const SCHEMA_VERSION: i64 = 2;
-
-/// Pages of 16 KiB: a 2 KiB message and its metadata share a page instead of
-/// spilling into overflow pages (measured: twice the rows per second, 40% less disk).
-const PAGE_SIZE: i64 = 16384;
+use super::{LoadReport, Loaded, Options, Record, Storage, StorageError};
+use checkpointer::Checkpointer;
+use row::{COLUMNS, Damage, Fields, INSERT, id_bytes, id_of};
+use schema::{PAGE_SIZE, beside, check_leaving_no_trace, configure, migrate};
 
 /// How many free pages one upkeep step gives back to the file system.
 const VACUUM_STEP_PAGES: i64 = 64;
@@ -41,52 +50,20 @@ const LOAD_BATCH: usize = 4096;
 /// with the batch being parsed and two queued, loading holds at most about 4 of these beyond the store.
 const LOAD_BATCH_BYTES: usize = 8 * 1024 * 1024;
 
-/// The most bytes a write-ahead log keeps on disk after a checkpoint: the
-/// cap plus one batch's bound, so that in normal use the log is never cut
-/// (a batch may pass its bound by one message, and the writer's passive
-/// checkpoint may find the checkpointer busy: both only make it longer). Under
-/// sustained load the checkpointer's passes never catch up with the writer,
-/// so the log starts over only at the cap; cut back each time (to 64 MiB,
-/// before), it had to grow into newly allocated blocks again (block
-/// allocation and truncation were about a third of a write's kernel time in
-/// a probe of the writer alone); kept, it is overwritten in place.
-const WAL_LIMIT_BYTES: i64 = WAL_CAP_BYTES + super::writer::Limits::DEFAULT_BYTES as i64;
-
 /// A checkpoint waits for the disk twice: on the writer's connection every
 /// sender would wait behind it (measured: a quarter of the ingest rate), so
 /// the [`Checkpointer`] copies the log into the database on its own
 /// connection, started after about this many bytes were logged.
 const CHECKPOINT_EVERY_BYTES: usize = 16 * 1024 * 1024;
 
-/// The log's length (in bytes) at which the writer checkpoints itself, which
-/// bounds it and, under sustained load, is when it starts over (a passive
-/// checkpoint leaves the frames committed while it ran); by then the
-/// checkpointer has copied nearly all of it, so little is left to wait for.
-const WAL_CAP_BYTES: i64 = 128 * 1024 * 1024;
-
 /// What one commit logs beside its messages, about (the pages of the tree it touched).
 const COMMIT_OVERHEAD_BYTES: usize = 3 * PAGE_SIZE as usize;
 
-/// The migrations, from schema `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &[
-    "CREATE TABLE messages (
-        seq INTEGER PRIMARY KEY,
-        id BLOB NOT NULL,
-        received_ms INTEGER NOT NULL,
-        sender TEXT NOT NULL,
-        recipients TEXT NOT NULL,
-        helo TEXT,
-        remote_addr TEXT,
-        tls_version TEXT,
-        tls_cipher TEXT,
-        auth_mechanism TEXT,
-        auth_username TEXT,
-        raw BLOB NOT NULL
-    );",
-    // 1 to 2: `id_floor`, the greatest id ever stored once it is no longer
-    // (deleted or evicted): new ids sort after it across a restart.
-    "CREATE TABLE meta (key TEXT PRIMARY KEY, value BLOB NOT NULL);",
-];
+impl From<rusqlite::Error> for StorageError {
+    fn from(e: rusqlite::Error) -> StorageError {
+        StorageError(e.to_string())
+    }
+}
 
 /// `DIR/mailjar.db`, open for writing, and the lock that keeps it ours.
 pub struct Sqlite {
@@ -107,57 +84,8 @@ pub struct Sqlite {
     logged: usize,
     /// The greatest id ever stored, once no row holds it (`meta.id_floor`).
     id_floor: Option<MessageId>,
-}
-
-/// A thread with its own connection that copies the write-ahead log into the
-/// database (`wal_checkpoint(PASSIVE)`) when woken, so the writer's commits
-/// never wait for the disk's syncs. Stopped and joined when dropped.
-struct Checkpointer {
-    wake: Option<std::sync::mpsc::SyncSender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Checkpointer {
-    fn start(path: &Path, synchronous: &str) -> Result<Checkpointer, StorageError> {
-        let connection = open_exclusive(path)?;
-        connection
-            .execute_batch(&format!("PRAGMA synchronous = {synchronous};"))
-            .map_err(|e| error(path, e))?;
-        // One wake-up pending at most: a pass copies everything logged until it starts.
-        let (wake, woken) = std::sync::mpsc::sync_channel::<()>(1);
-        let shown = path.display().to_string();
-        let thread = std::thread::Builder::new()
-            .name("mailjar-checkpoint".into())
-            .spawn(move || {
-                while woken.recv().is_ok() {
-                    let pass =
-                        connection.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
-                    if let Err(e) = pass {
-                        tracing::debug!("{shown}: checkpoint: {e}");
-                    }
-                }
-            })
-            .map_err(|e| error(path, format!("cannot start the checkpoint thread: {e}")))?;
-        Ok(Checkpointer {
-            wake: Some(wake),
-            thread: Some(thread),
-        })
-    }
-
-    fn wake(&self) {
-        if let Some(wake) = &self.wake {
-            let _ = wake.try_send(());
-        }
-    }
-}
-
-impl Drop for Checkpointer {
-    fn drop(&mut self) {
-        drop(self.wake.take());
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
+    /// Rows in the table `damaged` at open.
+    damaged: u64,
 }
 
 impl std::fmt::Debug for Sqlite {
@@ -167,17 +95,22 @@ impl std::fmt::Debug for Sqlite {
 }
 
 /// The environment variable naming a file whose existence makes writes fail; honoured only in debug builds.
-pub const FAULT_ENV: &str = "MAILJAR_DEBUG_FAIL_WRITES_WHILE";
-
-/// Like [`FAULT_ENV`], for the database's writes alone (the journal's still work); debug builds only.
-pub const DB_FAULT_ENV: &str = "MAILJAR_DEBUG_FAIL_DB_WRITES_WHILE";
+const FAULT_ENV: &str = "MAILJAR_DEBUG_FAIL_WRITES_WHILE";
 
 fn error(path: &Path, what: impl std::fmt::Display) -> StorageError {
     StorageError(format!("{}: {what}", path.display()))
 }
 
-/// Takes the advisory lock on `DIR/mailjar.lock`, or says who holds the directory.
+/// Takes the advisory lock on `DIR/mailjar.lock` (creating `DIR`), or says who holds the directory.
 fn lock(dir: &Path) -> Result<File, StorageError> {
+    if dir.exists() && !dir.is_dir() {
+        return Err(error(
+            dir,
+            "is not a directory (--data-dir names a directory)",
+        ));
+    }
+    std::fs::create_dir_all(dir)
+        .map_err(|e| error(dir, format!("cannot create the data directory: {e}")))?;
     let path = dir.join("mailjar.lock");
     let file = File::options()
         .read(true)
@@ -199,172 +132,24 @@ fn lock(dir: &Path) -> Result<File, StorageError> {
     }
 }
 
-/// Whether SQLite's error is a verdict on the file's content (not a
-/// database, corrupt), rather than on what is around it (disk, permissions, locks).
-fn is_damage(e: &rusqlite::Error) -> bool {
-    matches!(
-        e.sqlite_error_code(),
-        Some(rusqlite::ErrorCode::NotADatabase | rusqlite::ErrorCode::DatabaseCorrupt)
-    )
-}
-
-/// A database that could not be read for a reason outside it.
-fn cannot_read(path: &Path, e: &rusqlite::Error) -> StorageError {
-    StorageError(format!(
-        "refusing to start: cannot read {} ({e}); the file was not changed and may be fine: check the disk's free space, the permissions of the file and its directory, and that no other process has it open",
-        path.display()
-    ))
-}
-
-/// Refuses a file that is not a database, a newer schema, or a failing
-/// check, without writing to it; returns the schema version it holds.
-fn check(path: &Path) -> Result<i64, StorageError> {
-    let refuse = |what: String| {
-        StorageError(format!(
-            "refusing to start: {} {what}; it was left untouched (move it away to start afresh)",
-            path.display()
-        ))
-    };
-    let mut header = [0u8; 16];
-    let len = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
-    if len > 0 {
-        use std::io::Read;
-        let mut file = File::open(path).map_err(|e| error(path, e))?;
-        let read = file.read(&mut header).map_err(|e| error(path, e))?;
-        if read < 16 || &header != b"SQLite format 3\0" {
-            return Err(refuse("is not an SQLite database".into()));
-        }
-    } else {
-        return Ok(0);
-    }
-    // Only a verdict on the file's content says "move it away": a full disk,
-    // a read-only directory or a lock held elsewhere says what to fix instead.
-    let blame = |what: &str, e: rusqlite::Error| {
-        if is_damage(&e) {
-            refuse(format!("{what} ({e})"))
-        } else {
-            cannot_read(path, &e)
-        }
-    };
-    let connection = Connection::open_with_flags(
-        path,
-        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )
-    .map_err(|e| blame("cannot be opened", e))?;
-    let version: i64 = connection
-        .query_row("PRAGMA user_version", [], |r| r.get(0))
-        .map_err(|e| blame("is not a readable database", e))?;
-    if version > SCHEMA_VERSION {
-        return Err(refuse(format!(
-            "was written by a newer mailjar (schema {version}; this one knows up to {SCHEMA_VERSION})"
-        )));
-    }
-    let verdict: String = connection
-        .query_row("PRAGMA quick_check", [], |r| r.get(0))
-        .map_err(|e| blame("fails its integrity check", e))?;
-    if verdict != "ok" {
-        return Err(refuse(format!("fails its integrity check ({verdict})")));
-    }
-    Ok(version)
-}
-
-/// Runs [`check`], then removes the `-wal` (when empty) and `-shm` files that
-/// its read-only connection created: a refused start leaves the directory as
-/// it found it, and mailjar itself keeps the log's index in memory.
-fn check_leaving_no_trace(path: &Path) -> Result<i64, StorageError> {
-    let (wal, shm) = (beside(path, "-wal"), beside(path, "-shm"));
-    let (had_wal, had_shm) = (wal.exists(), shm.exists());
-    let checked = check(path);
-    if !had_wal && std::fs::metadata(&wal).is_ok_and(|m| m.len() == 0) {
-        let _ = std::fs::remove_file(&wal);
-    }
-    if !had_shm {
-        let _ = std::fs::remove_file(&shm);
-    }
-    checked
-}
-
-/// SQLite's file beside the database: `mailjar.db-wal`, `mailjar.db-shm`.
-fn beside(path: &Path, suffix: &str) -> PathBuf {
-    let mut name = path.as_os_str().to_owned();
-    name.push(suffix);
-    PathBuf::from(name)
-}
-
-fn id_bytes(id: MessageId) -> [u8; 16] {
-    id.as_u128().to_be_bytes()
-}
-
-/// The id [`id_bytes`] wrote; None for a blob of another length.
-fn id_of(bytes: &[u8]) -> Option<MessageId> {
-    let bytes = <[u8; 16]>::try_from(bytes).ok()?;
-    Some(MessageId::from_u128(u128::from_be_bytes(bytes)))
+/// What a write changes: the rows it adds (id, seq), the ranges of `seq` it
+/// deletes, and the id that becomes the floor if it removes the newest row.
+struct Plan {
+    added: Vec<(MessageId, i64)>,
+    gone: Vec<(i64, i64)>,
+    floor: Option<MessageId>,
 }
 
 impl Sqlite {
     /// Locks `DIR` (creating it), checks and opens `DIR/mailjar.db`, and migrates it to this schema.
     pub fn open(options: &Options) -> Result<Sqlite, StorageError> {
-        let dir = &options.dir;
-        if dir.exists() && !dir.is_dir() {
-            return Err(error(
-                dir,
-                "is not a directory (--data-dir names a directory)",
-            ));
-        }
-        std::fs::create_dir_all(dir)
-            .map_err(|e| error(dir, format!("cannot create the data directory: {e}")))?;
-        let lock = lock(dir)?;
-        let path = dir.join("mailjar.db");
+        let lock = lock(&options.dir)?;
+        let path = options.dir.join("mailjar.db");
         let version = check_leaving_no_trace(&path)?;
         let mut connection = open_exclusive(&path)?;
-        // SQLite falls back to read-only on a file it may not write, and
-        // would then refuse every write until a restart.
-        if connection
-            .is_readonly(rusqlite::MAIN_DB)
-            .map_err(|e| error(&path, e))?
-        {
-            return Err(StorageError(format!(
-                "refusing to start: {} can only be read (check its permissions and its directory's); mailjar writes every message to it",
-                path.display()
-            )));
-        }
-        let fresh = version == 0;
-        if fresh {
-            // Only take effect before the first table exists.
-            connection
-                .execute_batch(&format!(
-                    "PRAGMA page_size = {PAGE_SIZE}; PRAGMA auto_vacuum = INCREMENTAL;"
-                ))
-                .map_err(|e| error(&path, e))?;
-        }
-        let mode: String = connection
-            .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
-            .map_err(|e| error(&path, e))?;
-        if !mode.eq_ignore_ascii_case("wal") {
-            tracing::warn!("{}: journal mode is {mode}, not WAL", path.display());
-        }
-        let synchronous = if options.fsync { "FULL" } else { "NORMAL" };
-        connection
-            .execute_batch(&format!(
-                "PRAGMA synchronous = {synchronous}; PRAGMA foreign_keys = OFF; PRAGMA journal_size_limit = {}; PRAGMA wal_autocheckpoint = {};",
-                WAL_LIMIT_BYTES,
-                WAL_CAP_BYTES / PAGE_SIZE
-            ))
-            .map_err(|e| error(&path, e))?;
+        let synchronous = configure(&connection, &path, version == 0, options.fsync)?;
         connection.set_prepared_statement_cache_capacity(16);
-        for (from, migration) in MIGRATIONS.iter().enumerate().skip(version as usize) {
-            let to = from as i64 + 1;
-            tracing::info!("{}: migrating schema {from} to {to}", path.display());
-            let tx = connection
-                .transaction_with_behavior(TransactionBehavior::Immediate)
-                .map_err(|e| error(&path, e))?;
-            tx.execute_batch(migration)
-                .and_then(|_| tx.pragma_update(None, "user_version", to))
-                .and_then(|_| tx.commit())
-                .map_err(|e| error(&path, format!("migration to schema {to} failed: {e}")))?;
-            tracing::info!("{}: now at schema {to}", path.display());
-        }
-        let fail_while = super::debug_flag(&[FAULT_ENV, DB_FAULT_ENV]);
+        migrate(&mut connection, &path, version)?;
         let id_floor = connection
             .query_row("SELECT value FROM meta WHERE key = 'id_floor'", [], |r| {
                 r.get::<_, Vec<u8>>(0)
@@ -375,22 +160,27 @@ impl Sqlite {
                 id_of(&bytes).ok_or_else(|| error(&path, "meta.id_floor is not a 16-byte id"))
             })
             .transpose()?;
-        let next_seq = connection
-            .query_row("SELECT coalesce(max(seq), 0) + 1 FROM messages", [], |r| {
-                r.get::<_, i64>(0)
-            })
+        let (next_seq, damaged) = connection
+            .query_row(
+                "SELECT (SELECT coalesce(max(seq), 0) + 1 FROM messages), (SELECT count(*) FROM damaged)",
+                [],
+                |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?)),
+            )
             .map_err(|e| error(&path, e))?;
-        let checkpointer = Checkpointer::start(&path, synchronous)?;
+        let fail_while = cfg!(debug_assertions)
+            .then(|| std::env::var_os(FAULT_ENV).map(PathBuf::from))
+            .flatten();
         Ok(Sqlite {
+            checkpointer: Checkpointer::start(&path, synchronous)?,
             connection,
             path,
             _lock: lock,
             fail_while,
             rows: BTreeMap::new(),
             next_seq,
-            checkpointer,
             logged: 0,
             id_floor,
+            damaged: u64::try_from(damaged).unwrap_or(0),
         })
     }
 
@@ -429,29 +219,10 @@ impl Sqlite {
         }
         Ok(())
     }
-}
 
-/// Opens `path` through SQLite's `unix-excl` VFS: the database file is
-/// locked against other processes once, and the connections of this process
-/// share the log's index in memory and lock it among themselves without a
-/// system call (the default VFS made six `fcntl` calls on `-shm` per commit,
-/// an eighth of the writer's time). Only this process uses the file anyway
-/// (`DIR/mailjar.lock`).
-fn open_exclusive(path: &Path) -> Result<Connection, StorageError> {
-    Connection::open_with_flags_and_vfs(path, OpenFlags::default(), c"unix-excl")
-        .map_err(|e| error(path, e))
-}
-
-/// Bytes of the database file and its write-ahead log.
-pub fn bytes_on_disk(path: &Path) -> u64 {
-    let len = |p: &Path| std::fs::metadata(p).map_or(0, |m| m.len());
-    len(path) + len(&beside(path, "-wal"))
-}
-
-impl Storage for Sqlite {
-    fn write(&mut self, records: &[Record<'_>], removals: &[Removal]) -> Result<(), StorageError> {
-        self.apply_fault()?;
-        // The rows this write adds and removes; the map changes only once it has committed.
+    /// The rows `records` add and the ranges `removals` delete, stored rows
+    /// and the batch's own alike (`seq` follows id order).
+    fn plan(&self, records: &[Record<'_>], removals: &[Removal]) -> Plan {
         let added: Vec<(MessageId, i64)> = records
             .iter()
             .zip(self.next_seq..)
@@ -463,18 +234,11 @@ impl Storage for Sqlite {
                 .or_else(|| added.iter().find(|(a, _)| a == id).map(|(_, seq)| seq))
                 .copied()
         };
-        // The newest row after the inserts; if this write removes it too, its
-        // id becomes the floor new ids must sort after, across a restart.
-        let newest: Option<(MessageId, i64)> = added
-            .last()
-            .copied()
-            .or_else(|| self.rows.last_key_value().map(|(id, seq)| (*id, *seq)));
         let mut gone: Vec<(i64, i64)> = Vec::with_capacity(removals.len());
         for removal in removals {
             match *removal {
                 Removal::One(id) => gone.extend(find(&id).map(|seq| (seq, seq))),
                 Removal::Range { first, last } => {
-                    // Stored rows and rows of this batch alike: seq follows id order.
                     let in_batch = added.iter().filter(|(id, _)| (first..=last).contains(id));
                     let (low, high) = self
                         .rows
@@ -489,72 +253,97 @@ impl Storage for Sqlite {
                 }
             }
         }
+        // The newest row after the inserts; if this write removes it too, its
+        // id becomes the floor new ids must sort after, across a restart.
+        let newest = added
+            .last()
+            .copied()
+            .or_else(|| self.rows.last_key_value().map(|(id, seq)| (*id, *seq)));
         let floor = newest
             .filter(|(_, seq)| gone.iter().any(|(low, high)| (low..=high).contains(&seq)))
             .map(|(id, _)| id);
-        // BEGIN and COMMIT as cached statements: a transaction a batch, each
-        // parsed anew by `Transaction` was a twentieth of the writer's time.
+        Plan { added, gone, floor }
+    }
+
+    /// Runs `plan` in one transaction. BEGIN and COMMIT are cached
+    /// statements: a transaction a batch, each parsed anew by `Transaction`
+    /// was a twentieth of the writer's time.
+    fn execute(&self, records: &[Record<'_>], plan: &Plan) -> rusqlite::Result<()> {
         let tx = &self.connection;
         tx.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
-        let written = (|| -> rusqlite::Result<()> {
-            let mut insert = tx.prepare_cached(
-                "INSERT INTO messages (seq, id, received_ms, sender, recipients, helo, remote_addr, \
-                 tls_version, tls_cipher, auth_mechanism, auth_username, raw) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
-            )?;
-            for (r, (_, seq)) in records.iter().zip(&added) {
-                let recipients = serde_json::to_string(&r.envelope.to)
-                    .map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))?;
-                insert.execute(params![
-                    seq,
-                    &id_bytes(r.id)[..],
-                    i64::try_from(r.received_at_ms).unwrap_or(i64::MAX),
-                    r.envelope.from,
-                    recipients,
-                    r.smtp.helo,
-                    r.smtp.remote_addr,
-                    r.smtp.tls.as_ref().map(|t| &t.version),
-                    r.smtp.tls.as_ref().map(|t| &t.cipher),
-                    r.smtp.auth.as_ref().map(|a| &a.mechanism),
-                    r.smtp.auth.as_ref().map(|a| &a.username),
-                    r.raw
-                ])?;
+        let mut insert = tx.prepare_cached(INSERT)?;
+        for (r, (_, seq)) in records.iter().zip(&plan.added) {
+            let recipients = serde_json::to_string(&r.envelope.to)
+                .map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))?;
+            let id = id_bytes(r.id);
+            let received_ms = i64::try_from(r.received_at_ms).unwrap_or(i64::MAX);
+            let (tls, auth) = (r.smtp.tls.as_ref(), r.smtp.auth.as_ref());
+            let facts = [
+                r.smtp.helo.as_deref(),
+                r.smtp.remote_addr.as_deref(),
+                tls.map(|t| t.version.as_str()),
+                tls.map(|t| t.cipher.as_str()),
+                auth.map(|a| a.mechanism.as_str()),
+                auth.map(|a| a.username.as_str()),
+            ];
+            let checksum = Fields {
+                id: &id,
+                received_ms,
+                sender: r.envelope.from.as_bytes(),
+                recipients: recipients.as_bytes(),
+                facts: facts.map(|fact| fact.map(str::as_bytes)),
+                raw: r.raw,
             }
-            let mut delete =
-                tx.prepare_cached("DELETE FROM messages WHERE seq BETWEEN ?1 AND ?2")?;
-            for (low, high) in &gone {
-                delete.execute([low, high])?;
-            }
-            if let Some(floor) = floor {
-                tx.prepare_cached(
-                    "INSERT INTO meta (key, value) VALUES ('id_floor', ?1) \
-                     ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                )?
-                .execute([&id_bytes(floor)[..]])?;
-            }
-            tx.prepare_cached("COMMIT")?.execute([])?;
-            Ok(())
-        })();
-        if let Err(e) = written {
-            // SQLite may have rolled back already (a full disk does): then this fails, harmlessly.
-            let _ = tx.execute_batch("ROLLBACK");
-            if !tx.is_autocommit() {
-                // Every later BEGIN would fail: say why, the next write tries again.
-                tracing::error!(
-                    "{}: a failed write could not be rolled back",
-                    self.path.display()
-                );
-            }
-            return Err(e.into());
+            .checksum();
+            let [
+                helo,
+                remote_addr,
+                tls_version,
+                tls_cipher,
+                auth_mechanism,
+                auth_username,
+            ] = facts;
+            insert.execute(params![
+                seq,
+                &id[..],
+                received_ms,
+                r.envelope.from,
+                recipients,
+                helo,
+                remote_addr,
+                tls_version,
+                tls_cipher,
+                auth_mechanism,
+                auth_username,
+                r.raw,
+                checksum
+            ])?;
         }
+        let mut delete = tx.prepare_cached("DELETE FROM messages WHERE seq BETWEEN ?1 AND ?2")?;
+        for (low, high) in &plan.gone {
+            delete.execute([low, high])?;
+        }
+        if let Some(floor) = plan.floor {
+            tx.prepare_cached(
+                "INSERT INTO meta (key, value) VALUES ('id_floor', ?1) \
+                 ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            )?
+            .execute([&id_bytes(floor)[..]])?;
+        }
+        tx.prepare_cached("COMMIT")?.execute([])?;
+        Ok(())
+    }
+
+    /// What a committed write changes in memory.
+    fn committed(&mut self, records: &[Record<'_>], removals: &[Removal], plan: Plan) {
         self.logged += COMMIT_OVERHEAD_BYTES + records.iter().map(|r| r.raw.len()).sum::<usize>();
         if self.logged >= CHECKPOINT_EVERY_BYTES {
             self.logged = 0;
             self.checkpointer.wake();
         }
-        self.id_floor = self.id_floor.max(floor);
-        self.next_seq += added.len() as i64;
-        self.rows.extend(added);
+        self.id_floor = self.id_floor.max(plan.floor);
+        self.next_seq += plan.added.len() as i64;
+        self.rows.extend(plan.added);
         for removal in removals {
             match *removal {
                 Removal::One(id) => {
@@ -569,53 +358,119 @@ impl Storage for Sqlite {
                 }
             }
         }
+    }
+
+    /// Logs each damaged row and moves it, as it is, to the table `damaged`.
+    /// If that cannot be written, the rows stay where they are (skipped at
+    /// every start until it can).
+    fn set_aside(&self, damaged: &[Damage]) {
+        for d in damaged {
+            tracing::error!(
+                "{}: stored message {} (row {}) is damaged: {}; it is not served, and is kept aside in the table `damaged`",
+                self.path.display(),
+                d.id,
+                d.seq,
+                d.why
+            );
+        }
+        if damaged.is_empty() {
+            return;
+        }
+        let moved = (|| {
+            let tx = self.connection.unchecked_transaction()?;
+            for d in damaged {
+                tx.execute(
+                    &format!(
+                        "INSERT INTO damaged SELECT {COLUMNS}, ?2 FROM messages WHERE seq = ?1"
+                    ),
+                    params![d.seq, d.why],
+                )?;
+                tx.execute("DELETE FROM messages WHERE seq = ?1", [d.seq])?;
+            }
+            tx.commit()
+        })();
+        if let Err(e) = moved {
+            tracing::error!(
+                "{}: cannot move damaged messages aside ({e}); they stay in place, skipped",
+                self.path.display()
+            );
+        }
+    }
+}
+
+/// Opens `path` through SQLite's `unix-excl` VFS: the database file is
+/// locked against other processes once, and the connections of this process
+/// share the log's index in memory and lock it among themselves without a
+/// system call (the default VFS made six `fcntl` calls on `-shm` per commit,
+/// an eighth of the writer's time). Only this process uses the file anyway
+/// (`DIR/mailjar.lock`).
+fn open_exclusive(path: &Path) -> Result<Connection, StorageError> {
+    Connection::open_with_flags_and_vfs(path, OpenFlags::default(), c"unix-excl")
+        .map_err(|e| error(path, e))
+}
+
+/// Bytes of the database file and its write-ahead log.
+fn bytes_on_disk(path: &Path) -> u64 {
+    let len = |p: &Path| std::fs::metadata(p).map_or(0, |m| m.len());
+    len(path) + len(&beside(path, "-wal"))
+}
+
+impl Storage for Sqlite {
+    fn write(&mut self, records: &[Record<'_>], removals: &[Removal]) -> Result<(), StorageError> {
+        self.apply_fault()?;
+        let plan = self.plan(records, removals);
+        if let Err(e) = self.execute(records, &plan) {
+            // SQLite may have rolled back already (a full disk does): then this fails, harmlessly.
+            let _ = self.connection.execute_batch("ROLLBACK");
+            if !self.connection.is_autocommit() {
+                // Every later BEGIN would fail: say why, the next write tries again.
+                tracing::error!(
+                    "{}: a failed write could not be rolled back",
+                    self.path.display()
+                );
+            }
+            return Err(e.into());
+        }
+        self.committed(records, removals, plan);
         Ok(())
     }
 
-    fn load(&mut self, each: &mut dyn FnMut(Vec<Loaded>)) -> Result<(), StorageError> {
-        let mut statement = self.connection.prepare(
-            "SELECT id, received_ms, sender, recipients, helo, remote_addr, tls_version, \
-             tls_cipher, auth_mechanism, auth_username, raw, seq FROM messages ORDER BY seq",
-        )?;
+    fn load(&mut self, each: &mut dyn FnMut(Vec<Loaded>)) -> Result<LoadReport, StorageError> {
+        if self.damaged > 0 {
+            tracing::warn!(
+                "{}: {} damaged messages are kept aside in the table `damaged` (not served)",
+                self.path.display(),
+                self.damaged
+            );
+        }
+        let mut damaged = Vec::new();
+        let mut statement = self
+            .connection
+            .prepare(&format!("SELECT {COLUMNS} FROM messages ORDER BY seq"))?;
         let mut rows = statement.query([])?;
         let mut batch = Vec::with_capacity(LOAD_BATCH);
         let mut batch_bytes = 0usize;
         while let Some(row) = rows.next()? {
-            let id: Vec<u8> = row.get(0)?;
-            let id = id_of(&id).ok_or_else(|| error(&self.path, "a stored id is not 16 bytes"))?;
-            let seq: i64 = row.get(11)?;
-            self.rows.insert(id, seq);
+            let seq: i64 = row.get(0)?;
             self.next_seq = self.next_seq.max(seq + 1);
-            let received: i64 = row.get(1)?;
-            let recipients: String = row.get(3)?;
-            let to: Vec<String> = serde_json::from_str(&recipients)
-                .map_err(|e| error(&self.path, format!("stored recipients of {id}: {e}")))?;
-            batch.push(Loaded {
-                id,
-                received_at_ms: u64::try_from(received).unwrap_or(0),
-                incoming: Incoming {
-                    envelope: Envelope {
-                        from: row.get(2)?,
-                        to,
-                    },
-                    helo: row.get(4)?,
-                    session: SessionFacts {
-                        remote_addr: row.get(5)?,
-                        tls: row
-                            .get::<_, Option<String>>(6)?
-                            .zip(row.get(7)?)
-                            .map(|(version, cipher)| TlsInfo { version, cipher }),
-                        auth: row.get::<_, Option<String>>(8)?.zip(row.get(9)?).map(
-                            |(mechanism, username)| AuthInfo {
-                                mechanism,
-                                username,
-                            },
-                        ),
-                    },
-                    raw: row.get(10)?,
-                },
-            });
-            batch_bytes += batch.last().map_or(0, |l: &Loaded| l.incoming.raw.len());
+            let read = Fields::read(row);
+            let loaded = match &read {
+                Ok((_, fields, stored)) => fields.decode(*stored).map_err(str::to_owned),
+                Err(e) => Err(format!("a field is not as written ({e})")),
+            };
+            let loaded = match loaded {
+                Ok(loaded) => loaded,
+                Err(why) => {
+                    let id = read.ok().and_then(|(_, f, _)| id_of(f.id));
+                    let id = id
+                        .map_or_else(|| "(its id cannot be read)".to_owned(), |id| id.to_string());
+                    damaged.push(Damage { seq, id, why });
+                    continue;
+                }
+            };
+            self.rows.insert(loaded.id, seq);
+            batch_bytes += loaded.incoming.raw.len();
+            batch.push(loaded);
             if batch.len() == LOAD_BATCH || batch_bytes >= LOAD_BATCH_BYTES {
                 batch_bytes = 0;
                 each(std::mem::replace(
@@ -624,14 +479,26 @@ impl Storage for Sqlite {
                 ));
             }
         }
+        drop(rows);
+        drop(statement);
         if !batch.is_empty() {
             each(batch);
         }
-        Ok(())
+        self.set_aside(&damaged);
+        Ok(LoadReport {
+            damaged: self.damaged + damaged.len() as u64,
+        })
     }
 
     fn size(&self) -> u64 {
         bytes_on_disk(&self.path)
+    }
+
+    fn describe(&self) -> serde_json::Map<String, serde_json::Value> {
+        serde_json::Map::from_iter([
+            ("kind".to_owned(), "sqlite".into()),
+            ("path".to_owned(), self.path.display().to_string().into()),
+        ])
     }
 
     fn id_floor(&self) -> Option<MessageId> {
@@ -672,9 +539,10 @@ impl Storage for Sqlite {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::storage::session_facts;
+    use crate::storage::tests::session_facts;
     use mailjar_core::api::{Api, ApiConfig};
-    use mailjar_core::smtp::SmtpFacts;
+    use mailjar_core::smtp::{AuthInfo, Envelope, SmtpFacts, TlsInfo};
+    use schema::{MIGRATIONS, SCHEMA_VERSION};
 
     fn temp(name: &str) -> PathBuf {
         let dir =
@@ -698,24 +566,6 @@ mod tests {
             fsync: false,
         };
         (dir, options)
-    }
-
-    #[test]
-    fn only_a_verdict_on_the_content_is_called_damage() {
-        let failure =
-            |code: i32| rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(code), None);
-        assert!(is_damage(&failure(rusqlite::ffi::SQLITE_NOTADB)));
-        assert!(is_damage(&failure(rusqlite::ffi::SQLITE_CORRUPT)));
-        for outside in [
-            rusqlite::ffi::SQLITE_IOERR,
-            rusqlite::ffi::SQLITE_FULL,
-            rusqlite::ffi::SQLITE_READONLY,
-            rusqlite::ffi::SQLITE_BUSY,
-            rusqlite::ffi::SQLITE_CANTOPEN,
-            rusqlite::ffi::SQLITE_PERM,
-        ] {
-            assert!(!is_damage(&failure(outside)), "code {outside}");
-        }
     }
 
     #[test]
@@ -985,6 +835,91 @@ mod tests {
         let mut left = Vec::new();
         db.load(&mut |batch| left.extend(batch)).unwrap();
         assert_eq!(left.iter().map(|l| l.id).collect::<Vec<_>>(), [ids[299].id]);
+        drop(db);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// The ids `db` loads, and what its load reports.
+    fn loaded(db: &mut Sqlite) -> (Vec<MessageId>, LoadReport) {
+        let mut ids = Vec::new();
+        let report = db
+            .load(&mut |batch| ids.extend(batch.into_iter().map(|l| l.id)))
+            .unwrap();
+        (ids, report)
+    }
+
+    #[test]
+    fn a_row_whose_bytes_changed_is_not_loaded_and_is_kept_aside() {
+        let (dir, options) = fresh("damaged");
+        let (sample, ids) = small_sample(4);
+        let mut db = Sqlite::open(&options).unwrap();
+        db.write(&sample.records(&ids[..3]), &[]).unwrap();
+        // One byte of the second message's raw bytes, and one of the third's recipients.
+        db.connection
+            .execute_batch(
+                "UPDATE messages SET raw = CAST(replace(CAST(raw AS TEXT), 'body', 'bodY') AS BLOB) WHERE seq = 2;
+                 UPDATE messages SET recipients = replace(recipients, 'a@', 'b@') WHERE seq = 3;",
+            )
+            .unwrap();
+        drop(db);
+        let mut db = Sqlite::open(&options).unwrap();
+        assert_eq!(loaded(&mut db), (vec![ids[0]], LoadReport { damaged: 2 }));
+        let kept: Vec<(Vec<u8>, String)> = db
+            .connection
+            .prepare("SELECT id, reason FROM damaged ORDER BY seq")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(kept.len(), 2);
+        assert_eq!(id_of(&kept[0].0), Some(ids[1]));
+        assert!(kept[0].1.contains("checksum"), "{}", kept[0].1);
+        // New rows still go in, and the damaged ones stay aside and counted.
+        db.write(&sample.records(&ids[3..]), &[]).unwrap();
+        drop(db);
+        let mut db = Sqlite::open(&options).unwrap();
+        assert_eq!(
+            loaded(&mut db),
+            (vec![ids[0], ids[3]], LoadReport { damaged: 2 })
+        );
+        drop(db);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_schema_2_database_gets_a_checksum_for_every_row() {
+        let (dir, options) = fresh("migrate");
+        std::fs::create_dir_all(&dir).unwrap();
+        let (sample, ids) = small_sample(3);
+        {
+            // As the versions before checksums wrote it.
+            let old = Connection::open(dir.join("mailjar.db")).unwrap();
+            old.execute_batch(&format!(
+                "PRAGMA page_size = {PAGE_SIZE}; {} {} PRAGMA user_version = 2;",
+                MIGRATIONS[0], MIGRATIONS[1]
+            ))
+            .unwrap();
+            for (seq, id) in ids.iter().enumerate() {
+                old.execute(
+                    "INSERT INTO messages (seq, id, received_ms, sender, recipients, helo, raw) \
+                     VALUES (?1, ?2, 1000, 's@x.test', '[\"a@x.test\"]', 'client.test', ?3)",
+                    params![seq as i64 + 1, &id_bytes(*id)[..], sample.raw],
+                )
+                .unwrap();
+            }
+        }
+        let mut db = Sqlite::open(&options).unwrap();
+        let version: i64 = db
+            .connection
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(version, SCHEMA_VERSION);
+        let mut rows = Vec::new();
+        db.load(&mut |batch| rows.extend(batch)).unwrap();
+        assert_eq!(rows.iter().map(|l| l.id).collect::<Vec<_>>(), ids);
+        assert_eq!(rows[2].incoming.raw, sample.raw);
+        assert_eq!(rows[2].incoming.helo.as_deref(), Some("client.test"));
         drop(db);
         let _ = std::fs::remove_dir_all(&dir);
     }
