@@ -30,6 +30,8 @@
 //! - streamed bodies: a response that carries a [`StreamedBody`] extension is
 //!   written chunked (HTTP/1.1) or close-delimited (HTTP/1.0), one chunk
 //!   pulled from its [`ChunkSource`] only once the previous one is written;
+//!   a source that ends cut short (its message was deleted) ends the
+//!   connection without the last chunk, so the client sees the body incomplete;
 //! - live bodies (event streams): a response that carries a [`LiveBody`] is
 //!   written as its source produces bytes, for as long as it lasts, while
 //!   the socket is watched so a client that goes away ends it at once.
@@ -703,6 +705,12 @@ async fn write_stream<T: AsyncWrite + Unpin>(
         // Serialising a chunk is CPU work: let other connections (a /health
         // probe, a small request) run between chunks of a long body.
         tokio::task::yield_now().await;
+    }
+    if source.cut_short() {
+        // No last chunk: the connection ends, and the client sees the body incomplete.
+        return Err(io::Error::other(
+            "the body was cut short (its message was deleted)",
+        ));
     }
     if chunked {
         write_all(stream, b"0\r\n\r\n", stall).await?;
