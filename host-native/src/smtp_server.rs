@@ -25,6 +25,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, watch};
 use tokio::time::Instant;
 
+use crate::faults::Early;
 use crate::state::Shared;
 
 /// What every SMTP connection needs.
@@ -235,8 +236,22 @@ async fn connection(tcp: TcpStream, mut context: SmtpContext) -> std::io::Result
     let mut stream = crate::tls::open(tcp, &context, &mut session).await?;
     session.set_faults(context.faults.clone());
     let mut out = Vec::new();
+    // What the client sent during a delay fault: read before the socket.
+    let mut early = Vec::new();
     let opened = session.open();
-    if crate::faults::carry_out(&mut stream, &mut out, opened, context.idle_timeout).await? {
+    let mut watch = Early {
+        bytes: &mut early,
+        max: READ_BUFFER_BYTES,
+    };
+    if crate::faults::carry_out(
+        &mut stream,
+        &mut out,
+        opened,
+        context.idle_timeout,
+        &mut watch,
+    )
+    .await?
+    {
         let _ = stream.shutdown().await;
         return Ok(());
     }
@@ -265,13 +280,19 @@ async fn connection(tcp: TcpStream, mut context: SmtpContext) -> std::io::Result
                 deadline = (at, which);
             }
         }
-        let read = tokio::select! {
+        let read = if !early.is_empty() {
+            buffer.clear();
+            buffer.extend_from_slice(&std::mem::take(&mut early));
+            Ok(Ok(buffer.len()))
+        } else {
+            tokio::select! {
             read = tokio::time::timeout_at(deadline.0, read_some(&mut stream, &mut buffer)) => read,
             changed = context.shutdown.changed(), if !*context.shutdown.borrow() => {
                 if changed.is_err() {
                     break; // The server is gone.
                 }
                 continue;
+            }
             }
         };
         let n = match read {
@@ -315,8 +336,18 @@ async fn connection(tcp: TcpStream, mut context: SmtpContext) -> std::io::Result
                 }
                 Output::Close => close = true,
                 Output::Fault(fired) => {
-                    crate::faults::fired(&mut stream, &mut out, &fired, context.idle_timeout)
-                        .await?
+                    let mut watch = Early {
+                        bytes: &mut early,
+                        max: READ_BUFFER_BYTES,
+                    };
+                    crate::faults::fired(
+                        &mut stream,
+                        &mut out,
+                        &fired,
+                        context.idle_timeout,
+                        &mut watch,
+                    )
+                    .await?
                 }
                 Output::StartTls => start_tls = true,
             }
