@@ -109,3 +109,26 @@ fn a_client_that_leaves_during_a_delay_at_a_later_stage_frees_its_slot() {
     until_connections(&server, 0, FREED);
     assert!(started.elapsed() < DELAY);
 }
+
+#[test]
+fn a_message_whose_client_leaves_during_its_delay_is_stored_at_once() {
+    let server = Server::start();
+    let ms = DELAY.as_millis() as u64;
+    add_rule(
+        &server,
+        &serde_json::json!({"stage": "message", "times": null, "action": {"delayMs": ms}}),
+    );
+    let started = Instant::now();
+    let mut smtp = server.smtp();
+    smtp.expect("EHLO leaving.test", 250);
+    smtp.expect("MAIL FROM:<a@example.test>", 250);
+    smtp.expect("RCPT TO:<b@example.test>", 250);
+    smtp.expect("DATA", 354);
+    smtp.write(b"Subject: left early\r\n\r\nhi\r\n.\r\n");
+    std::thread::sleep(Duration::from_millis(100));
+    drop(smtp);
+    until_connections(&server, 0, FREED);
+    // As after the delay: the stage goes on, the message is stored.
+    assert_eq!(server.latest()["subject"], "left early");
+    assert!(started.elapsed() < DELAY);
+}
