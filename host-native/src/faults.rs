@@ -12,15 +12,9 @@ use mailjar_core::faults::{Action, Fired};
 use mailjar_core::smtp::Output;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-/// What a client sends during a delay, kept for the session to read after it.
-#[derive(Debug)]
-pub struct Early<'a> {
-    /// The bytes, in order.
-    pub bytes: &'a mut Vec<u8>,
-    /// The most bytes kept; past it the socket is not read (nor watched)
-    /// until the delay ends.
-    pub max: usize,
-}
+/// The most a client's bytes sent during a delay that are kept; past it the
+/// socket is not read (nor watched) until the delay ends. One read buffer.
+const MAX_EARLY_BYTES: usize = crate::smtp_server::FREE_BYTES_PER_CONNECTION;
 
 /// Logs a fired rule; for a delay, writes the replies gathered in `out` so
 /// far (the client sees them on time; a client that reads nothing for
@@ -31,7 +25,7 @@ pub async fn fired<S: AsyncRead + AsyncWrite + Unpin>(
     out: &mut Vec<u8>,
     fired: &Fired,
     write_timeout: Duration,
-    early: &mut Early<'_>,
+    early: &mut Vec<u8>,
 ) -> std::io::Result<()> {
     let stage = fired.stage.name();
     match &fired.action {
@@ -59,12 +53,12 @@ pub async fn fired<S: AsyncRead + AsyncWrite + Unpin>(
 }
 
 /// Waits `length`, or until the client closes or fails; keeps what it sends meanwhile.
-async fn delay<S: AsyncRead + Unpin>(stream: &mut S, length: Duration, early: &mut Early<'_>) {
+async fn delay<S: AsyncRead + Unpin>(stream: &mut S, length: Duration, early: &mut Vec<u8>) {
     let sleep = tokio::time::sleep(length);
     tokio::pin!(sleep);
     let mut scratch = [0u8; 1024];
-    while early.bytes.len() < early.max {
-        let room = (early.max - early.bytes.len()).min(scratch.len());
+    while early.len() < MAX_EARLY_BYTES {
+        let room = (MAX_EARLY_BYTES - early.len()).min(scratch.len());
         tokio::select! {
             _ = &mut sleep => return,
             read = stream.read(&mut scratch[..room]) => match read {
@@ -72,7 +66,7 @@ async fn delay<S: AsyncRead + Unpin>(stream: &mut S, length: Duration, early: &m
                     tracing::debug!("the client left during a delay");
                     return;
                 }
-                Ok(n) => early.bytes.extend_from_slice(&scratch[..n]),
+                Ok(n) => early.extend_from_slice(&scratch[..n]),
             },
         }
     }
@@ -87,7 +81,7 @@ pub async fn carry_out<S: AsyncRead + AsyncWrite + Unpin>(
     out: &mut Vec<u8>,
     outputs: Vec<Output>,
     write_timeout: Duration,
-    early: &mut Early<'_>,
+    early: &mut Vec<u8>,
 ) -> std::io::Result<bool> {
     let mut close = false;
     for output in outputs {

@@ -25,7 +25,6 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, watch};
 use tokio::time::Instant;
 
-use crate::faults::Early;
 use crate::state::Shared;
 
 /// What every SMTP connection needs.
@@ -229,6 +228,17 @@ async fn read_some(
     stream.read_buf(buffer).await
 }
 
+/// Moves what the client sent during a delay fault into `buffer`, to be read
+/// as if it came now; false when there is nothing.
+fn take_early(early: &mut Vec<u8>, buffer: &mut Vec<u8>) -> bool {
+    if early.is_empty() {
+        return false;
+    }
+    buffer.clear();
+    buffer.extend_from_slice(&std::mem::take(early));
+    true
+}
+
 /// Drives one session until the client quits, goes idle, or the server shuts down.
 async fn connection(tcp: TcpStream, mut context: SmtpContext) -> std::io::Result<()> {
     let mut session = Session::new(context.config.clone());
@@ -239,16 +249,12 @@ async fn connection(tcp: TcpStream, mut context: SmtpContext) -> std::io::Result
     // What the client sent during a delay fault: read before the socket.
     let mut early = Vec::new();
     let opened = session.open();
-    let mut watch = Early {
-        bytes: &mut early,
-        max: READ_BUFFER_BYTES,
-    };
     if crate::faults::carry_out(
         &mut stream,
         &mut out,
         opened,
         context.idle_timeout,
-        &mut watch,
+        &mut early,
     )
     .await?
     {
@@ -280,9 +286,7 @@ async fn connection(tcp: TcpStream, mut context: SmtpContext) -> std::io::Result
                 deadline = (at, which);
             }
         }
-        let read = if !early.is_empty() {
-            buffer.clear();
-            buffer.extend_from_slice(&std::mem::take(&mut early));
+        let read = if take_early(&mut early, &mut buffer) {
             Ok(Ok(buffer.len()))
         } else {
             tokio::select! {
@@ -336,16 +340,12 @@ async fn connection(tcp: TcpStream, mut context: SmtpContext) -> std::io::Result
                 }
                 Output::Close => close = true,
                 Output::Fault(fired) => {
-                    let mut watch = Early {
-                        bytes: &mut early,
-                        max: READ_BUFFER_BYTES,
-                    };
                     crate::faults::fired(
                         &mut stream,
                         &mut out,
                         &fired,
                         context.idle_timeout,
-                        &mut watch,
+                        &mut early,
                     )
                     .await?
                 }
