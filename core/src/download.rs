@@ -9,15 +9,30 @@
 //! HTML view has a policy that allows no script and no remote resource
 //! (unless remote images are asked for).
 //!
-//! Decoding an attachment and rewriting the HTML grow with the message: they
-//! run in a [`crate::job::Job`], outside the host's lock, and re-read the raw
-//! bytes (no decoded copy is kept in the store).
+//! Nothing is built whole: every body is streamed a chunk at a time
+//! ([`CHUNK_BYTES`]) from the stored raw bytes, so a client that does not
+//! read holds one chunk. An attachment is found in the raw bytes once, by a
+//! [`crate::job::Job`] outside the host's lock, then decoded as it is
+//! written ([`decode`]); the HTML view reads the stored HTML body and
+//! rewrites it as it goes ([`html`]).
+//!
+//! A download does not keep its message: each chunk looks it up through a
+//! weak reference. When the message has been deleted (or evicted) since the
+//! download began, the body ends there, cut short
+//! ([`ChunkSource::cut_short`]): the host ends the response without its last
+//! chunk, so the client sees an incomplete download, and a stalled reader
+//! never holds deleted mail.
+
+pub mod decode;
+pub mod html;
 
 use std::borrow::Cow;
-use std::sync::Arc;
+use std::ops::Range;
+use std::sync::{Arc, Weak};
 
 use crate::email::Email;
 use crate::error::ApiError;
+use crate::message::AttachmentSource;
 use crate::response::{Body, CHUNK_BYTES, ChunkSource, Response};
 
 /// The Content-Security-Policy of an attachment.
@@ -25,19 +40,64 @@ pub const ATTACHMENT_CSP: &str = "sandbox";
 /// The Content-Security-Policy of the HTML view.
 pub const HTML_CSP: &str =
     "sandbox; default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:";
-/// The Content-Security-Policy of the HTML view with `remoteImages=true`.
+/// The Content-Security-Policy of the HTML view with `remoteImages=true`:
+/// images from anywhere, nothing else. A prefetch is allowed by it too (see
+/// [`html`]), so that view also makes `<link>` tags inert.
 pub const HTML_CSP_REMOTE_IMAGES: &str =
     "sandbox; default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data: http: https:";
 
-/// The raw bytes of a message, a chunk at a time, from the stored message itself.
-pub struct RawBytes {
-    email: Arc<Email>,
+/// A body read from a stored message it does not keep: `read` makes the
+/// next chunk from the message while it is still stored.
+struct FromMessage<S> {
+    email: Weak<Email>,
+    state: S,
+    cut: bool,
+}
+
+/// How a [`FromMessage`] makes its chunks.
+trait Piece: Send {
+    /// Appends the next piece of the body made from `email` to `out`;
+    /// false, appending nothing, once the body is complete.
+    fn read(&mut self, email: &Email, out: &mut Vec<u8>) -> bool;
+}
+
+impl<S: Piece + 'static> FromMessage<S> {
+    fn boxed(email: &Arc<Email>, state: S) -> Box<dyn ChunkSource> {
+        Box::new(FromMessage {
+            email: Arc::downgrade(email),
+            state,
+            cut: false,
+        })
+    }
+}
+
+impl<S: Piece> ChunkSource for FromMessage<S> {
+    fn next_chunk(&mut self, out: &mut Vec<u8>) -> bool {
+        if self.cut {
+            return false;
+        }
+        match self.email.upgrade() {
+            Some(email) => self.state.read(&email, out),
+            None => {
+                self.cut = true;
+                false
+            }
+        }
+    }
+
+    fn cut_short(&self) -> bool {
+        self.cut
+    }
+}
+
+/// The raw bytes of a message from `at` on.
+struct RawBytes {
     at: usize,
 }
 
-impl ChunkSource for RawBytes {
-    fn next_chunk(&mut self, out: &mut Vec<u8>) -> bool {
-        let raw = self.email.raw();
+impl Piece for RawBytes {
+    fn read(&mut self, email: &Email, out: &mut Vec<u8>) -> bool {
+        let raw = email.raw();
         if self.at >= raw.len() {
             return false;
         }
@@ -57,7 +117,7 @@ pub fn raw_response(email: Arc<Email>) -> Response {
             ("content-disposition", disposition),
             ("x-content-type-options", "nosniff".to_owned()),
         ],
-        Body::Stream(Box::new(RawBytes { email, at: 0 })),
+        Body::Stream(FromMessage::boxed(&email, RawBytes { at: 0 })),
     )
 }
 
@@ -129,30 +189,49 @@ pub fn content_disposition(filename: &str, fallback: &str) -> String {
     format!("attachment; filename=\"{ascii}\"; filename*=UTF-8''{encoded}")
 }
 
-/// The decoded bytes of attachment `index` (as in the message's
-/// `attachments`) and its charset parameter, read again from the raw bytes:
-/// linear in the message's size. None when there is no such attachment.
-/// The Content-Transfer-Encoding is undone, the charset left as sent (a
-/// file's bytes are the sender's, so a text attachment comes in its own
-/// charset).
-pub fn attachment_bytes(email: &Email, index: usize) -> Option<(Vec<u8>, Option<String>)> {
+/// Finds attachment `index` (as in the message's `attachments`) in the raw
+/// bytes: linear in the message, run outside the lock. None when there is
+/// no such attachment.
+pub fn locate(email: &Email, index: usize) -> Option<AttachmentSource> {
     email.attachments().get(index)?;
-    let raw = email.raw();
-    let source = crate::message::attachment_source(raw, index)?;
-    Some((
-        crate::message::decode_attachment(raw, &source),
-        source.charset,
-    ))
+    crate::message::attachment_source(email.raw(), index)
+}
+
+/// The decoded bytes of attachment `index` and its charset parameter, built
+/// whole (for a host that answers in one piece). None when there is no such
+/// attachment.
+pub fn attachment_bytes(email: &Email, index: usize) -> Option<(Vec<u8>, Option<String>)> {
+    let located = locate(email, index)?;
+    let body = email.raw().get(located.body)?;
+    Some((decode::decode_all(body, located.encoding), located.charset))
+}
+
+/// An attachment's body decoded as it is written.
+struct AttachmentBytes {
+    body: Range<usize>,
+    decoder: decode::TransferDecoder,
+}
+
+impl Piece for AttachmentBytes {
+    fn read(&mut self, email: &Email, out: &mut Vec<u8>) -> bool {
+        let body = email.raw().get(self.body.clone()).unwrap_or_default();
+        self.decoder.fill(body, out, CHUNK_BYTES)
+    }
 }
 
 /// `GET /api/emails/:id/attachments/:index`, for an index already checked
-/// against the stored metadata; re-parses the raw bytes (run outside the lock).
-pub fn attachment_response(email: &Email, index: usize) -> Result<Response, ApiError> {
+/// against the stored metadata: finds the part in the raw bytes (run
+/// outside the lock), then streams it decoded.
+pub fn attachment_response(email: &Arc<Email>, index: usize) -> Result<Response, ApiError> {
     let missing = || ApiError::NotFound(format!("message {} has no attachment {index}", email.id));
     let info = email.attachments().get(index).ok_or_else(missing)?;
-    let (bytes, charset) = attachment_bytes(email, index).ok_or_else(missing)?;
-    let content_type = download_content_type(&info.content_type, charset.as_deref());
+    let located = locate(email, index).ok_or_else(missing)?;
+    let content_type = download_content_type(&info.content_type, located.charset.as_deref());
     let fallback = format!("attachment-{index}");
+    let body = AttachmentBytes {
+        body: located.body,
+        decoder: decode::TransferDecoder::new(located.encoding),
+    };
     Ok(Response::download(
         Cow::Owned(content_type),
         vec![
@@ -163,112 +242,48 @@ pub fn attachment_response(email: &Email, index: usize) -> Result<Response, ApiE
             ("x-content-type-options", "nosniff".to_owned()),
             ("content-security-policy", ATTACHMENT_CSP.to_owned()),
         ],
-        Body::Full(bytes::Bytes::from(bytes)),
+        Body::Stream(FromMessage::boxed(email, body)),
     ))
 }
 
-/// Decodes `%XX` escapes, leaving anything malformed as it is.
-fn percent_decode_lossy(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |b: u8| (b as char).to_digit(16);
-        match (bytes[i], bytes.get(i + 1), bytes.get(i + 2)) {
-            (b'%', Some(&h), Some(&l)) if hex(h).is_some() && hex(l).is_some() => {
-                out.push((hex(h).unwrap_or(0) * 16 + hex(l).unwrap_or(0)) as u8);
-                i += 3;
-            }
-            (b, _, _) => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
+/// The HTML view as it is written.
+struct HtmlView {
+    rewrites: html::Rewrites,
+    cursor: html::Cursor,
 }
 
-/// `html` with each `cid:` reference that names an attachment's Content-ID
-/// (with or without `<>`, case-insensitively, percent-decoded) replaced by
-/// that attachment's URL; other references stay as they are. Linear.
-pub fn rewrite_cids(html: &str, id: &str, content_ids: &[(usize, String)]) -> String {
-    let mut out = String::with_capacity(html.len());
-    let bytes = html.as_bytes();
-    let mut copied = 0;
-    let mut from = 0;
-    while let Some(found) = memchr::memmem::find(&bytes[from..], b":").map(|p| from + p) {
-        from = found + 1;
-        let Some(start) = found.checked_sub(3) else {
-            continue;
-        };
-        if !bytes[start..found].eq_ignore_ascii_case(b"cid")
-            || start
-                .checked_sub(1)
-                .is_some_and(|p| bytes[p].is_ascii_alphanumeric())
-        {
-            continue;
-        }
-        let ends = |b: &u8| matches!(b, b'"' | b'\'' | b')' | b'&') || b.is_ascii_whitespace();
-        let end = if bytes.get(from) == Some(&b'<') {
-            // `cid:<id>`: up to the closing bracket.
-            match bytes[from..].iter().position(|b| *b == b'>' || ends(b)) {
-                Some(p) if bytes[from + p] == b'>' => from + p + 1,
-                _ => continue,
-            }
-        } else {
-            bytes[from..]
-                .iter()
-                .position(|b| ends(b) || matches!(b, b'<' | b'>'))
-                .map_or(bytes.len(), |p| from + p)
-        };
-        let reference = percent_decode_lossy(&html[from..end]);
-        let reference = reference
-            .trim()
-            .trim_start_matches('<')
-            .trim_end_matches('>');
-        if reference.is_empty() {
-            continue;
-        }
-        let target = content_ids.iter().find(|(_, cid)| {
-            cid.eq_ignore_ascii_case(reference) || cid.to_lowercase() == reference.to_lowercase()
-        });
-        if let Some((index, _)) = target {
-            out.push_str(&html[copied..start]);
-            out.push_str(&attachment_url(id, *index));
-            copied = end;
-            from = end;
-        }
+impl Piece for HtmlView {
+    fn read(&mut self, email: &Email, out: &mut Vec<u8>) -> bool {
+        let (source, crlf) = email.html_source();
+        self.cursor.fill(
+            source.as_bytes(),
+            crlf,
+            &self.rewrites,
+            email.attachments(),
+            out,
+            CHUNK_BYTES,
+        )
     }
-    out.push_str(&html[copied..]);
-    out
 }
 
 /// `GET /api/emails/:id/html`: the HTML body with `cid:` references
-/// rewritten, under a policy that runs no script (run outside the lock).
-pub fn html_response(email: &Email, remote_images: bool) -> Result<Response, ApiError> {
-    let html = email.html();
-    if html.is_empty() {
+/// rewritten (and, with remote images, `<link>` tags made inert), under a
+/// policy that runs no script; streamed from the stored body.
+pub fn html_response(email: &Arc<Email>, remote_images: bool) -> Result<Response, ApiError> {
+    if email.html_source().0.is_empty() {
         return Err(ApiError::NotFound(format!(
             "message {} has no HTML body",
             email.id
         )));
     }
-    let content_ids: Vec<(usize, String)> = email
-        .attachments()
-        .iter()
-        .enumerate()
-        .filter_map(|(i, a)| a.content_id.clone().map(|cid| (i, cid)))
-        .collect();
-    let id = email.id.to_string();
-    let body = if content_ids.is_empty() {
-        html.into_owned()
-    } else {
-        rewrite_cids(&html, &id, &content_ids)
-    };
     let csp = if remote_images {
         HTML_CSP_REMOTE_IMAGES
     } else {
         HTML_CSP
+    };
+    let view = HtmlView {
+        rewrites: html::Rewrites::new(email, remote_images),
+        cursor: html::Cursor::default(),
     };
     Ok(Response::download(
         Cow::Borrowed("text/html; charset=utf-8"),
@@ -276,7 +291,7 @@ pub fn html_response(email: &Email, remote_images: bool) -> Result<Response, Api
             ("content-security-policy", csp.to_owned()),
             ("x-content-type-options", "nosniff".to_owned()),
         ],
-        Body::Full(bytes::Bytes::from(body)),
+        Body::Stream(FromMessage::boxed(email, view)),
     ))
 }
 
@@ -410,20 +425,109 @@ mod tests {
         assert!(attachment_response(&email, 2).is_err());
     }
 
+    /// Every chunk of a streamed body, each checked against the bound.
+    fn chunks(body: Body) -> (Vec<u8>, Box<dyn ChunkSource>) {
+        let Body::Stream(mut source) = body else {
+            panic!("downloads stream");
+        };
+        let mut out = Vec::new();
+        loop {
+            let before = out.len();
+            if !source.next_chunk(&mut out) {
+                return (out, source);
+            }
+            assert!(out.len() - before <= CHUNK_BYTES);
+        }
+    }
+
     #[test]
-    fn cid_references_become_attachment_urls() {
-        let cids = vec![(0, "logo@x".to_owned()), (2, "Pic%1".to_owned())];
-        let html = r#"<img src="cid:logo@x"><img src='CID:<LOGO@X>'><div style="background:url(cid:pic%251)">acid:logo@x cid:other</div>"#;
-        let got = rewrite_cids(html, "ID", &cids);
-        assert_eq!(
-            got,
-            r#"<img src="/api/emails/ID/attachments/0"><img src='/api/emails/ID/attachments/0'><div style="background:url(/api/emails/ID/attachments/2)">acid:logo@x cid:other</div>"#
+    fn a_download_sends_the_bytes_the_attachment_size_counts() {
+        let bodies: [&[u8]; 8] = [
+            b"SGVsbG8=\r\n",
+            b"SGVsbG8\r\n",
+            b"QQ==QUJD\r\n",
+            b"Q=UJD\r\n",
+            b"not base64 at all!\r\n",
+            b"SGVsb\r\n",
+            b"S\r\n",
+            b"\r\n",
+        ];
+        for body in bodies {
+            let mut raw = b"Content-Type: multipart/mixed; boundary=b\r\n\r\n--b\r\n\
+                Content-Type: text/plain\r\n\r\nhi\r\n--b\r\n\
+                Content-Type: application/pdf; name=\"r.pdf\"\r\n\
+                Content-Transfer-Encoding: base64\r\n\r\n"
+                .to_vec();
+            raw.extend_from_slice(body);
+            raw.extend_from_slice(b"--b--\r\n");
+            let email = stored(&raw);
+            let (bytes, _) = attachment_bytes(&email, 0).expect("an attachment");
+            let source = crate::message::attachment_source(&raw, 0).expect("its source");
+            assert_eq!(bytes, crate::message::decode_attachment(&raw, &source), "{body:?}");
+            assert_eq!(bytes.len(), email.attachments()[0].size, "{body:?}");
+        }
+    }
+
+    #[test]
+    fn large_attachments_and_html_views_stream_in_bounded_chunks() {
+        let data: Vec<u8> = (0..300_000u32).map(|i| (i * 13 % 256) as u8).collect();
+        let encoded = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, &data);
+        let lines: String = encoded
+            .as_bytes()
+            .chunks(76)
+            .map(|l| format!("{}\r\n", std::str::from_utf8(l).unwrap()))
+            .collect();
+        let html: String = (0..20_000)
+            .map(|i| format!("<p>{i} <img src=\"cid:img1\"></p>\r\n"))
+            .collect();
+        let raw = format!(
+            "Subject: big\r\nContent-Type: multipart/related; boundary=b\r\n\r\n--b\r\n\
+             Content-Type: text/html\r\n\r\n{html}--b\r\n\
+             Content-Type: application/octet-stream\r\nContent-ID: <img1>\r\n\
+             Content-Transfer-Encoding: base64\r\n\r\n{lines}--b--\r\n"
         );
-        assert_eq!(rewrite_cids("cid:", "ID", &cids), "cid:");
-        assert_eq!(
-            rewrite_cids("é:cid:logo@x", "ID", &cids),
-            "é:/api/emails/ID/attachments/0"
-        );
+        let email = stored(raw.as_bytes());
+        let (got, source) = chunks(attachment_response(&email, 0).unwrap().body);
+        assert!(got == data && !source.cut_short());
+        let (got, _) = chunks(html_response(&email, false).unwrap().body);
+        let url = format!("/api/emails/{}/attachments/0", email.id);
+        let want = html
+            .trim_end_matches("\r\n")
+            .replace("\r\n", "\n")
+            .replace("cid:img1", &url);
+        assert!(got == want.as_bytes());
+    }
+
+    #[test]
+    fn a_download_whose_message_is_deleted_ends_cut_short() {
+        let mut raw = b"Subject: x\r\nContent-Type: text/html\r\n\r\n".to_vec();
+        raw.extend(std::iter::repeat_n(b'x', 3 * CHUNK_BYTES));
+        let downloads: [fn(&Arc<Email>) -> Body; 2] = [
+            |email| raw_response(email.clone()).body,
+            |email| html_response(email, true).unwrap().body,
+        ];
+        for download in downloads {
+            // The store's reference: the download keeps none.
+            let email = stored(&raw);
+            let Body::Stream(mut source) = download(&email) else {
+                panic!("downloads stream");
+            };
+            let mut out = Vec::new();
+            assert!(source.next_chunk(&mut out));
+            assert_eq!(Arc::strong_count(&email), 1);
+            // Another holder (a list being written) keeps it: the download goes on.
+            let listed = email.clone();
+            drop(email);
+            assert!(source.next_chunk(&mut out));
+            drop(listed);
+            let before = out.len();
+            assert!(!source.next_chunk(&mut out), "the message is gone");
+            assert!(out.len() == before && source.cut_short());
+            assert!(!source.next_chunk(&mut out) && source.cut_short());
+        }
+        let email = stored(&raw);
+        let (whole, source) = chunks(raw_response(email.clone()).body);
+        assert!(whole == raw && !source.cut_short());
     }
 
     #[test]

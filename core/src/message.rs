@@ -479,9 +479,14 @@ pub fn attachment_source(raw: &[u8], index: usize) -> Option<AttachmentSource> {
     std::panic::catch_unwind(|| {
         let parts = mime::parts(raw);
         let part = &parts[*bodies::roles(&parts).attachments.get(index)?];
+        let encoding = match transfer_encoding(part) {
+            // A body that cannot be base64 is kept as it is, as its `size` counts it.
+            Encoding::Base64 if !decode::is_base64(raw.get(part.body.clone())?) => Encoding::None,
+            encoding => encoding,
+        };
         Some(AttachmentSource {
             body: part.body.clone(),
-            encoding: transfer_encoding(part),
+            encoding,
             charset: part.charset().map(str::to_owned),
         })
     })

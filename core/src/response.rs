@@ -99,6 +99,15 @@ pub trait ChunkSource: Send {
     /// Appends the next piece of the body to `out`, about [`CHUNK_BYTES`] at
     /// most; returns false, appending nothing, once the body is complete.
     fn next_chunk(&mut self, out: &mut Vec<u8>) -> bool;
+
+    /// Whether the body ended before it was complete: what it is made from
+    /// went away (a download whose message was deleted meanwhile). Asked once
+    /// [`ChunkSource::next_chunk`] has returned false; a host then ends the
+    /// response so that the client sees it incomplete (HTTP/1.1: without
+    /// the last chunk).
+    fn cut_short(&self) -> bool {
+        false
+    }
 }
 
 /// A response body.

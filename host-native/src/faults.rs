@@ -1,20 +1,31 @@
 //! Carrying out fault rules on a connection: each one that fires is logged,
 //! and a delay is waited here, after the replies before it are written.
+//!
+//! A delay watches the socket while it waits: a client that leaves ends it
+//! at once (its connection then ends at its next read, and its slot is
+//! free), and what a client sends meanwhile is kept, up to a bound, for the
+//! session to read after the delay.
 
 use std::time::Duration;
 
 use mailjar_core::faults::{Action, Fired};
 use mailjar_core::smtp::Output;
-use tokio::io::{AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+/// The most a client's bytes sent during a delay that are kept; past it the
+/// socket is not read (nor watched) until the delay ends. One read buffer.
+const MAX_EARLY_BYTES: usize = crate::smtp_server::FREE_BYTES_PER_CONNECTION;
 
 /// Logs a fired rule; for a delay, writes the replies gathered in `out` so
 /// far (the client sees them on time; a client that reads nothing for
-/// `write_timeout` ends the connection) and then waits.
-pub async fn fired<S: AsyncWrite + Unpin>(
+/// `write_timeout` ends the connection) and then waits, until the client
+/// leaves at the latest; what it sends meanwhile goes to `early`.
+pub async fn fired<S: AsyncRead + AsyncWrite + Unpin>(
     stream: &mut S,
     out: &mut Vec<u8>,
     fired: &Fired,
     write_timeout: Duration,
+    early: &mut Vec<u8>,
 ) -> std::io::Result<()> {
     let stage = fired.stage.name();
     match &fired.action {
@@ -34,26 +45,49 @@ pub async fn fired<S: AsyncWrite + Unpin>(
                     })??;
                 out.clear();
             }
-            tokio::time::sleep(Duration::from_millis(*ms)).await;
+            // Boxed: a connection's task carries the watch's buffer only while it waits.
+            Box::pin(delay(stream, Duration::from_millis(*ms), early)).await;
         }
     }
     Ok(())
 }
 
+/// Waits `length`, or until the client closes or fails; keeps what it sends meanwhile.
+async fn delay<S: AsyncRead + Unpin>(stream: &mut S, length: Duration, early: &mut Vec<u8>) {
+    let sleep = tokio::time::sleep(length);
+    tokio::pin!(sleep);
+    let mut scratch = [0u8; 1024];
+    while early.len() < MAX_EARLY_BYTES {
+        let room = (MAX_EARLY_BYTES - early.len()).min(scratch.len());
+        tokio::select! {
+            _ = &mut sleep => return,
+            read = stream.read(&mut scratch[..room]) => match read {
+                Ok(0) | Err(_) => {
+                    tracing::debug!("the client left during a delay");
+                    return;
+                }
+                Ok(n) => early.extend_from_slice(&scratch[..n]),
+            },
+        }
+    }
+    sleep.await;
+}
+
 /// Carries out what the session said when the connection opened (the greeting,
 /// or what a `connect` rule says instead) and writes it; true when the
 /// connection is to close.
-pub async fn carry_out<S: AsyncWrite + Unpin>(
+pub async fn carry_out<S: AsyncRead + AsyncWrite + Unpin>(
     stream: &mut S,
     out: &mut Vec<u8>,
     outputs: Vec<Output>,
     write_timeout: Duration,
+    early: &mut Vec<u8>,
 ) -> std::io::Result<bool> {
     let mut close = false;
     for output in outputs {
         match output {
             Output::Reply(reply) => reply.write_to(out),
-            Output::Fault(f) => fired(stream, out, &f, write_timeout).await?,
+            Output::Fault(f) => fired(stream, out, &f, write_timeout, early).await?,
             Output::Close => close = true,
             // Nothing is received before the greeting.
             Output::Message(_) | Output::StartTls => {}

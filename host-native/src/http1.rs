@@ -27,9 +27,16 @@
 //! - a client that goes away while its request is in flight drops that
 //!   request (which cancels a parked wait); a response that is ready is
 //!   always written first;
+//! - an error that ends a connection before its request was read (413, 431,
+//!   408) is answered, then what the client still sends is read and dropped
+//!   for a while ([`LINGER_BYTES`], [`LINGER_TIME`]) before the socket
+//!   closes, so that a client still writing its body reads the answer
+//!   instead of a reset;
 //! - streamed bodies: a response that carries a [`StreamedBody`] extension is
 //!   written chunked (HTTP/1.1) or close-delimited (HTTP/1.0), one chunk
 //!   pulled from its [`ChunkSource`] only once the previous one is written;
+//!   a source that ends cut short (its message was deleted) ends the
+//!   connection without the last chunk, so the client sees the body incomplete;
 //! - live bodies (event streams): a response that carries a [`LiveBody`] is
 //!   written as its source produces bytes, for as long as it lasts, while
 //!   the socket is watched so a client that goes away ends it at once.
@@ -72,6 +79,16 @@ const MAX_REFUSING: usize = 64;
 /// How long a refused connection is read (and the bytes dropped) after its
 /// 503, so that closing it does not reset the answer away.
 const REFUSAL_LINGER: Duration = Duration::from_secs(1);
+/// After an error that ends a connection before its request was read (a
+/// body too large, a head too large or too slow): the most bytes, and the
+/// longest time, read and dropped before the socket is closed. Closing a
+/// socket with unread bytes resets the connection, and a client still
+/// writing its request (Python's `http.client` sends a whole body before it
+/// reads) would see the reset, not the answer; nginx calls this a lingering
+/// close.
+const LINGER_BYTES: usize = 16 * 1024 * 1024;
+/// See [`LINGER_BYTES`].
+const LINGER_TIME: Duration = Duration::from_secs(2);
 /// Room for a chunk-size line before a chunk: 16 hex digits and CRLF.
 const CHUNK_PREFIX: usize = 18;
 
@@ -280,7 +297,7 @@ where
             Next::Head(head) => head,
             Next::Closed => return Ok(()),
             Next::Refused(refusal) => {
-                return write_error(&mut stream, &refusal, timeouts.write_stall).await;
+                return refuse(&mut stream, &refusal, timeouts.write_stall).await;
             }
         };
         if !exchange(
@@ -460,13 +477,34 @@ where
     {
         return;
     }
-    let _ = tokio::time::timeout(REFUSAL_LINGER, async {
+    linger(&mut stream, MAX_HEAD_BYTES, REFUSAL_LINGER).await;
+}
+
+/// Answers `refusal` (closing the writing side), then reads and drops what
+/// the client still sends, up to [`LINGER_BYTES`] and [`LINGER_TIME`],
+/// before the connection closes.
+async fn refuse<T: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut T,
+    refusal: &Refusal,
+    stall: Duration,
+) -> io::Result<()> {
+    write_error(stream, refusal, stall).await?;
+    linger(stream, LINGER_BYTES, LINGER_TIME).await;
+    Ok(())
+}
+
+/// Reads and drops what the client sends until it closes, `max_bytes` have
+/// come, or `max_time` has passed.
+async fn linger<T: AsyncRead + Unpin>(stream: &mut T, max_bytes: usize, max_time: Duration) {
+    let _ = tokio::time::timeout(max_time, async {
         let mut read = 0usize;
-        while read < MAX_HEAD_BYTES {
-            match read_into(&mut stream, &mut Vec::new()).await {
+        let mut dropped = Vec::new();
+        while read < max_bytes {
+            match read_into(stream, &mut dropped).await {
                 Ok(0) | Err(_) => break,
                 Ok(n) => read += n,
             }
+            dropped.clear();
         }
     })
     .await;
@@ -559,7 +597,7 @@ async fn read_body<T: AsyncRead + AsyncWrite + Unpin>(
                     status: 408,
                     error: "the request body did not arrive in time".to_owned(),
                 };
-                write_error(stream, &refusal, timeouts.write_stall).await?;
+                refuse(stream, &refusal, timeouts.write_stall).await?;
                 return Ok(false);
             }
         };
@@ -703,6 +741,12 @@ async fn write_stream<T: AsyncWrite + Unpin>(
         // Serialising a chunk is CPU work: let other connections (a /health
         // probe, a small request) run between chunks of a long body.
         tokio::task::yield_now().await;
+    }
+    if source.cut_short() {
+        // No last chunk: the connection ends, and the client sees the body incomplete.
+        return Err(io::Error::other(
+            "the body was cut short (its message was deleted)",
+        ));
     }
     if chunked {
         write_all(stream, b"0\r\n\r\n", stall).await?;

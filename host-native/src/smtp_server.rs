@@ -228,6 +228,17 @@ async fn read_some(
     stream.read_buf(buffer).await
 }
 
+/// Moves what the client sent during a delay fault into `buffer`, to be read
+/// as if it came now; false when there is nothing.
+fn take_early(early: &mut Vec<u8>, buffer: &mut Vec<u8>) -> bool {
+    if early.is_empty() {
+        return false;
+    }
+    buffer.clear();
+    buffer.extend_from_slice(&std::mem::take(early));
+    true
+}
+
 /// Drives one session until the client quits, goes idle, or the server shuts down.
 async fn connection(tcp: TcpStream, mut context: SmtpContext) -> std::io::Result<()> {
     let mut session = Session::new(context.config.clone());
@@ -235,8 +246,18 @@ async fn connection(tcp: TcpStream, mut context: SmtpContext) -> std::io::Result
     let mut stream = crate::tls::open(tcp, &context, &mut session).await?;
     session.set_faults(context.faults.clone());
     let mut out = Vec::new();
+    // What the client sent during a delay fault: read before the socket.
+    let mut early = Vec::new();
     let opened = session.open();
-    if crate::faults::carry_out(&mut stream, &mut out, opened, context.idle_timeout).await? {
+    if crate::faults::carry_out(
+        &mut stream,
+        &mut out,
+        opened,
+        context.idle_timeout,
+        &mut early,
+    )
+    .await?
+    {
         let _ = stream.shutdown().await;
         return Ok(());
     }
@@ -265,13 +286,17 @@ async fn connection(tcp: TcpStream, mut context: SmtpContext) -> std::io::Result
                 deadline = (at, which);
             }
         }
-        let read = tokio::select! {
+        let read = if take_early(&mut early, &mut buffer) {
+            Ok(Ok(buffer.len()))
+        } else {
+            tokio::select! {
             read = tokio::time::timeout_at(deadline.0, read_some(&mut stream, &mut buffer)) => read,
             changed = context.shutdown.changed(), if !*context.shutdown.borrow() => {
                 if changed.is_err() {
                     break; // The server is gone.
                 }
                 continue;
+            }
             }
         };
         let n = match read {
@@ -315,8 +340,14 @@ async fn connection(tcp: TcpStream, mut context: SmtpContext) -> std::io::Result
                 }
                 Output::Close => close = true,
                 Output::Fault(fired) => {
-                    crate::faults::fired(&mut stream, &mut out, &fired, context.idle_timeout)
-                        .await?
+                    crate::faults::fired(
+                        &mut stream,
+                        &mut out,
+                        &fired,
+                        context.idle_timeout,
+                        &mut early,
+                    )
+                    .await?
                 }
                 Output::StartTls => start_tls = true,
             }

@@ -71,6 +71,12 @@ pub(super) fn decoded_len(body: &[u8], encoding: Encoding) -> usize {
     }
 }
 
+/// Whether `body` can be read as base64 ([`base64_lenient`] decodes it
+/// rather than keeping it as it is).
+pub(super) fn is_base64(body: &[u8]) -> bool {
+    base64_walk(body, |_| {})
+}
+
 /// Decodes `body` as [`base64_lenient`] describes, a group at a time into
 /// `emit`; false when it cannot be base64.
 fn base64_walk(body: &[u8], mut emit: impl FnMut(&[u8])) -> bool {

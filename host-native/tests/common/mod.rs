@@ -1329,3 +1329,16 @@ pub fn swaks_data(transcript: &str) -> Vec<u8> {
     }
     panic!("no DATA in the swaks transcript:\n{transcript}");
 }
+
+impl Smtp {
+    /// An SMTP client on a connection already open, with nothing read from it yet (its first
+    /// reply is the greeting): for a client that writes before it is greeted.
+    pub fn from_stream(stream: TcpStream) -> Smtp {
+        stream.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+        let writer = stream.try_clone().unwrap();
+        Smtp {
+            reader: BufReader::new(stream),
+            writer,
+        }
+    }
+}
