@@ -52,7 +52,7 @@ pub const DEFAULT_EVENT_BUFFER: usize = 100_000;
 /// The smallest event log: one full `deleted` event must fit.
 pub const MIN_EVENT_BUFFER: usize = MAX_IDS_PER_EVENT;
 /// The default of `--max-subscribers`.
-pub const DEFAULT_MAX_SUBSCRIBERS: usize = 1000;
+pub const DEFAULT_MAX_SUBSCRIBERS: usize = 500;
 /// How often an idle stream sends a keep-alive comment, in milliseconds.
 pub const KEEP_ALIVE_MS: u64 = 15_000;
 /// The keep-alive comment, as written on the stream.
