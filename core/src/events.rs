@@ -10,9 +10,11 @@
 //! both O(log n) to take. The host runs the step outside the lock
 //! ([`EventBatch::run`]), where the subscriber's filter and pattern budget
 //! apply to `stored` events. A step ends early once its events hold
-//! [`STEP_BYTES`] of data or it has read [`STEP_READ_BYTES`] of messages,
-//! and the cursor moves past what it went through only: what a stream holds
-//! while its client reads is bounded by bytes, whatever it has fallen behind.
+//! [`STEP_BYTES`] of data or it has taken [`STEP_NANOS`], and before any
+//! message larger than [`LIGHT_MESSAGE_BYTES`] but its first (whose summary
+//! makes a heavy step, [`EventBatch::is_heavy`]); the cursor moves past what
+//! it went through only. So what a stream holds while its client reads is
+//! bounded by bytes, whatever it has fallen behind, and a light step by time.
 //! Its events carry each message's summary and each deletion's JSON as
 //! built once and shared ([`bytes::Bytes`]), and [`SsePieces`] writes them
 //! with their framing as pieces, without copying them.
@@ -36,7 +38,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use bytes::{BufMut, Bytes, BytesMut};
-use imbl::Vector;
+use imbl::shared_ptr::DefaultSharedPtr;
+use imbl::vector::{Focus, Vector};
 
 use crate::budget::{Budget, Clock, StoppedClock};
 use crate::email::Email;
@@ -60,12 +63,19 @@ pub const KEEP_ALIVE: &[u8] = b": keep-alive\n\n";
 /// The most log entries or replayed messages one step looks at.
 pub const STEP_ENTRIES: usize = 256;
 /// A step ends once its events hold this many bytes of data: what a stream
-/// writes at a time, and holds of its own (beyond one event) while its client reads.
-pub const STEP_BYTES: usize = 64 * 1024;
-/// A step reads the messages it sends (for their summaries) up to this
-/// many bytes in all, or one larger message: a step whose first message to
-/// send is larger is heavy ([`EventBatch::is_heavy`]).
-pub const STEP_READ_BYTES: usize = 64 * 1024;
+/// writes at a time (the shared buffers, not copies; as large as this so that
+/// a stream keeping up with a busy server writes, and wakes its client, once
+/// a linger rather than per few events), and the most it pins (beyond one
+/// event) of mail deleted while its client does not read.
+pub const STEP_BYTES: usize = 256 * 1024;
+/// A message larger than this is read (for its summary) in a step of its
+/// own: a heavy one ([`EventBatch::is_heavy`]), which a host runs where a
+/// long computation blocks no one.
+pub const LIGHT_MESSAGE_BYTES: usize = 64 * 1024;
+/// A step ends once it has taken this long (by the host's clock), with
+/// what it has gone through so far: bounds how long a light step holds an
+/// async worker, whatever its entries cost.
+pub const STEP_NANOS: u64 = 1_000_000;
 
 /// The name of one subscriber.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -168,6 +178,15 @@ pub struct SsePieces {
 }
 
 impl SsePieces {
+    /// Room for `events` events without growing.
+    pub fn with_capacity(events: usize) -> SsePieces {
+        SsePieces {
+            framing: BytesMut::with_capacity(events * 64),
+            pieces: Vec::with_capacity(events * 2 + 1),
+            ..SsePieces::default()
+        }
+    }
+
     /// Adds an event.
     pub fn push(&mut self, event: &Event) {
         use std::fmt::Write as _;
@@ -317,10 +336,11 @@ impl EventLog {
         }
     }
 
-    /// The entries from `seq` on; None when they have left the log.
-    fn since(&self, seq: u64) -> Option<Vector<LogEntry>> {
-        let skip = usize::try_from(seq.checked_sub(self.base)?).ok()?;
-        Some(self.entries.skip(skip.min(self.entries.len())))
+    /// Where the entry numbered `seq` is (the length when it is the next
+    /// one); None when it has left the log.
+    fn index(&self, seq: u64) -> Option<usize> {
+        let index = usize::try_from(seq.checked_sub(self.base)?).ok()?;
+        Some(index.min(self.entries.len()))
     }
 
     /// Forgets every entry (no one is subscribed); sequence numbers go on.
@@ -497,14 +517,16 @@ impl Subscribers {
         if position.cursor == head {
             return NextEvents::Idle;
         }
-        match self.log.since(position.cursor) {
+        match self.log.index(position.cursor) {
             None => {
                 self.remove(id);
                 NextEvents::Overflow
             }
-            Some(entries) => NextEvents::Batch(EventBatch {
+            Some(start) => NextEvents::Batch(EventBatch {
                 source: Source::Log {
-                    entries: entries.take(STEP_ENTRIES.min(entries.len())),
+                    // The whole log in O(1), and the range the step may go through.
+                    log: self.log.entries.clone(),
+                    range: start..self.log.entries.len().min(start + STEP_ENTRIES),
                     from: position.cursor,
                     store: store.snapshot(),
                 },
@@ -518,9 +540,11 @@ impl Subscribers {
 /// Where a step's events come from.
 #[derive(Debug)]
 enum Source {
-    /// Live: log entries from sequence number `from`, and the store to find the stored messages in.
+    /// Live: the log's entries in `range`, the first numbered `from`, and the
+    /// store to find the stored messages in.
     Log {
-        entries: Vector<LogEntry>,
+        log: Vector<LogEntry>,
+        range: std::ops::Range<usize>,
         from: u64,
         store: Snapshot,
     },
@@ -551,7 +575,7 @@ impl EventBatch {
     /// How many log entries or stored messages it may look at.
     pub fn entries(&self) -> usize {
         match &self.source {
-            Source::Log { entries, .. } => entries.len(),
+            Source::Log { range, .. } => range.len(),
             Source::Replay { messages, .. } => messages.len(),
         }
     }
@@ -562,8 +586,9 @@ impl EventBatch {
     }
 
     /// Whether running it may take long: a pattern to match, or a first
-    /// message to send larger than [`STEP_READ_BYTES`] to read. A light step
-    /// reads at most [`STEP_READ_BYTES`]; a host may run it where it stands.
+    /// message to send larger than [`LIGHT_MESSAGE_BYTES`] to read. A light
+    /// step reads no such message and ends after [`STEP_NANOS`]; a host may
+    /// run it where it stands.
     pub fn is_heavy(&self) -> bool {
         let filter = &self.follower.filter;
         if filter.has_pattern() {
@@ -582,9 +607,12 @@ impl EventBatch {
                 .take_while(|e| e.id <= *upto)
                 .find(|e| sent(e))
                 .cloned(),
-            Source::Log { entries, store, .. } => {
+            Source::Log {
+                log, range, store, ..
+            } => {
                 let mut from = 0;
-                entries.iter().find_map(|entry| match entry {
+                let entries = log.focus().narrow(range.clone());
+                entries.into_iter().find_map(|entry| match entry {
                     LogEntry::Stored(id) => store
                         .get_ascending(*id, &mut from)
                         .filter(|e| sent(e))
@@ -593,7 +621,7 @@ impl EventBatch {
                 })
             }
         };
-        first.is_some_and(|email| email.raw().len() > STEP_READ_BYTES)
+        first.is_some_and(|email| email.raw().len() > LIGHT_MESSAGE_BYTES)
     }
 
     /// Runs the step: its events, in order, and the subscriber moved on by
@@ -607,18 +635,24 @@ impl EventBatch {
             filter: &follower.filter,
             budget: Budget::new(follower.budget_ns.load(Ordering::Relaxed)),
             clock,
-            ran: Ran::default(),
+            ran: Ran {
+                events: Vec::with_capacity(self.entries()),
+                caught_up: false,
+            },
             bytes: 0,
-            read: 0,
+            sent: false,
+            started: clock.nanos(),
         };
         match self.source {
             Source::Log {
-                entries,
+                log,
+                range,
                 from,
                 store,
             } => {
-                let (went, all) = step.log(&entries, &store);
-                step.ran.caught_up = all && from + entries.len() as u64 == self.head;
+                let len = range.len();
+                let (went, all) = step.log(log.focus().narrow(range), &store);
+                step.ran.caught_up = all && from + len as u64 == self.head;
                 follower.update(|p| p.cursor = from + went as u64);
             }
             Source::Replay { messages, upto } => {
@@ -645,8 +679,10 @@ struct Step<'a> {
     ran: Ran,
     /// Bytes of event data made.
     bytes: usize,
-    /// Bytes of messages read.
-    read: usize,
+    /// Whether it has sent a message (read it for its summary).
+    sent: bool,
+    /// When it started, by `clock`.
+    started: u64,
 }
 
 /// What a step did with one message.
@@ -661,12 +697,17 @@ enum Offered {
 
 impl Step<'_> {
     /// Goes through log entries until a bound: how many it went through, and whether all.
-    fn log(&mut self, entries: &Vector<LogEntry>, store: &Snapshot) -> (usize, bool) {
+    fn log(
+        &mut self,
+        entries: Focus<'_, LogEntry, DefaultSharedPtr>,
+        store: &Snapshot,
+    ) -> (usize, bool) {
+        let len = entries.len();
         // The log names messages in the order they were stored: each is
         // looked up from where the one before it was found.
         let mut from = 0;
-        for (went, entry) in entries.iter().enumerate() {
-            if self.full() {
+        for (went, entry) in entries.into_iter().enumerate() {
+            if went > 0 && self.full() {
                 return (went, false);
             }
             match entry {
@@ -683,7 +724,7 @@ impl Step<'_> {
                 LogEntry::Deleted(deletion) => self.push(Event::Deleted(deletion.json())),
             }
         }
-        (entries.len(), true)
+        (len, true)
     }
 
     /// Goes through replayed messages until a bound: the last one it went
@@ -694,7 +735,7 @@ impl Step<'_> {
             if email.id > upto {
                 return (last, true);
             }
-            if self.full() {
+            if last.is_some() && self.full() {
                 return (last, false);
             }
             match self.offer(email) {
@@ -706,26 +747,29 @@ impl Step<'_> {
         (last, false)
     }
 
-    /// Whether the step's events reached [`STEP_BYTES`] (or its stream ends).
+    /// Whether the step is over: its events reached [`STEP_BYTES`], it has
+    /// taken [`STEP_NANOS`], or its stream ends. Asked before each entry
+    /// after the first.
     fn full(&self) -> bool {
-        self.bytes >= STEP_BYTES || self.ran.events.last().is_some_and(Event::ends_stream)
+        self.bytes >= STEP_BYTES
+            || self.ran.events.last().is_some_and(Event::ends_stream)
+            || self.clock.nanos().saturating_sub(self.started) >= STEP_NANOS
     }
 
-    /// Sends `email` when the filter takes it and the step may read it: the
-    /// first one always, the others while its reading stays within [`STEP_READ_BYTES`].
+    /// Sends `email` when the filter takes it and the step may read it: a
+    /// message over [`LIGHT_MESSAGE_BYTES`] only as the first it sends.
     fn offer(&mut self, email: &Arc<Email>) -> Offered {
-        let size = email.raw().len();
-        let over = self.read > 0 && self.read + size > STEP_READ_BYTES;
-        if over && self.filter.has_pattern() {
+        let later = self.sent && email.raw().len() > LIGHT_MESSAGE_BYTES;
+        if later && self.filter.has_pattern() {
             // Left to the next step before its pattern runs: it is not paid for twice.
             return Offered::Later;
         }
         match self.filter.matches(email, &mut self.budget, self.clock) {
             Ok(true) => {
-                if over {
+                if later {
                     return Offered::Later;
                 }
-                self.read += size;
+                self.sent = true;
                 self.push(Event::Stored {
                     id: email.id,
                     summary: email.summary(),
@@ -776,10 +820,11 @@ mod tests {
         for id in &ids[..MIN_EVENT_BUFFER] {
             log.push(LogEntry::Stored(*id));
         }
-        assert!(log.since(0).is_some());
+        assert_eq!(log.index(0), Some(0));
         log.push(LogEntry::Stored(ids[MIN_EVENT_BUFFER]));
-        assert!(log.since(0).is_none(), "the oldest entry left the log");
-        assert_eq!(log.since(1).map(|e| e.len()), Some(MIN_EVENT_BUFFER));
+        assert_eq!(log.index(0), None, "the oldest entry left the log");
+        assert_eq!(log.index(1), Some(0));
+        assert_eq!(log.entries.len(), MIN_EVENT_BUFFER);
         // One deletion of 1000 ids pushes out 1000 arrivals.
         log.push(LogEntry::Deleted(Arc::new(Deletion {
             ids: ids[..1000].into(),

@@ -140,7 +140,7 @@ impl EventStream {
 
     /// `events` as pieces to write, up to one that ends the stream; None for none.
     fn frame(&mut self, events: &[Event]) -> Option<Vec<Bytes>> {
-        let mut pieces = SsePieces::default();
+        let mut pieces = SsePieces::with_capacity(events.len());
         for event in events {
             pieces.push(event);
             if event.ends_stream() {
@@ -152,8 +152,11 @@ impl EventStream {
     }
 }
 
+/// The keep-alive comment, as pieces.
 fn keep_alive() -> Vec<Bytes> {
-    vec![Bytes::from_static(KEEP_ALIVE)]
+    let mut pieces = SsePieces::default();
+    pieces.push_comment(KEEP_ALIVE);
+    pieces.into_pieces()
 }
 
 impl Drop for EventStream {

@@ -363,33 +363,62 @@ fn a_subscriber_far_behind_catches_up_in_steps_bounded_by_entries_and_bytes() {
 fn a_step_is_heavy_by_the_bytes_it_reads_and_reads_at_most_one_large_message() {
     let mut api = Api::new(ApiConfig::default());
     let sub = subscribe(&mut api, "/api/events", None).id;
-    let big = crate::events::STEP_READ_BYTES + 1;
-    let small = api
-        .deliver_and_wake(message_of("h@x", "small", 100), NOW, [1; 10], &StoppedClock)
-        .id;
-    let large: Vec<MessageId> = (0..2)
-        .map(|i| {
-            let m = message_of("h@x", &format!("large {i}"), big);
-            api.deliver_and_wake(m, NOW, [2; 10], &StoppedClock).id
-        })
-        .collect();
-    // A light step reads the small message and stops before the large one.
+    let big = crate::events::LIGHT_MESSAGE_BYTES + 1;
+    let deliver_of = |api: &mut Api, subject: &str, size: usize| {
+        let m = message_of("h@x", subject, size);
+        api.deliver_and_wake(m, NOW, [1; 10], &StoppedClock).id
+    };
+    let small = deliver_of(&mut api, "small", 100);
+    let large = [
+        deliver_of(&mut api, "large 0", big),
+        deliver_of(&mut api, "large 1", big),
+    ];
+    let after = deliver_of(&mut api, "small after", 100);
+    // A light step sends the small message and stops before the large one.
     let (ran, heavy) = step(&mut api, sub).unwrap();
     assert!(!heavy);
     assert_eq!(stored_ids(&ran.events), [small]);
     assert!(!ran.caught_up);
-    // Each large message is a heavy step of its own.
-    for id in &large {
-        let (ran, heavy) = step(&mut api, sub).unwrap();
-        assert!(heavy, "a first message larger than STEP_READ_BYTES");
-        assert_eq!(stored_ids(&ran.events), [*id]);
-    }
-    assert!(step(&mut api, sub).is_none());
+    // Each large message starts a heavy step, which goes on with small ones only.
+    let (ran, heavy) = step(&mut api, sub).unwrap();
+    assert!(heavy, "a first message larger than LIGHT_MESSAGE_BYTES");
+    assert_eq!(stored_ids(&ran.events), [large[0]]);
+    let (ran, heavy) = step(&mut api, sub).unwrap();
+    assert!(heavy);
+    assert_eq!(stored_ids(&ran.events), [large[1], after]);
+    assert!(ran.caught_up);
     // The same holds for a replay.
     let replaying = subscribe(&mut api, &format!("/api/events?afterId={small}"), None).id;
     let (ran, heavy) = step(&mut api, replaying).unwrap();
     assert!(heavy);
     assert_eq!(stored_ids(&ran.events), [large[0]]);
+}
+
+#[test]
+fn a_step_ends_once_it_has_taken_its_time() {
+    /// A clock that moves a millisecond every time it is read.
+    struct Racing(std::cell::Cell<u64>);
+    impl crate::budget::Clock for Racing {
+        fn nanos(&self) -> u64 {
+            self.0.set(self.0.get() + 1_000_000);
+            self.0.get()
+        }
+    }
+    let mut api = Api::new(ApiConfig::default());
+    let sub = subscribe(&mut api, "/api/events", None).id;
+    let ids: Vec<MessageId> = (0..3)
+        .map(|i| deliver(&mut api, "t@x", &format!("{i}")))
+        .collect();
+    let mut got = Vec::new();
+    for _ in 0..3 {
+        let NextEvents::Batch(batch) = api.next_events(sub) else {
+            panic!("a step")
+        };
+        let ran = batch.run(&Racing(std::cell::Cell::new(0)));
+        assert_eq!(ran.events.len(), 1, "one entry, then its time is up");
+        got.extend(stored_ids(&ran.events));
+    }
+    assert_eq!(got, ids);
 }
 
 #[test]
