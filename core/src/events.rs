@@ -641,6 +641,7 @@ impl EventBatch {
             },
             bytes: 0,
             sent: false,
+            unclocked: 0,
             started: clock.nanos(),
         };
         match self.source {
@@ -681,6 +682,8 @@ struct Step<'a> {
     bytes: usize,
     /// Whether it has sent a message (read it for its summary).
     sent: bool,
+    /// Bytes of the messages sent since the clock was last read.
+    unclocked: usize,
     /// When it started, by `clock`.
     started: u64,
 }
@@ -707,7 +710,7 @@ impl Step<'_> {
         // looked up from where the one before it was found.
         let mut from = 0;
         for (went, entry) in entries.into_iter().enumerate() {
-            if went > 0 && self.full() {
+            if went > 0 && self.full(went) {
                 return (went, false);
             }
             match entry {
@@ -731,11 +734,11 @@ impl Step<'_> {
     /// through, and whether the replay is over (it reached a message past `upto`).
     fn replay(&mut self, messages: &Snapshot, upto: MessageId) -> (Option<MessageId>, bool) {
         let mut last = None;
-        for email in messages.iter() {
+        for (went, email) in messages.iter().enumerate() {
             if email.id > upto {
                 return (last, true);
             }
-            if last.is_some() && self.full() {
+            if went > 0 && self.full(went) {
                 return (last, false);
             }
             match self.offer(email) {
@@ -748,12 +751,19 @@ impl Step<'_> {
     }
 
     /// Whether the step is over: its events reached [`STEP_BYTES`], it has
-    /// taken [`STEP_NANOS`], or its stream ends. Asked before each entry
-    /// after the first.
-    fn full(&self) -> bool {
-        self.bytes >= STEP_BYTES
-            || self.ran.events.last().is_some_and(Event::ends_stream)
-            || self.clock.nanos().saturating_sub(self.started) >= STEP_NANOS
+    /// taken [`STEP_NANOS`], or its stream ends. Asked before the entry
+    /// numbered `went`, after the first. The clock is read every 8 entries,
+    /// or sooner once the messages sent since it was last read hold 32 KiB
+    /// (their summaries may have been built, at a cost that grows with them).
+    fn full(&mut self, went: usize) -> bool {
+        if self.bytes >= STEP_BYTES || self.ran.events.last().is_some_and(Event::ends_stream) {
+            return true;
+        }
+        if !went.is_multiple_of(8) && self.unclocked < 32 * 1024 {
+            return false;
+        }
+        self.unclocked = 0;
+        self.clock.nanos().saturating_sub(self.started) >= STEP_NANOS
     }
 
     /// Sends `email` when the filter takes it and the step may read it: a
@@ -770,6 +780,7 @@ impl Step<'_> {
                     return Offered::Later;
                 }
                 self.sent = true;
+                self.unclocked += email.raw().len();
                 self.push(Event::Stored {
                     id: email.id,
                     summary: email.summary(),
