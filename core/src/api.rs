@@ -32,10 +32,10 @@ use serde::Serialize;
 use crate::budget::{Budget, Clock};
 use crate::email::Email;
 pub use crate::error::ApiError;
+use crate::events::Subscribers;
 pub use crate::events::{
-    Event, EventBatch, NextEvents, Reason, Replay, SubscriberId, Subscription,
+    Event, EventBatch, NextEvents, Ran, Reason, SsePieces, SubscriberId, Subscription,
 };
-use crate::events::{LiveFilter, Subscribers};
 use crate::id::{Entropy, IdGenerator, MessageId};
 pub use crate::job::{Commit, Done, Job};
 use crate::job::{CommitKind, JobKind, WaitFilter, WaitWork, one};
@@ -166,7 +166,7 @@ pub enum Step {
     /// Hold the request open: [`Api::park`] it with the client's handle, in
     /// the same critical section; [`Api::resolve`] or [`Api::expire`] answers it.
     Wait(Parking),
-    /// An event stream: send its replay, then what [`Api::next_events`] gives.
+    /// An event stream: send what [`Api::next_events`] gives (its replay first).
     Subscribe(Subscription),
 }
 
@@ -177,7 +177,7 @@ pub enum Outcome {
     Ready(Response),
     /// Hold the request open: [`Api::park`] it, and a delivery or [`Api::expire`] answers it.
     Wait(Parking),
-    /// An event stream: send its replay, then what [`Api::next_events`] gives.
+    /// An event stream: send what [`Api::next_events`] gives (its replay first).
     Subscribe(Subscription),
 }
 
@@ -354,19 +354,10 @@ impl<W> Api<W> {
                 }
                 // Replay and live events meet here: the replay ends with the
                 // newest message stored now, the cursor starts after it.
-                let replay = match filter.after() {
-                    Some(after) => self.store.snapshot().after(Some(after)),
-                    None => Snapshot::default(),
-                };
-                let live = Arc::new(LiveFilter {
-                    filter,
-                    budget_ns: budget.remaining_ns().into(),
-                });
-                let id = self.subscribers.add(live.clone());
-                Step::Subscribe(Subscription {
-                    id,
-                    replay: Replay::new(replay, live),
-                })
+                let id = self
+                    .subscribers
+                    .add(filter, budget.remaining_ns(), &self.store);
+                Step::Subscribe(Subscription { id })
             }
             CommitKind::Park {
                 filter,
@@ -862,11 +853,12 @@ impl<W> Api<W> {
         self.waits.remove(wait).map(|(_, waiter)| waiter)
     }
 
-    /// What is new for a subscriber: a batch to run outside the lock, or
-    /// nothing yet (wait for [`Api::event_head`] to move), or its end. O(log n).
+    /// What is next for a subscriber: a step of its replay or of the log to
+    /// run outside the lock, or nothing yet (wait for [`Api::event_head`] to
+    /// move), or its end. O(log n). One step at a time: a step taken before
+    /// the last one ran gives the same events again.
     pub fn next_events(&mut self, subscriber: SubscriberId) -> NextEvents {
-        let store = &self.store;
-        self.subscribers.next(subscriber, || store.snapshot())
+        self.subscribers.next(subscriber, &self.store)
     }
 
     /// Ends a subscription; false when it was not open.

@@ -5,12 +5,19 @@
 //! is appended to one bounded [`EventLog`] under the host's lock. That is
 //! O(1) whatever the number of subscribers, so SMTP ingest never waits for
 //! one. Each subscriber has a cursor into the log. Its host asks for what is
-//! new ([`crate::api::Api::next_events`]) and gets an [`EventBatch`]: a slice
-//! of the log and a snapshot of the store, both O(log n) to take. The host
-//! runs the batch outside the lock ([`EventBatch::run`]). The subscriber's
-//! filter and pattern budget apply to `stored` events there, and each
-//! message's summary is serialised once, on the message, for every
-//! subscriber it goes to.
+//! new ([`crate::api::Api::next_events`]) and gets an [`EventBatch`]: one
+//! step of at most [`STEP_ENTRIES`] log entries and a snapshot of the store,
+//! both O(log n) to take. The host runs the step outside the lock
+//! ([`EventBatch::run`]), where the subscriber's filter and pattern budget
+//! apply to `stored` events. A step ends early once its events hold
+//! [`STEP_BYTES`] of data or it has taken [`STEP_NANOS`], and before any
+//! message larger than [`LIGHT_MESSAGE_BYTES`] but its first (whose summary
+//! makes a heavy step, [`EventBatch::is_heavy`]); the cursor moves past what
+//! it went through only. So what a stream holds while its client reads is
+//! bounded by bytes, whatever it has fallen behind, and a light step by time.
+//! Its events carry each message's summary and each deletion's JSON as
+//! built once and shared ([`bytes::Bytes`]), and [`SsePieces`] writes them
+//! with their framing as pieces, without copying them.
 //!
 //! The log is every subscriber's bounded buffer, shared: a subscriber whose
 //! cursor falls off its front (more than its capacity behind) is told
@@ -18,24 +25,28 @@
 //! 1000 messages weighs as much as 1000 arrivals.
 //!
 //! A subscriber that resumes (`Last-Event-ID` or `afterId`) first gets a
-//! [`Replay`] of the messages stored after that id up to the moment it
-//! subscribed, read from a store snapshot at its own pace. Its cursor starts
-//! at that same moment, so replay and live events meet without a gap or a
-//! duplicate.
+//! replay of the messages stored after that id up to the newest one when it
+//! subscribed. The replay holds no snapshot between steps: each step looks
+//! the next messages up in the live store after the last one it went
+//! through (O(log n) under the lock), so a client that stalls pins no mail,
+//! and a message deleted before its turn is not sent (its `deleted` event
+//! comes live). The cursor starts at that same moment, so replay and live
+//! events meet without a gap or a duplicate.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
-use bytes::Bytes;
-use imbl::Vector;
+use bytes::{BufMut, Bytes, BytesMut};
+use imbl::shared_ptr::DefaultSharedPtr;
+use imbl::vector::{Focus, Vector};
 
-use crate::budget::{Budget, Clock};
+use crate::budget::{Budget, Clock, StoppedClock};
+use crate::email::Email;
 use crate::error::ApiError;
 use crate::filter::Filter;
 use crate::id::MessageId;
-use crate::job::LIGHT_MESSAGES;
-use crate::store::Snapshot;
+use crate::store::{Snapshot, Store};
 
 /// The most ids one `deleted` event lists; a larger deletion is several events.
 pub const MAX_IDS_PER_EVENT: usize = 1000;
@@ -44,11 +55,27 @@ pub const DEFAULT_EVENT_BUFFER: usize = 100_000;
 /// The smallest event log: one full `deleted` event must fit.
 pub const MIN_EVENT_BUFFER: usize = MAX_IDS_PER_EVENT;
 /// The default of `--max-subscribers`.
-pub const DEFAULT_MAX_SUBSCRIBERS: usize = 1000;
+pub const DEFAULT_MAX_SUBSCRIBERS: usize = 500;
 /// How often an idle stream sends a keep-alive comment, in milliseconds.
 pub const KEEP_ALIVE_MS: u64 = 15_000;
 /// The keep-alive comment, as written on the stream.
 pub const KEEP_ALIVE: &[u8] = b": keep-alive\n\n";
+/// The most log entries or replayed messages one step looks at.
+pub const STEP_ENTRIES: usize = 256;
+/// A step ends once its events hold this many bytes of data: what a stream
+/// writes at a time (the shared buffers, not copies; as large as this so that
+/// a stream keeping up with a busy server writes, and wakes its client, once
+/// a linger rather than per few events), and the most it pins (beyond one
+/// event) of mail deleted while its client does not read.
+pub const STEP_BYTES: usize = 256 * 1024;
+/// A message larger than this is read (for its summary) in a step of its
+/// own: a heavy one ([`EventBatch::is_heavy`]), which a host runs where a
+/// long computation blocks no one.
+pub const LIGHT_MESSAGE_BYTES: usize = 64 * 1024;
+/// A step ends once it has taken this long (by the host's clock), with
+/// what it has gone through so far: bounds how long a light step holds an
+/// async worker, whatever its entries cost.
+pub const STEP_NANOS: u64 = 1_000_000;
 
 /// The name of one subscriber.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -122,25 +149,101 @@ impl Event {
         }
     }
 
+    /// The JSON data, shared: a clone of the one buffer every subscriber sends.
+    pub fn shared_data(&self) -> Bytes {
+        match self {
+            Event::Stored { summary, .. } => summary.clone(),
+            Event::Deleted(data) | Event::Error(data) => data.clone(),
+            Event::Overflow => Bytes::from_static(OVERFLOW_DATA),
+        }
+    }
+
     /// Whether the stream ends after this event.
     pub fn ends_stream(&self) -> bool {
         matches!(self, Event::Overflow | Event::Error(_))
     }
+}
 
-    /// Appends the event in `text/event-stream` form. The data is JSON
-    /// without line breaks, so it is one `data:` line.
-    pub fn write_sse(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(b"event: ");
-        out.extend_from_slice(self.name().as_bytes());
-        out.push(b'\n');
-        if let Some(id) = self.id() {
-            // Formatted in place: no string per event and subscriber.
-            use std::io::Write as _;
-            let _ = writeln!(out, "id: {id}");
+/// Events in `text/event-stream` form, as pieces to write in order: the
+/// framing of all of them in one small buffer of this stream's own, and
+/// each event's data as the shared buffer it is (never copied). The data is
+/// JSON without line breaks, so each event is one `data:` line.
+#[derive(Debug, Default)]
+pub struct SsePieces {
+    framing: BytesMut,
+    pieces: Vec<Bytes>,
+    len: usize,
+    /// An event's closing blank line is still to write.
+    open: bool,
+}
+
+impl SsePieces {
+    /// Room for `events` events without growing.
+    pub fn with_capacity(events: usize) -> SsePieces {
+        SsePieces {
+            framing: BytesMut::with_capacity(events * 64),
+            pieces: Vec::with_capacity(events * 2 + 1),
+            ..SsePieces::default()
         }
-        out.extend_from_slice(b"data: ");
-        out.extend_from_slice(self.data());
-        out.extend_from_slice(b"\n\n");
+    }
+
+    /// Adds an event.
+    pub fn push(&mut self, event: &Event) {
+        use std::fmt::Write as _;
+        if self.open {
+            self.framing.put_slice(b"\n\n");
+        }
+        self.framing.put_slice(b"event: ");
+        self.framing.put_slice(event.name().as_bytes());
+        self.framing.put_u8(b'\n');
+        if let Some(id) = event.id() {
+            let _ = writeln!(self.framing, "id: {id}");
+        }
+        self.framing.put_slice(b"data: ");
+        self.cut();
+        let data = event.shared_data();
+        self.len += data.len();
+        self.pieces.push(data);
+        self.open = true;
+    }
+
+    /// Adds a comment line (`: keep-alive`), given with its blank line.
+    pub fn push_comment(&mut self, comment: &'static [u8]) {
+        self.close();
+        self.len += comment.len();
+        self.pieces.push(Bytes::from_static(comment));
+    }
+
+    /// How many bytes the pieces hold in all.
+    pub fn len(&self) -> usize {
+        self.len + self.framing.len() + if self.open { 2 } else { 0 }
+    }
+
+    /// Whether there is nothing to write.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The pieces, in the order they are written.
+    pub fn into_pieces(mut self) -> Vec<Bytes> {
+        self.close();
+        self.pieces
+    }
+
+    fn close(&mut self) {
+        if std::mem::take(&mut self.open) {
+            self.framing.put_slice(b"\n\n");
+        }
+        self.cut();
+    }
+
+    /// Moves the framing written so far into a piece (sharing its buffer).
+    fn cut(&mut self) {
+        if !self.framing.is_empty() {
+            let piece = self.framing.split().freeze();
+            self.len += piece.len();
+            self.pieces.push(piece);
+        }
     }
 }
 
@@ -155,18 +258,28 @@ pub(crate) struct Deletion {
 }
 
 impl Deletion {
+    /// The event's JSON: built by the first subscriber that sends it, shared by the others.
     fn json(&self) -> Bytes {
-        self.json
-            .get_or_init(|| {
-                let body = if self.all {
-                    serde_json::json!({ "all": true, "reason": self.reason.as_str() })
-                } else {
-                    let ids: Vec<String> = self.ids.iter().map(MessageId::to_string).collect();
-                    serde_json::json!({ "ids": ids, "reason": self.reason.as_str() })
-                };
-                Bytes::from(body.to_string())
-            })
-            .clone()
+        self.json.get_or_init(|| self.build_json()).clone()
+    }
+
+    /// `{"ids":["...",...],"reason":"..."}` or `{"all":true,"reason":"deleted"}`,
+    /// written straight out: ids are hyphenated UUIDs, nothing to escape.
+    fn build_json(&self) -> Bytes {
+        use std::io::Write as _;
+        let mut out = Vec::with_capacity(40 + self.ids.len() * 39);
+        if self.all {
+            out.extend_from_slice(b"{\"all\":true");
+        } else {
+            out.extend_from_slice(b"{\"ids\":[");
+            for (i, id) in self.ids.iter().enumerate() {
+                let comma = if i > 0 { "," } else { "" };
+                let _ = write!(out, "{comma}\"{id}\"");
+            }
+            out.push(b']');
+        }
+        let _ = write!(out, ",\"reason\":\"{}\"}}", self.reason.as_str());
+        Bytes::from(out)
     }
 }
 
@@ -223,10 +336,11 @@ impl EventLog {
         }
     }
 
-    /// The entries from `seq` on; None when they have left the log.
-    fn since(&self, seq: u64) -> Option<Vector<LogEntry>> {
-        let skip = usize::try_from(seq.checked_sub(self.base)?).ok()?;
-        Some(self.entries.skip(skip.min(self.entries.len())))
+    /// Where the entry numbered `seq` is (the length when it is the next
+    /// one); None when it has left the log.
+    fn index(&self, seq: u64) -> Option<usize> {
+        let index = usize::try_from(seq.checked_sub(self.base)?).ok()?;
+        Some(index.min(self.entries.len()))
     }
 
     /// Forgets every entry (no one is subscribed); sequence numbers go on.
@@ -237,25 +351,46 @@ impl EventLog {
     }
 }
 
-/// A subscriber's filter and what is left of its pattern budget, shared
-/// with the batches that run outside the lock.
-#[derive(Debug)]
-pub(crate) struct LiveFilter {
-    pub(crate) filter: Filter,
-    pub(crate) budget_ns: AtomicU64,
+/// Where a subscriber has got to.
+#[derive(Debug, Clone, Copy)]
+struct Position {
+    /// Its replay, while it lasts.
+    replay: Option<ReplayPosition>,
+    /// The sequence number of the next log entry it has not gone through.
+    cursor: u64,
 }
 
+/// What is left of a replay: the messages after `after`, up to `upto`.
+#[derive(Debug, Clone, Copy)]
+struct ReplayPosition {
+    after: MessageId,
+    upto: MessageId,
+}
+
+/// A subscriber's filter, what is left of its pattern budget and where it
+/// has got to: shared with its steps, which run outside the lock one at a
+/// time and move it on by what they went through.
 #[derive(Debug)]
-struct Subscriber {
-    filter: Arc<LiveFilter>,
-    /// The sequence number of the next log entry it has not been given.
-    cursor: u64,
+struct Follower {
+    filter: Filter,
+    budget_ns: AtomicU64,
+    position: Mutex<Position>,
+}
+
+impl Follower {
+    fn position(&self) -> Position {
+        *self.position.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn update(&self, f: impl FnOnce(&mut Position)) {
+        f(&mut self.position.lock().unwrap_or_else(PoisonError::into_inner));
+    }
 }
 
 /// The open subscriptions and the log they read.
 #[derive(Debug)]
 pub(crate) struct Subscribers {
-    open: BTreeMap<SubscriberId, Subscriber>,
+    open: BTreeMap<SubscriberId, Arc<Follower>>,
     next: u64,
     log: EventLog,
 }
@@ -263,7 +398,7 @@ pub(crate) struct Subscribers {
 /// What [`crate::api::Api::next_events`] has for a subscriber.
 #[derive(Debug)]
 pub enum NextEvents {
-    /// Changes to turn into events outside the lock ([`EventBatch::run`]).
+    /// A step to turn into events outside the lock ([`EventBatch::run`]).
     Batch(EventBatch),
     /// Nothing new: wait until the log's head ([`crate::api::Api::event_head`]) moves.
     Idle,
@@ -290,11 +425,25 @@ impl Subscribers {
         self.log.head()
     }
 
-    pub(crate) fn add(&mut self, filter: Arc<LiveFilter>) -> SubscriberId {
+    /// Subscribes with `filter` from now on, after a replay of the messages
+    /// after `filter.after()` up to the newest one in `store`.
+    pub(crate) fn add(&mut self, filter: Filter, budget_ns: u64, store: &Store) -> SubscriberId {
         let id = SubscriberId(self.next);
         self.next += 1;
-        let cursor = self.log.head();
-        self.open.insert(id, Subscriber { filter, cursor });
+        let replay = filter.after().and_then(|after| {
+            let upto = store.newest().filter(|newest| *newest > after)?;
+            Some(ReplayPosition { after, upto })
+        });
+        let position = Position {
+            replay,
+            cursor: self.log.head(),
+        };
+        let follower = Follower {
+            filter,
+            budget_ns: budget_ns.into(),
+            position: Mutex::new(position),
+        };
+        self.open.insert(id, Arc::new(follower));
         id
     }
 
@@ -339,138 +488,316 @@ impl Subscribers {
         }
     }
 
-    /// What is new for `id`, reading the store through `store` (taken only when there is something).
-    pub(crate) fn next(
-        &mut self,
-        id: SubscriberId,
-        store: impl FnOnce() -> Snapshot,
-    ) -> NextEvents {
+    /// The next step for `id`: of its replay, read from `store`, then of the log. O(log n).
+    pub(crate) fn next(&mut self, id: SubscriberId, store: &Store) -> NextEvents {
         let head = self.log.head();
-        let Some(subscriber) = self.open.get_mut(&id) else {
+        let Some(follower) = self.open.get(&id).cloned() else {
             return NextEvents::Ended;
         };
-        if subscriber.cursor == head {
+        let position = follower.position();
+        if let Some(replay) = position.replay {
+            let messages = store
+                .snapshot()
+                .after(Some(replay.after))
+                .split_at(STEP_ENTRIES)
+                .0;
+            if messages.iter().next().is_some_and(|e| e.id <= replay.upto) {
+                return NextEvents::Batch(EventBatch {
+                    source: Source::Replay {
+                        messages,
+                        upto: replay.upto,
+                    },
+                    follower,
+                    head,
+                });
+            }
+            // Nothing left up to where the log takes over.
+            follower.update(|p| p.replay = None);
+        }
+        if position.cursor == head {
             return NextEvents::Idle;
         }
-        match self.log.since(subscriber.cursor) {
+        match self.log.index(position.cursor) {
             None => {
                 self.remove(id);
                 NextEvents::Overflow
             }
-            Some(entries) => {
-                subscriber.cursor = head;
-                NextEvents::Batch(EventBatch {
-                    source: Source::Log {
-                        entries,
-                        store: store(),
-                    },
-                    filter: subscriber.filter.clone(),
-                    head,
-                })
-            }
+            Some(start) => NextEvents::Batch(EventBatch {
+                source: Source::Log {
+                    // The whole log in O(1), and the range the step may go through.
+                    log: self.log.entries.clone(),
+                    range: start..self.log.entries.len().min(start + STEP_ENTRIES),
+                    from: position.cursor,
+                    store: store.snapshot(),
+                },
+                follower,
+                head,
+            }),
         }
     }
 }
 
-/// Where a batch's events come from.
+/// Where a step's events come from.
 #[derive(Debug)]
 enum Source {
-    /// Live: log entries, and the store to find the stored messages in.
+    /// Live: the log's entries in `range`, the first numbered `from`, and the
+    /// store to find the stored messages in.
     Log {
-        entries: Vector<LogEntry>,
+        log: Vector<LogEntry>,
+        range: std::ops::Range<usize>,
+        from: u64,
         store: Snapshot,
     },
-    /// Replay: stored messages.
-    Stored(Snapshot),
+    /// Replay: the next stored messages, up to `upto`.
+    Replay { messages: Snapshot, upto: MessageId },
 }
 
-/// Changes to turn into one subscriber's events, outside the lock.
+/// One step of one subscriber's stream, to turn into events outside the lock.
 #[derive(Debug)]
 pub struct EventBatch {
     source: Source,
-    filter: Arc<LiveFilter>,
-    /// The log head the subscriber's cursor is at after this batch.
+    follower: Arc<Follower>,
+    /// The log's head when the step was taken.
     head: u64,
 }
 
+/// What one step made.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Ran {
+    /// Its events, in order.
+    pub events: Vec<Event>,
+    /// Whether the subscriber went through the log up to [`EventBatch::head`]: until the head
+    /// moves past it there is nothing new. False while more is waiting (ask again at once).
+    pub caught_up: bool,
+}
+
 impl EventBatch {
-    /// How many log entries or stored messages it covers.
+    /// How many log entries or stored messages it may look at.
     pub fn entries(&self) -> usize {
         match &self.source {
-            Source::Log { entries, .. } => entries.len(),
-            Source::Stored(messages) => messages.len(),
+            Source::Log { range, .. } => range.len(),
+            Source::Replay { messages, .. } => messages.len(),
         }
     }
 
-    /// The log head ([`crate::api::Api::event_head`]) this batch reaches; 0 for a replay.
+    /// The log's head ([`crate::api::Api::event_head`]) when the step was taken.
     pub fn head(&self) -> u64 {
         self.head
     }
 
-    /// Whether running it may take long: a pattern to match, or more than
-    /// [`LIGHT_MESSAGES`] entries. A host may run light batches where it stands.
+    /// Whether running it may take long: a pattern to match, or a first
+    /// message to send larger than [`LIGHT_MESSAGE_BYTES`] to read. A light
+    /// step reads no such message and ends after [`STEP_NANOS`]; a host may
+    /// run it where it stands.
     pub fn is_heavy(&self) -> bool {
-        let len = match &self.source {
-            Source::Log { entries, .. } => entries.len(),
-            Source::Stored(messages) => messages.len(),
+        let filter = &self.follower.filter;
+        if filter.has_pattern() {
+            return true;
+        }
+        // Without a pattern, the filter costs O(1) a message and no budget.
+        let sent = |email: &Arc<Email>| {
+            let mut budget = Budget::new(u64::MAX);
+            filter
+                .matches(email, &mut budget, &StoppedClock)
+                .unwrap_or(false)
         };
-        self.filter.filter.has_pattern() || len > LIGHT_MESSAGES
+        let first = match &self.source {
+            Source::Replay { messages, upto } => messages
+                .iter()
+                .take_while(|e| e.id <= *upto)
+                .find(|e| sent(e))
+                .cloned(),
+            Source::Log {
+                log, range, store, ..
+            } => {
+                let mut from = 0;
+                let entries = log.focus().narrow(range.clone());
+                entries.into_iter().find_map(|entry| match entry {
+                    LogEntry::Stored(id) => store
+                        .get_ascending(*id, &mut from)
+                        .filter(|e| sent(e))
+                        .cloned(),
+                    LogEntry::Deleted(_) => None,
+                })
+            }
+        };
+        first.is_some_and(|email| email.raw().len() > LIGHT_MESSAGE_BYTES)
     }
 
-    /// The events, in order. A `stored` event is made only for a message
+    /// Runs the step: its events, in order, and the subscriber moved on by
+    /// what it went through. A `stored` event is made only for a message
     /// still stored (one deleted since comes with its `deleted` event) that
     /// the subscriber's filter matches. When the pattern budget runs out the
     /// last event is an [`Event::Error`] and the stream is to end.
-    pub fn run(self, clock: &dyn Clock) -> Vec<Event> {
-        let live = &self.filter;
-        let mut budget = Budget::new(live.budget_ns.load(Ordering::Relaxed));
-        let mut events = Vec::new();
-        let mut offer = |email: &Arc<crate::email::Email>, events: &mut Vec<Event>| match live
-            .filter
-            .matches(email, &mut budget, clock)
-        {
+    pub fn run(self, clock: &dyn Clock) -> Ran {
+        let follower = &self.follower;
+        let mut step = Step {
+            filter: &follower.filter,
+            budget: Budget::new(follower.budget_ns.load(Ordering::Relaxed)),
+            clock,
+            ran: Ran {
+                events: Vec::with_capacity(self.entries()),
+                caught_up: false,
+            },
+            bytes: 0,
+            sent: false,
+            unclocked: 0,
+            started: clock.nanos(),
+        };
+        match self.source {
+            Source::Log {
+                log,
+                range,
+                from,
+                store,
+            } => {
+                let len = range.len();
+                let (went, all) = step.log(log.focus().narrow(range), &store);
+                step.ran.caught_up = all && from + len as u64 == self.head;
+                follower.update(|p| p.cursor = from + went as u64);
+            }
+            Source::Replay { messages, upto } => {
+                let (last, done) = step.replay(&messages, upto);
+                follower.update(|p| match (done, last, p.replay.as_mut()) {
+                    (true, _, _) => p.replay = None,
+                    (false, Some(last), Some(replay)) => replay.after = last,
+                    _ => {}
+                });
+            }
+        }
+        follower
+            .budget_ns
+            .store(step.budget.remaining_ns(), Ordering::Relaxed);
+        step.ran
+    }
+}
+
+/// A step as it runs: what it made, and what it has used of its bounds.
+struct Step<'a> {
+    filter: &'a Filter,
+    budget: Budget,
+    clock: &'a dyn Clock,
+    ran: Ran,
+    /// Bytes of event data made.
+    bytes: usize,
+    /// Whether it has sent a message (read it for its summary).
+    sent: bool,
+    /// Bytes of the messages sent since the clock was last read.
+    unclocked: usize,
+    /// When it started, by `clock`.
+    started: u64,
+}
+
+/// What a step did with one message.
+enum Offered {
+    /// Sent or filtered out: go on.
+    Done,
+    /// Not taken: it would read past the step's bound (it starts the next step).
+    Later,
+    /// The pattern budget ran out: an error event ends the stream.
+    Failed,
+}
+
+impl Step<'_> {
+    /// Goes through log entries until a bound: how many it went through, and whether all.
+    fn log(
+        &mut self,
+        entries: Focus<'_, LogEntry, DefaultSharedPtr>,
+        store: &Snapshot,
+    ) -> (usize, bool) {
+        let len = entries.len();
+        // The log names messages in the order they were stored: each is
+        // looked up from where the one before it was found.
+        let mut from = 0;
+        for (went, entry) in entries.into_iter().enumerate() {
+            if went > 0 && self.full(went) {
+                return (went, false);
+            }
+            match entry {
+                LogEntry::Stored(id) => {
+                    let Some(email) = store.get_ascending(*id, &mut from) else {
+                        continue;
+                    };
+                    match self.offer(email) {
+                        Offered::Done => {}
+                        Offered::Later => return (went, false),
+                        Offered::Failed => return (went + 1, false),
+                    }
+                }
+                LogEntry::Deleted(deletion) => self.push(Event::Deleted(deletion.json())),
+            }
+        }
+        (len, true)
+    }
+
+    /// Goes through replayed messages until a bound: the last one it went
+    /// through, and whether the replay is over (it reached a message past `upto`).
+    fn replay(&mut self, messages: &Snapshot, upto: MessageId) -> (Option<MessageId>, bool) {
+        let mut last = None;
+        for (went, email) in messages.iter().enumerate() {
+            if email.id > upto {
+                return (last, true);
+            }
+            if went > 0 && self.full(went) {
+                return (last, false);
+            }
+            match self.offer(email) {
+                Offered::Done => last = Some(email.id),
+                Offered::Later => return (last, false),
+                Offered::Failed => return (Some(email.id), true),
+            }
+        }
+        (last, false)
+    }
+
+    /// Whether the step is over: its events reached [`STEP_BYTES`], it has
+    /// taken [`STEP_NANOS`], or its stream ends. Asked before the entry
+    /// numbered `went`, after the first. The clock is read every 8 entries,
+    /// or sooner once the messages sent since it was last read hold 32 KiB
+    /// (their summaries may have been built, at a cost that grows with them).
+    fn full(&mut self, went: usize) -> bool {
+        if self.bytes >= STEP_BYTES || self.ran.events.last().is_some_and(Event::ends_stream) {
+            return true;
+        }
+        if !went.is_multiple_of(8) && self.unclocked < 32 * 1024 {
+            return false;
+        }
+        self.unclocked = 0;
+        self.clock.nanos().saturating_sub(self.started) >= STEP_NANOS
+    }
+
+    /// Sends `email` when the filter takes it and the step may read it: a
+    /// message over [`LIGHT_MESSAGE_BYTES`] only as the first it sends.
+    fn offer(&mut self, email: &Arc<Email>) -> Offered {
+        let later = self.sent && email.raw().len() > LIGHT_MESSAGE_BYTES;
+        if later && self.filter.has_pattern() {
+            // Left to the next step before its pattern runs: it is not paid for twice.
+            return Offered::Later;
+        }
+        match self.filter.matches(email, &mut self.budget, self.clock) {
             Ok(true) => {
-                events.push(Event::Stored {
+                if later {
+                    return Offered::Later;
+                }
+                self.sent = true;
+                self.unclocked += email.raw().len();
+                self.push(Event::Stored {
                     id: email.id,
                     summary: email.summary(),
                 });
-                true
+                Offered::Done
             }
-            Ok(false) => true,
+            Ok(false) => Offered::Done,
             Err(e) => {
-                events.push(error_event(&e));
-                false
-            }
-        };
-        match &self.source {
-            Source::Log { entries, store } => {
-                // The log names messages in the order they were stored: each
-                // is looked up from where the one before it was found.
-                let mut from = 0;
-                for entry in entries {
-                    match entry {
-                        LogEntry::Stored(id) => {
-                            if let Some(email) = store.get_ascending(*id, &mut from)
-                                && !offer(email, &mut events)
-                            {
-                                break;
-                            }
-                        }
-                        LogEntry::Deleted(deletion) => events.push(Event::Deleted(deletion.json())),
-                    }
-                }
-            }
-            Source::Stored(messages) => {
-                for email in messages.iter() {
-                    if !offer(email, &mut events) {
-                        break;
-                    }
-                }
+                self.push(error_event(&e));
+                Offered::Failed
             }
         }
-        live.budget_ns
-            .store(budget.remaining_ns(), Ordering::Relaxed);
-        events
+    }
+
+    fn push(&mut self, event: Event) {
+        self.bytes += event.data().len();
+        self.ran.events.push(event);
     }
 }
 
@@ -480,56 +807,12 @@ fn error_event(e: &ApiError) -> Event {
     ))
 }
 
-/// The stored messages a resuming subscriber is owed before its live events.
-#[derive(Debug)]
-pub struct Replay {
-    messages: Snapshot,
-    filter: Arc<LiveFilter>,
-}
-
-impl Replay {
-    pub(crate) fn new(messages: Snapshot, filter: Arc<LiveFilter>) -> Replay {
-        Replay { messages, filter }
-    }
-
-    /// A replay of nothing.
-    pub fn empty() -> Replay {
-        Replay {
-            messages: Snapshot::default(),
-            filter: Arc::new(LiveFilter {
-                filter: Filter::default(),
-                budget_ns: AtomicU64::new(0),
-            }),
-        }
-    }
-
-    /// How many messages are still to look at.
-    pub fn remaining(&self) -> usize {
-        self.messages.len()
-    }
-
-    /// The next at most `max_messages` messages to look at; None when the replay is over.
-    pub fn next_batch(&mut self, max_messages: usize) -> Option<EventBatch> {
-        if self.messages.is_empty() {
-            return None;
-        }
-        let (now, later) = std::mem::take(&mut self.messages).split_at(max_messages.max(1));
-        self.messages = later;
-        Some(EventBatch {
-            source: Source::Stored(now),
-            filter: self.filter.clone(),
-            head: 0,
-        })
-    }
-}
-
-/// A new subscription: its id, and what it is owed from the store first.
+/// A new subscription: its id. Its replay, if it resumes, comes first from
+/// [`crate::api::Api::next_events`], then its live events.
 #[derive(Debug)]
 pub struct Subscription {
     /// Names it in [`crate::api::Api::next_events`] and [`crate::api::Api::unsubscribe`].
     pub id: SubscriberId,
-    /// The stored messages after the resume id, up to the subscription; empty without one.
-    pub replay: Replay,
 }
 
 #[cfg(test)]
@@ -548,10 +831,11 @@ mod tests {
         for id in &ids[..MIN_EVENT_BUFFER] {
             log.push(LogEntry::Stored(*id));
         }
-        assert!(log.since(0).is_some());
+        assert_eq!(log.index(0), Some(0));
         log.push(LogEntry::Stored(ids[MIN_EVENT_BUFFER]));
-        assert!(log.since(0).is_none(), "the oldest entry left the log");
-        assert_eq!(log.since(1).map(|e| e.len()), Some(MIN_EVENT_BUFFER));
+        assert_eq!(log.index(0), None, "the oldest entry left the log");
+        assert_eq!(log.index(1), Some(0));
+        assert_eq!(log.entries.len(), MIN_EVENT_BUFFER);
         // One deletion of 1000 ids pushes out 1000 arrivals.
         log.push(LogEntry::Deleted(Arc::new(Deletion {
             ids: ids[..1000].into(),
@@ -563,23 +847,67 @@ mod tests {
         assert_eq!(log.weight, 1000);
     }
 
+    fn joined(pieces: SsePieces) -> String {
+        let bytes: Vec<u8> = pieces.into_pieces().concat();
+        String::from_utf8(bytes).unwrap()
+    }
+
     #[test]
     fn sse_framing() {
         let id = ids(1)[0];
-        let mut out = Vec::new();
-        Event::Stored {
+        let mut pieces = SsePieces::default();
+        assert!(pieces.is_empty());
+        pieces.push(&Event::Stored {
             id,
             summary: Bytes::from_static(b"{\"a\":1}"),
-        }
-        .write_sse(&mut out);
-        Event::Overflow.write_sse(&mut out);
-        let text = String::from_utf8(out).unwrap();
+        });
+        pieces.push(&Event::Overflow);
+        let len = pieces.len();
+        let text = joined(pieces);
         assert_eq!(
             text,
             format!(
                 "event: stored\nid: {id}\ndata: {{\"a\":1}}\n\nevent: overflow\ndata: {}\n\n",
                 std::str::from_utf8(OVERFLOW_DATA).unwrap()
             )
+        );
+        assert_eq!(len, text.len());
+        let mut pieces = SsePieces::default();
+        pieces.push(&Event::Deleted(Bytes::from_static(b"{}")));
+        pieces.push_comment(KEEP_ALIVE);
+        assert_eq!(
+            joined(pieces),
+            "event: deleted\ndata: {}\n\n: keep-alive\n\n"
+        );
+    }
+
+    #[test]
+    fn sse_pieces_share_the_data_they_write() {
+        let summary = Bytes::from(vec![b'x'; 100_000]);
+        let event = Event::Stored {
+            id: ids(1)[0],
+            summary: summary.clone(),
+        };
+        let mut pieces = SsePieces::default();
+        pieces.push(&event);
+        pieces.push(&event);
+        let pieces = pieces.into_pieces();
+        let shared = pieces
+            .iter()
+            .filter(|p| p.as_ptr() == summary.as_ptr())
+            .count();
+        assert_eq!(
+            shared, 2,
+            "the summary is written as itself, twice, never copied"
+        );
+        let own: usize = pieces
+            .iter()
+            .filter(|p| p.as_ptr() != summary.as_ptr())
+            .map(Bytes::len)
+            .sum();
+        assert!(
+            own < 200,
+            "only the framing is the stream's own: {own} bytes"
         );
     }
 

@@ -430,8 +430,14 @@ fn read_stored_event(reader: &mut BufReader<TcpStream>) {
 }
 
 fn idle_subscribers(count: usize) -> (u64, u64, u64) {
-    let cap = (count + 100).to_string();
-    let mailjar = Mailjar::start(&["--max-http-connections", &cap, "--max-subscribers", &cap]);
+    // Streams may take at most half of the HTTP connections.
+    let (connections, cap) = ((2 * count + 100).to_string(), (count + 100).to_string());
+    let mailjar = Mailjar::start(&[
+        "--max-http-connections",
+        &connections,
+        "--max-subscribers",
+        &cap,
+    ]);
     std::thread::sleep(Duration::from_millis(200));
     let idle = rss(mailjar.pid());
     let streams: Vec<_> = (0..count).map(|_| subscribe(mailjar.http, "")).collect();

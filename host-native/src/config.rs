@@ -69,7 +69,7 @@ pub struct Settings {
     /// Most HTTP waits parked at once; past it a new wait gets 503 "too many waits".
     #[arg(long, env = "MAILJAR_MAX_WAITS", default_value_t = mailjar_core::api::DEFAULT_MAX_WAITS)]
     pub max_waits: usize,
-    /// Most event streams (GET /api/events) open at once; past it a new one gets 503 "too many subscribers".
+    /// Most event streams (GET /api/events) open at once, and never more than half of --max-http-connections (the rest is kept for the API and the UI); past it a new one gets 503 "too many subscribers".
     #[arg(long, env = "MAILJAR_MAX_SUBSCRIBERS", default_value_t = mailjar_core::events::DEFAULT_MAX_SUBSCRIBERS)]
     pub max_subscribers: usize,
     /// How far an event stream may fall behind, in message ids, before it gets `overflow` and is closed (at least 1000).
@@ -170,6 +170,19 @@ impl Settings {
         Settings::from_arg_matches(&command.get_matches()).unwrap_or_else(|e| e.exit())
     }
 
+    /// How many event streams may be open at once: `--max-subscribers`, and
+    /// never more than half of `--max-http-connections`. A stream holds its
+    /// connection for as long as its client listens and is never reclaimed
+    /// like an idle one, so the other half is kept for `/health`, DELETE and the UI.
+    pub fn stream_slots(&self) -> usize {
+        self.max_subscribers.min(self.max_http_connections / 2)
+    }
+
+    /// The HTTP connections event streams can never take.
+    pub fn reserved_http_connections(&self) -> usize {
+        self.max_http_connections - self.stream_slots()
+    }
+
     /// Checks what clap cannot: limits that must be positive and consistent.
     pub fn validate(&self) -> Result<(), String> {
         let positive = [
@@ -256,7 +269,11 @@ mod tests {
         assert_eq!(s.max_inflight_bytes, 256 * 1024 * 1024);
         assert_eq!(s.http_body_timeout, Duration::from_secs(10));
         assert_eq!(s.max_http_connections, 1000);
-        assert_eq!(s.max_subscribers, 1000);
+        assert_eq!(s.max_subscribers, 500);
+        assert_eq!(
+            (s.stream_slots(), s.reserved_http_connections()),
+            (500, 500)
+        );
         assert_eq!(s.event_buffer, 100_000);
         assert_eq!(s.validate(), Ok(()));
     }
@@ -289,6 +306,11 @@ mod tests {
         assert!(s.validate().unwrap_err().contains("--event-buffer"));
         let s = Settings::parse_from(["mailjar", "--max-subscribers", "0"]);
         assert!(s.validate().unwrap_err().contains("--max-subscribers"));
+        // Streams never take more than half the HTTP connections.
+        let s = Settings::parse_from(["mailjar", "--max-http-connections", "40"]);
+        assert_eq!((s.stream_slots(), s.reserved_http_connections()), (20, 20));
+        let s = Settings::parse_from(["mailjar", "--max-subscribers", "5"]);
+        assert_eq!((s.stream_slots(), s.reserved_http_connections()), (5, 995));
         let s = Settings::parse_from(["mailjar", "--max-age", "0s"]);
         assert!(s.validate().unwrap_err().contains("--max-age"));
         let s = Settings::parse_from(["mailjar", "--max-age", "24h"]);

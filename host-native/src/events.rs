@@ -1,43 +1,51 @@
 //! `GET /api/events` on the wire: a subscription's replay, then its live
 //! events, as `text/event-stream`, with a keep-alive comment while idle.
 //!
-//! The stream is pulled by the HTTP driver one write at a time, so a client
-//! that reads slowly slows only its own stream; meanwhile the event log goes
-//! on without it, and when it falls too far behind the core ends it with
-//! `overflow`. Dropping the stream (the client left, the server stops) ends
-//! the subscription.
+//! The stream is pulled by the HTTP driver one write at a time, and each
+//! write is one step of the core's ([`mailjar_core::events`]): at most
+//! [`STEP_BYTES`] of events (plus one), written as pieces of the summaries
+//! and deletion lists every stream shares, never copied. A client that reads
+//! slowly slows only its own stream and holds one step; meanwhile the event
+//! log goes on without it, and when it falls too far behind the core ends it
+//! with `overflow`. A stream that has more to send yields to other tasks
+//! between steps, and a step that reads large messages runs on the blocking
+//! pool. Dropping the stream (the client left, the server stops) ends the
+//! subscription.
+//!
+//! [`STEP_BYTES`]: mailjar_core::events::STEP_BYTES
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use mailjar_core::api::{Event, SubscriberId, Subscription};
+use bytes::Bytes;
+use mailjar_core::api::{Event, SsePieces, SubscriberId, Subscription};
 use mailjar_core::events::{KEEP_ALIVE, KEEP_ALIVE_MS};
 use tokio::sync::watch;
 
 use crate::http1::{LiveNext, LiveSource};
 use crate::state::{Sendable, Shared};
 
-/// How many stored messages one step of a replay looks at.
-const REPLAY_BATCH: usize = 256;
-
-/// How long a stream waits before its next look at the log when its last
-/// look found more than one new entry: mail is arriving faster than it
-/// drains, and each write wakes its client, so it takes a few milliseconds'
-/// worth of events per write instead of one. A stream whose looks find one
-/// entry at a time (a test sending one message and waiting for its event)
-/// is never delayed.
+/// How long a stream waits before its next look at the log when, since it
+/// last caught up, it has sent more than one event: mail is arriving faster
+/// than it drains, and each write wakes its client, so it takes a few
+/// milliseconds' worth of events per write instead of one. A stream whose
+/// looks find one event at a time (a test sending one message and waiting
+/// for its event) is never delayed.
 const LINGER: Duration = Duration::from_millis(20);
 
 /// One subscriber's stream.
 pub struct EventStream {
     shared: Arc<Shared>,
     id: SubscriberId,
-    replay: mailjar_core::api::Replay,
     head: watch::Receiver<u64>,
-    /// The log head its last batch reached: it has news when the published head passes it.
-    seen: u64,
-    /// Its last look found more than one entry: wait [`LINGER`] before the next.
+    /// The log head it has caught up with: it has news when the published head passes it.
+    seen: Option<u64>,
+    /// Events sent since it last caught up.
+    burst: usize,
+    /// Wait [`LINGER`] before the next look.
     linger: bool,
+    /// Its last step left more to send: take the next one at once (after a yield).
+    more: bool,
     ended: bool,
 }
 
@@ -47,69 +55,76 @@ impl EventStream {
         let head = shared.event_head();
         EventStream {
             id: subscription.id,
-            replay: subscription.replay,
             shared,
             head,
-            seen: 0,
+            seen: None,
+            burst: 0,
             linger: false,
+            // A replay, if it resumes, is waiting.
+            more: true,
             ended: false,
         }
     }
 
-    /// The next bytes to write: events, or a keep-alive comment after
-    /// [`KEEP_ALIVE_MS`] without any; None when the stream is over.
-    pub async fn next_bytes(&mut self) -> Option<Vec<u8>> {
-        if self.ended {
-            return None;
-        }
-        let mut out = Vec::new();
-        while let Some(batch) = self.replay.next_batch(REPLAY_BATCH) {
-            let events = self.shared.run_events(batch).await;
-            self.frame(&events, &mut out);
-            if !out.is_empty() {
-                return Some(out);
-            }
-        }
+    /// The next pieces to write: one step's events, or a keep-alive comment
+    /// after [`KEEP_ALIVE_MS`] without any; None when the stream is over.
+    pub async fn next_pieces(&mut self) -> Option<Vec<Bytes>> {
         loop {
+            if self.ended {
+                return None;
+            }
+            if self.more {
+                // Between the steps of a long catch-up: let other tasks run.
+                tokio::task::yield_now().await;
+            }
             // Marked seen before looking: a change after the look wakes us.
             let published = *self.head.borrow_and_update();
-            if published <= self.seen {
-                // Nothing published past what the last batch took: no need to ask.
-                if !self.idle().await {
-                    return Some(KEEP_ALIVE.to_vec());
+            if !self.more {
+                if self.seen.is_some_and(|seen| published <= seen) {
+                    // Nothing published past what it has: no need to ask.
+                    if !self.idle().await {
+                        return Some(keep_alive());
+                    }
+                    continue;
                 }
-                continue;
-            }
-            if self.linger {
-                tokio::time::sleep(LINGER).await;
+                if std::mem::take(&mut self.linger) {
+                    tokio::time::sleep(LINGER).await;
+                }
             }
             match self.shared.next_events(self.id).await {
-                Sendable::Events(events, head, entries) => {
-                    self.seen = head;
-                    self.linger = entries > 1;
-                    self.frame(&events, &mut out);
-                    if !out.is_empty() {
-                        return Some(out);
+                Sendable::Events(ran, head) => {
+                    self.more = !ran.caught_up;
+                    self.burst += ran.events.len();
+                    if ran.caught_up {
+                        self.caught_up(head);
+                    }
+                    if let Some(pieces) = self.frame(&ran.events) {
+                        return Some(pieces);
                     }
                 }
                 Sendable::Idle => {
-                    self.seen = published;
-                    self.linger = false;
+                    self.more = false;
+                    self.caught_up(published);
                     if !self.idle().await {
-                        return Some(KEEP_ALIVE.to_vec());
+                        return Some(keep_alive());
                     }
                 }
                 Sendable::End(last) => {
                     self.ended = true;
-                    last.as_ref()?.write_sse(&mut out);
-                    return Some(out);
+                    return self.frame(&[last?]);
                 }
             }
         }
     }
 
+    /// It has everything up to log head `head`.
+    fn caught_up(&mut self, head: u64) {
+        self.seen = Some(head);
+        self.linger = std::mem::take(&mut self.burst) > 1;
+    }
+
     /// Waits for the published head to move: true when it did (or the server
-    /// stopped: the next look ends the stream), false after the keep-alive interval.
+    /// stopped: the stream ends), false after the keep-alive interval.
     async fn idle(&mut self) -> bool {
         let keep_alive = Duration::from_millis(KEEP_ALIVE_MS);
         tokio::select! {
@@ -123,21 +138,25 @@ impl EventStream {
         }
     }
 
-    /// Writes `events` to `out`, up to one that ends the stream.
-    fn frame(&mut self, events: &[Event], out: &mut Vec<u8>) {
-        // Room for all of them at once (an event's name, id and framing take
-        // well under 64 bytes): a large batch is not copied as it grows.
-        out.reserve(events.iter().map(|e| e.data().len() + 64).sum());
+    /// `events` as pieces to write, up to one that ends the stream; None for none.
+    fn frame(&mut self, events: &[Event]) -> Option<Vec<Bytes>> {
+        let mut pieces = SsePieces::with_capacity(events.len());
         for event in events {
-            event.write_sse(out);
+            pieces.push(event);
             if event.ends_stream() {
                 self.ended = true;
-                // No more replay after an error.
-                self.replay = mailjar_core::api::Replay::empty();
                 break;
             }
         }
+        (!pieces.is_empty()).then(|| pieces.into_pieces())
     }
+}
+
+/// The keep-alive comment, as pieces.
+fn keep_alive() -> Vec<Bytes> {
+    let mut pieces = SsePieces::default();
+    pieces.push_comment(KEEP_ALIVE);
+    pieces.into_pieces()
 }
 
 impl Drop for EventStream {
@@ -149,8 +168,8 @@ impl Drop for EventStream {
 impl LiveSource for EventStream {
     fn next(mut self: Box<Self>) -> LiveNext {
         Box::pin(async move {
-            let bytes = self.next_bytes().await?;
-            Some((bytes, self as Box<dyn LiveSource>))
+            let pieces = self.next_pieces().await?;
+            Some((pieces, self as Box<dyn LiveSource>))
         })
     }
 }

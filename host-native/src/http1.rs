@@ -215,14 +215,16 @@ impl std::fmt::Debug for StreamedBody {
     }
 }
 
-/// The next bytes of a [`LiveSource`], with the source to ask again; None at its end.
-pub type LiveNext = Pin<Box<dyn Future<Output = Option<(Vec<u8>, Box<dyn LiveSource>)>> + Send>>;
+/// The next pieces of a [`LiveSource`], with the source to ask again; None at its end.
+pub type LiveNext = Pin<Box<dyn Future<Output = Option<(Vec<Bytes>, Box<dyn LiveSource>)>> + Send>>;
 
 /// A body produced over time (an event stream): each call waits for the
-/// next bytes to write. The source moves into the future it returns, so the
-/// driver can hold that future across its watch of the socket.
+/// next bytes to write, as pieces written in order in one go (shared
+/// buffers are written as they are, not copied). The source moves into the
+/// future it returns, so the driver can hold that future across its watch
+/// of the socket.
 pub trait LiveSource: Send {
-    /// The next bytes, and the source back; None when the body is over.
+    /// The next pieces, and the source back; None when the body is over.
     fn next(self: Box<Self>) -> LiveNext;
 }
 
@@ -776,21 +778,10 @@ async fn write_live<T: AsyncRead + AsyncWrite + Unpin>(
             },
             produced = &mut next => match produced {
                 None => break,
-                Some((bytes, source)) => {
-                    // Framed around the bytes, not copied: one writev of the
-                    // chunk-size line, the events and the CRLF.
-                    if !bytes.is_empty() {
-                        let size = if chunked { format!("{:x}\r\n", bytes.len()) } else { String::new() };
-                        let end: &[u8] = if chunked { b"\r\n" } else { b"" };
-                        let mut parts = [
-                            io::IoSlice::new(size.as_bytes()),
-                            io::IoSlice::new(&bytes),
-                            io::IoSlice::new(end),
-                        ];
-                        write_all_parts(stream, &mut parts, stall).await?;
-                    }
-                    // A large batch's buffer is not kept while idle.
-                    drop(bytes);
+                Some((pieces, source)) => {
+                    write_pieces(stream, &pieces, chunked, stall).await?;
+                    // What the pieces share is not held while idle.
+                    drop(pieces);
                     next = source.next();
                 }
             },
@@ -800,6 +791,32 @@ async fn write_live<T: AsyncRead + AsyncWrite + Unpin>(
         write_all(stream, b"0\r\n\r\n", stall).await?;
     }
     stream.flush().await
+}
+
+/// Writes `pieces` as one chunk (HTTP/1.1) or as they are: framed around
+/// them, not copied, in one writev of the chunk-size line, the pieces and
+/// the CRLF (as many as the socket takes at a time).
+async fn write_pieces<T: AsyncWrite + Unpin>(
+    stream: &mut T,
+    pieces: &[Bytes],
+    chunked: bool,
+    stall: Duration,
+) -> io::Result<()> {
+    let len: usize = pieces.iter().map(Bytes::len).sum();
+    if len == 0 {
+        return Ok(());
+    }
+    let size = if chunked {
+        format!("{len:x}\r\n")
+    } else {
+        String::new()
+    };
+    let end: &[u8] = if chunked { b"\r\n" } else { b"" };
+    let mut parts = Vec::with_capacity(pieces.len() + 2);
+    parts.push(io::IoSlice::new(size.as_bytes()));
+    parts.extend(pieces.iter().map(|piece| io::IoSlice::new(piece)));
+    parts.push(io::IoSlice::new(end));
+    write_all_parts(stream, &mut parts, stall).await
 }
 
 /// Resolves once the server shuts down (or is gone).

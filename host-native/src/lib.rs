@@ -127,6 +127,10 @@ fn host_limits(settings: &Settings) -> Vec<(&'static str, u64)> {
         ("httpHeadTimeoutMs", ms(settings.http_head_timeout)),
         ("httpBodyTimeoutMs", ms(settings.http_body_timeout)),
         ("maxHttpConnections", settings.max_http_connections as u64),
+        (
+            "reservedHttpConnections",
+            settings.reserved_http_connections() as u64,
+        ),
         ("tlsHandshakeTimeoutMs", ms(settings.tls_handshake_timeout)),
         (
             "maxCompiledPatternBytes",
@@ -178,7 +182,7 @@ impl Server {
             max_message_bytes: settings.max_message_bytes,
             max_recipients: settings.max_recipients,
             max_waits: settings.max_waits,
-            max_subscribers: settings.max_subscribers,
+            max_subscribers: settings.stream_slots(),
             event_buffer: settings.event_buffer,
             pattern_budget_ms: u64::try_from(settings.pattern_budget.as_millis())
                 .unwrap_or(u64::MAX),

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use mailjar_core::api::{
-    Api, Done, Event, EventBatch, Job, Matches, NextEvents, Request, Response, Step, SubscriberId,
+    Api, Done, Event, Job, Matches, NextEvents, Ran, Request, Response, Step, SubscriberId,
     Subscription, WaitId,
 };
 use mailjar_core::budget::Clock;
@@ -42,6 +42,10 @@ pub struct Shared {
     logged_head: AtomicU64,
     /// Wakes the event pump when the log moved.
     logged: Notify,
+    /// Event streams take their light steps one at a time: however many
+    /// streams have events to send, the async workers' queue holds one of
+    /// them, and `/health`, SMTP and the API never wait behind more.
+    event_steps: Semaphore,
     /// With `--data-dir`: the storage writer's queue (see [`crate::storage::writer`]).
     writer: std::sync::OnceLock<std::sync::mpsc::Sender<writer::Job>>,
 }
@@ -88,8 +92,8 @@ fn writer_stopped() -> StorageError {
 
 /// What an event stream has to send next.
 pub enum Sendable {
-    /// These events, the log head they reach, and how many log entries they came from.
-    Events(Vec<Event>, u64, usize),
+    /// What one step made, and the log head when it was taken.
+    Events(Ran, u64),
     /// Nothing yet: wait for the event log's head to move ([`Shared::event_head`]).
     Idle,
     /// The stream is over (it fell behind, or it was ended).
@@ -152,6 +156,7 @@ impl Shared {
             event_head: watch::Sender::new(0),
             logged_head: AtomicU64::new(0),
             logged: Notify::new(),
+            event_steps: Semaphore::new(1),
             writer: std::sync::OnceLock::new(),
         }
     }
@@ -455,32 +460,37 @@ impl Shared {
         self.event_head.subscribe()
     }
 
-    /// The next events of a subscriber: the log is read under the lock, the
-    /// filter runs outside it (on a worker when it has a pattern).
+    /// The next step of a subscriber: taken under the lock and run outside
+    /// it, light steps one at a time on the async workers, heavy ones (a
+    /// pattern, a large message to read) on the blocking pool.
     pub async fn next_events(&self, id: SubscriberId) -> Sendable {
+        // Taken before the step, so that a step waiting for its turn holds no snapshot.
+        let Ok(turn) = self.event_steps.acquire().await else {
+            return Sendable::End(None);
+        };
         let next = self.lock().next_events(id);
-        match next {
-            NextEvents::Batch(batch) => {
-                let (head, entries) = (batch.head(), batch.entries());
-                Sendable::Events(self.run_events(batch).await, head, entries)
-            }
-            NextEvents::Idle => Sendable::Idle,
-            NextEvents::Overflow => Sendable::End(Some(Event::Overflow)),
-            NextEvents::Ended => Sendable::End(None),
-        }
-    }
-
-    /// Turns a batch of changes into events, where it stands when it is light.
-    pub async fn run_events(&self, batch: EventBatch) -> Vec<Event> {
+        let batch = match next {
+            NextEvents::Batch(batch) => batch,
+            NextEvents::Idle => return Sendable::Idle,
+            NextEvents::Overflow => return Sendable::End(Some(Event::Overflow)),
+            NextEvents::Ended => return Sendable::End(None),
+        };
+        let head = batch.head();
         if !batch.is_heavy() {
-            return batch.run(&MonotonicClock(Instant::now()));
+            return Sendable::Events(batch.run(&MonotonicClock(Instant::now())), head);
         }
-        self.on_worker(move |clock| batch.run(clock))
-            .await
-            .unwrap_or_else(|| {
+        drop(turn);
+        let ran = self.on_worker(move |clock| batch.run(clock)).await;
+        Sendable::Events(
+            ran.unwrap_or_else(|| {
                 let error = br#"{"error":"the event stream failed inside the server"}"#;
-                vec![Event::Error(bytes::Bytes::from_static(error))]
-            })
+                Ran {
+                    events: vec![Event::Error(bytes::Bytes::from_static(error))],
+                    caught_up: false,
+                }
+            }),
+            head,
+        )
     }
 
     /// Ends a subscription.

@@ -1028,8 +1028,6 @@ impl Clock for DateClock {
 pub struct Api {
     /// Each parked wait's handle is `{waitId, waiter}`.
     inner: api::Api<Object>,
-    /// The replays still owed to open subscriptions, sent before their live events.
-    replays: std::collections::HashMap<SubscriberId, api::Replay>,
     /// Answers to parked waits woken by `deliverRaw` and `Session.receiveInto`, for `takeWoken`.
     woken: Vec<JsValue>,
 }
@@ -1085,7 +1083,6 @@ impl Api {
         faults::seed(&inner, fault_seed);
         Ok(Api {
             inner,
-            replays: std::collections::HashMap::new(),
             woken: Vec::new(),
         })
     }
@@ -1139,7 +1136,6 @@ impl Api {
                 let object = Object::new();
                 set(&object, "kind", "subscribe");
                 set(&object, "subscriberId", subscription.id.0 as f64);
-                self.replays.insert(subscription.id, subscription.replay);
                 object
             }
         };
@@ -1326,19 +1322,12 @@ impl Api {
         #[wasm_bindgen(js_name = subscriberId, unchecked_param_type = "number")] id: &JsValue,
     ) -> Result<JsValue, JsValue> {
         let id = SubscriberId(integer(id, "subscriberId", 0, MAX_SAFE_INTEGER as u64)?);
-        let (events, idle, mut ended) =
-            match self.replays.get_mut(&id).and_then(|r| r.next_batch(256)) {
-                Some(batch) => (batch.run(&DateClock), false, false),
-                None => {
-                    self.replays.remove(&id);
-                    match self.inner.next_events(id) {
-                        NextEvents::Batch(batch) => (batch.run(&DateClock), false, false),
-                        NextEvents::Idle => (Vec::new(), true, false),
-                        NextEvents::Overflow => (vec![api::Event::Overflow], false, true),
-                        NextEvents::Ended => (Vec::new(), false, true),
-                    }
-                }
-            };
+        let (events, idle, mut ended) = match self.inner.next_events(id) {
+            NextEvents::Batch(batch) => (batch.run(&DateClock).events, false, false),
+            NextEvents::Idle => (Vec::new(), true, false),
+            NextEvents::Overflow => (vec![api::Event::Overflow], false, true),
+            NextEvents::Ended => (Vec::new(), false, true),
+        };
         let list = Array::new();
         for event in &events {
             list.push(&event_object(event));
@@ -1430,7 +1419,6 @@ impl Api {
     }
 
     fn unsubscribe_id(&mut self, id: SubscriberId) -> bool {
-        self.replays.remove(&id);
         self.inner.unsubscribe(id)
     }
 }

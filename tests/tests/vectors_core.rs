@@ -189,12 +189,9 @@ struct CoreRun {
 /// Everything a stream has to send now: its replay, then its live events.
 fn drain_events(api: &mut Api<String>, stream: &mut Subscription) -> Vec<SentEvent> {
     let mut events = Vec::new();
-    while let Some(batch) = stream.replay.next_batch(100) {
-        events.extend(batch.run(&StoppedClock));
-    }
     loop {
         match api.next_events(stream.id) {
-            NextEvents::Batch(batch) => events.extend(batch.run(&StoppedClock)),
+            NextEvents::Batch(batch) => events.extend(batch.run(&StoppedClock).events),
             NextEvents::Overflow => {
                 events.push(Event::Overflow);
                 break;

@@ -49,22 +49,23 @@ fn refused(api: &mut Api, target: &str, last_event_id: Option<&str>) -> (u16, St
     }
 }
 
-/// Everything new for `id`, run at once; the end of the stream as Err.
+/// Everything `id` has to send now (its replay, then live events), step by
+/// step until it has caught up or its stream ends; the end of the stream as Err.
 fn drain(api: &mut Api, id: SubscriberId) -> Result<Vec<Event>, &'static str> {
-    match api.next_events(id) {
-        NextEvents::Batch(batch) => Ok(batch.run(&StoppedClock)),
-        NextEvents::Idle => Ok(Vec::new()),
-        NextEvents::Overflow => Err("overflow"),
-        NextEvents::Ended => Err("ended"),
-    }
-}
-
-fn replayed(subscription: &mut Subscription) -> Vec<Event> {
     let mut events = Vec::new();
-    while let Some(batch) = subscription.replay.next_batch(2) {
-        events.extend(batch.run(&StoppedClock));
+    loop {
+        match api.next_events(id) {
+            NextEvents::Batch(batch) => {
+                events.extend(batch.run(&StoppedClock).events);
+                if events.last().is_some_and(Event::ends_stream) {
+                    return Ok(events);
+                }
+            }
+            NextEvents::Idle => return Ok(events),
+            NextEvents::Overflow => return Err("overflow"),
+            NextEvents::Ended => return Err("ended"),
+        }
     }
-    events
 }
 
 fn data(event: &Event) -> Value {
@@ -79,9 +80,12 @@ fn stored_ids(events: &[Event]) -> Vec<MessageId> {
 fn a_subscriber_gets_the_messages_its_filter_matches_as_they_are_stored() {
     let mut api = Api::new(ApiConfig::default());
     deliver(&mut api, "b@x", "before");
-    let mut sub = subscribe(&mut api, "/api/events?to=b@x", None);
-    assert!(replayed(&mut sub).is_empty(), "no resume id: live only");
-    assert_eq!(drain(&mut api, sub.id), Ok(vec![]));
+    let sub = subscribe(&mut api, "/api/events?to=b@x", None);
+    assert_eq!(
+        drain(&mut api, sub.id),
+        Ok(vec![]),
+        "no resume id: live only"
+    );
     let head = api.event_head();
     let b = deliver(&mut api, "b@x", "for b");
     deliver(&mut api, "a@x", "for a");
@@ -117,18 +121,19 @@ fn resuming_replays_what_was_stored_after_the_id_then_goes_live_without_gap_or_d
         .map(|i| deliver(&mut api, "r@x", &format!("m{i}")))
         .collect();
     // Last-Event-ID wins over the afterId of the URL the EventSource reconnects to.
-    let mut sub = subscribe(
+    let sub = subscribe(
         &mut api,
         &format!("/api/events?afterId={}", ids[0]),
         Some(&ids[1].to_string()),
     );
     let later = deliver(&mut api, "r@x", "m5");
-    assert_eq!(stored_ids(&replayed(&mut sub)), ids[2..]);
-    assert_eq!(stored_ids(&drain(&mut api, sub.id).unwrap()), [later]);
+    let mut want = ids[2..].to_vec();
+    want.push(later);
+    assert_eq!(stored_ids(&drain(&mut api, sub.id).unwrap()), want);
 
-    let mut by_after = subscribe(&mut api, &format!("/api/events?afterId={}", ids[3]), None);
+    let by_after = subscribe(&mut api, &format!("/api/events?afterId={}", ids[3]), None);
     assert_eq!(
-        stored_ids(&replayed(&mut by_after)),
+        stored_ids(&drain(&mut api, by_after.id).unwrap()),
         [ids[4], later],
         "afterId alone resumes too"
     );
@@ -294,4 +299,217 @@ fn subscriptions_are_bounded_and_their_input_checked() {
         health["limits"]["eventBuffer"],
         crate::events::DEFAULT_EVENT_BUFFER
     );
+}
+
+/// One step of `id`, run; None when it has nothing (idle) or has ended.
+fn step(api: &mut Api, id: SubscriberId) -> Option<(Ran, bool)> {
+    match api.next_events(id) {
+        NextEvents::Batch(batch) => {
+            let heavy = batch.is_heavy();
+            Some((batch.run(&StoppedClock), heavy))
+        }
+        _ => None,
+    }
+}
+
+fn message_of(to: &str, subject: &str, body_bytes: usize) -> Prepared {
+    Prepared::new(Incoming {
+        envelope: Envelope {
+            from: "sender@app.test".into(),
+            to: vec![to.to_owned()],
+        },
+        raw: format!("Subject: {subject}\r\n\r\n{}\r\n", "b".repeat(body_bytes)).into_bytes(),
+        helo: None,
+        session: Default::default(),
+    })
+}
+
+#[test]
+fn a_subscriber_far_behind_catches_up_in_steps_bounded_by_entries_and_bytes() {
+    let mut api = Api::new(ApiConfig::default());
+    let sub = subscribe(&mut api, "/api/events", None).id;
+    // Summaries of about 2 KiB: the byte bound ends a step before the entry bound.
+    let subject = "s".repeat(2000);
+    let ids: Vec<MessageId> = (0..1000)
+        .map(|i| deliver(&mut api, "far@x", &format!("{subject}{i}")))
+        .collect();
+    let mut got = Vec::new();
+    let mut steps = 0;
+    loop {
+        let (ran, heavy) = step(&mut api, sub).expect("a step");
+        assert!(!heavy, "small messages, no pattern");
+        steps += 1;
+        let bytes: usize = ran.events.iter().map(|e| e.data().len()).sum();
+        let largest = ran.events.iter().map(|e| e.data().len()).max().unwrap_or(0);
+        assert!(ran.events.len() <= crate::events::STEP_ENTRIES);
+        assert!(
+            bytes < crate::events::STEP_BYTES + largest,
+            "a step holds at most STEP_BYTES and one event: {bytes}"
+        );
+        got.extend(stored_ids(&ran.events));
+        if ran.caught_up {
+            break;
+        }
+    }
+    assert_eq!(got, ids, "every message once, in order");
+    assert!(
+        steps >= 1000 * 2000 / crate::events::STEP_BYTES,
+        "{steps} steps"
+    );
+    assert!(step(&mut api, sub).is_none(), "then idle");
+}
+
+#[test]
+fn a_step_is_heavy_by_the_bytes_it_reads_and_reads_at_most_one_large_message() {
+    let mut api = Api::new(ApiConfig::default());
+    let sub = subscribe(&mut api, "/api/events", None).id;
+    let big = crate::events::LIGHT_MESSAGE_BYTES + 1;
+    let deliver_of = |api: &mut Api, subject: &str, size: usize| {
+        let m = message_of("h@x", subject, size);
+        api.deliver_and_wake(m, NOW, [1; 10], &StoppedClock).id
+    };
+    let small = deliver_of(&mut api, "small", 100);
+    let large = [
+        deliver_of(&mut api, "large 0", big),
+        deliver_of(&mut api, "large 1", big),
+    ];
+    let after = deliver_of(&mut api, "small after", 100);
+    // A light step sends the small message and stops before the large one.
+    let (ran, heavy) = step(&mut api, sub).unwrap();
+    assert!(!heavy);
+    assert_eq!(stored_ids(&ran.events), [small]);
+    assert!(!ran.caught_up);
+    // Each large message starts a heavy step, which goes on with small ones only.
+    let (ran, heavy) = step(&mut api, sub).unwrap();
+    assert!(heavy, "a first message larger than LIGHT_MESSAGE_BYTES");
+    assert_eq!(stored_ids(&ran.events), [large[0]]);
+    let (ran, heavy) = step(&mut api, sub).unwrap();
+    assert!(heavy);
+    assert_eq!(stored_ids(&ran.events), [large[1], after]);
+    assert!(ran.caught_up);
+    // The same holds for a replay.
+    let replaying = subscribe(&mut api, &format!("/api/events?afterId={small}"), None).id;
+    let (ran, heavy) = step(&mut api, replaying).unwrap();
+    assert!(heavy);
+    assert_eq!(stored_ids(&ran.events), [large[0]]);
+}
+
+#[test]
+fn a_step_ends_once_it_has_taken_its_time() {
+    /// A clock that moves a millisecond every time it is read.
+    struct Racing(std::cell::Cell<u64>);
+    impl crate::budget::Clock for Racing {
+        fn nanos(&self) -> u64 {
+            self.0.set(self.0.get() + 1_000_000);
+            self.0.get()
+        }
+    }
+    let mut api = Api::new(ApiConfig::default());
+    let sub = subscribe(&mut api, "/api/events", None).id;
+    let ids: Vec<MessageId> = (0..20)
+        .map(|i| deliver(&mut api, "t@x", &format!("{i}")))
+        .collect();
+    let mut got = Vec::new();
+    let mut sizes = Vec::new();
+    loop {
+        let NextEvents::Batch(batch) = api.next_events(sub) else {
+            panic!("a step")
+        };
+        let ran = batch.run(&Racing(std::cell::Cell::new(0)));
+        sizes.push(ran.events.len());
+        got.extend(stored_ids(&ran.events));
+        if ran.caught_up {
+            break;
+        }
+    }
+    // The clock is read every 8 entries, and a millisecond has gone by at each look.
+    assert_eq!(sizes, [8, 8, 4], "cut short by time");
+    assert_eq!(got, ids);
+}
+
+#[test]
+fn a_replay_reads_the_live_store_step_by_step_without_gap_or_duplicate() {
+    let mut api = Api::new(ApiConfig::default());
+    let subject = "r".repeat(2000);
+    let ids: Vec<MessageId> = (0..600)
+        .map(|i| deliver(&mut api, "rep@x", &format!("{subject}{i}")))
+        .collect();
+    let sub = subscribe(&mut api, &format!("/api/events?afterId={}", ids[99]), None).id;
+    // The first step sends the start of the replay.
+    let (first, _) = step(&mut api, sub).unwrap();
+    let mut got = stored_ids(&first.events);
+    assert!(
+        !got.is_empty() && got.len() < 500,
+        "a bounded step: {}",
+        got.len()
+    );
+    // Meanwhile one it has not reached is deleted, and more mail arrives.
+    let gone = ids[550];
+    let answer = api.answer(
+        &Request::new("DELETE", &format!("/api/emails/{gone}")),
+        NOW,
+        &StoppedClock,
+    );
+    assert!(matches!(answer, Outcome::Ready(r) if r.status == 200));
+    let late: Vec<MessageId> = (0..3)
+        .map(|i| deliver(&mut api, "rep@x", &format!("late {i}")))
+        .collect();
+    let rest = drain(&mut api, sub).unwrap();
+    got.extend(stored_ids(&rest));
+    let mut want: Vec<MessageId> = ids[100..]
+        .iter()
+        .copied()
+        .filter(|id| *id != gone)
+        .collect();
+    want.extend(&late);
+    assert_eq!(
+        got, want,
+        "each stored message once, in order, replay then live"
+    );
+    let deleted: Vec<&Event> = rest.iter().filter(|e| e.name() == "deleted").collect();
+    assert_eq!(deleted.len(), 1, "the deleted one shows only as deleted");
+    assert_eq!(data(deleted[0])["ids"][0], gone.to_string());
+}
+
+#[test]
+fn a_replay_whose_messages_were_all_deleted_goes_live() {
+    let mut api = Api::new(ApiConfig::default());
+    let first = deliver(&mut api, "x@x", "1");
+    deliver(&mut api, "x@x", "2");
+    let sub = subscribe(&mut api, &format!("/api/events?afterId={first}"), None).id;
+    let answer = api.answer(&Request::new("DELETE", "/api/emails"), NOW, &StoppedClock);
+    assert!(matches!(answer, Outcome::Ready(r) if r.status == 200));
+    let live = deliver(&mut api, "x@x", "3");
+    let events = drain(&mut api, sub).unwrap();
+    let names: Vec<&str> = events.iter().map(Event::name).collect();
+    assert_eq!(names, ["deleted", "stored"]);
+    assert_eq!(stored_ids(&events), [live]);
+}
+
+#[test]
+fn every_subscriber_sends_the_same_deletion_json_and_summary() {
+    let mut api = Api::new(ApiConfig::default());
+    let a = subscribe(&mut api, "/api/events", None).id;
+    let b = subscribe(&mut api, "/api/events", None).id;
+    let id = deliver(&mut api, "s@x", "shared");
+    let mut from_a = drain(&mut api, a).unwrap();
+    let mut from_b = drain(&mut api, b).unwrap();
+    let answer = api.answer(
+        &Request::new("DELETE", "/api/emails?to=s@x"),
+        NOW,
+        &StoppedClock,
+    );
+    assert!(matches!(answer, Outcome::Ready(r) if r.status == 200));
+    from_a.extend(drain(&mut api, a).unwrap());
+    from_b.extend(drain(&mut api, b).unwrap());
+    assert_eq!(from_a.len(), 2);
+    for (x, y) in from_a.iter().zip(&from_b) {
+        assert_eq!(x, y);
+        assert_eq!(
+            x.data().as_ptr(),
+            y.data().as_ptr(),
+            "one buffer, not copies"
+        );
+    }
+    assert_eq!(stored_ids(&from_a), [id]);
 }
