@@ -7,6 +7,7 @@ use crate::message::{self, AttachmentInfo, HeaderFields, ParsedMessage};
 use crate::smtp::{Envelope, Incoming, SmtpFacts};
 #[cfg(doc)]
 use crate::store::StoreLimits;
+use crate::summary;
 
 /// A message parsed and ready to store; parsing needs no lock, so hosts do it first.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,17 +20,32 @@ pub struct Prepared {
     pub raw: Vec<u8>,
     /// What the SMTP session saw: HELO, remote address, TLS, AUTH.
     pub smtp: SmtpFacts,
+    /// The summary's JSON, built with the message's parse (see [`crate::summary`]).
+    summary: bytes::Bytes,
 }
 
 impl Prepared {
-    /// Parses an accepted message (all but the fields [`Email::header_fields`] reads again).
+    /// Parses an accepted message (all but the fields [`Email::header_fields`]
+    /// reads again) and builds its summary.
     pub fn new(incoming: Incoming) -> Prepared {
         let parsed = message::parse_for_store(&incoming.raw);
+        let raw = &incoming.raw;
+        let summary = summary::build(&summary::Parts {
+            envelope: &incoming.envelope,
+            from: parsed.from.as_deref(),
+            cc: &parsed.cc,
+            subject: &parsed.subject,
+            size: raw.len(),
+            attachment_count: parsed.attachments.len(),
+            has_html: !Body::kept(&parsed.html, &parsed.html_span, raw).is_empty(),
+            text: Body::kept(&parsed.text, &parsed.text_span, raw),
+        });
         Prepared {
             envelope: incoming.envelope,
             parsed,
             raw: incoming.raw,
             smtp: SmtpFacts::new(incoming.helo, incoming.session),
+            summary,
         }
     }
 }
@@ -69,8 +85,9 @@ struct Kept {
     attachments: Box<[AttachmentInfo]>,
     /// What the SMTP session saw.
     smtp: SmtpFacts,
-    /// The summary's JSON, built the first time a subscriber or list needs it.
-    summary: std::sync::OnceLock<bytes::Bytes>,
+    /// The summary's JSON, built at delivery and shared by every list and
+    /// subscriber that shows it.
+    summary: bytes::Bytes,
 }
 
 fn boxed(strings: Vec<String>) -> Box<[Box<str>]> {
@@ -96,8 +113,8 @@ impl Body {
     /// bounds and UTF-8). [`message::parse_for_store`] may leave `text`
     /// empty when it gives a span.
     fn new(text: String, span: Option<std::ops::Range<usize>>, raw: &[u8]) -> Body {
-        match span {
-            Some(span) if span.end <= raw.len() && span.start <= span.end => {
+        match span.filter(|span| Body::fits(span, raw)) {
+            Some(span) => {
                 debug_assert!(
                     std::str::from_utf8(&raw[span.clone()]).is_ok()
                         && (text.is_empty() || message::is_crlf_form_of(&raw[span.clone()], &text)),
@@ -107,6 +124,20 @@ impl Body {
             }
             _ if text.is_empty() => Body::InRaw(0..0),
             _ => Body::Owned(text.into_boxed_str()),
+        }
+    }
+
+    /// Whether `span` is a range of `raw`.
+    fn fits(span: &std::ops::Range<usize>, raw: &[u8]) -> bool {
+        span.end <= raw.len() && span.start <= span.end
+    }
+
+    /// The bytes of the body [`Body::new`] would make of these, without
+    /// making it (UTF-8 on the parser's word, unchecked: see [`Body::new`]).
+    fn kept<'a>(text: &'a str, span: &Option<std::ops::Range<usize>>, raw: &'a [u8]) -> &'a [u8] {
+        match span {
+            Some(span) if Body::fits(span, raw) => raw.get(span.clone()).unwrap_or_default(),
+            _ => text.as_bytes(),
         }
     }
 
@@ -143,6 +174,10 @@ impl Body {
     }
 }
 
+/// What the shared form of the summary's bytes costs beside them: the
+/// reference count and bookkeeping `bytes` allocates once the summary is shared.
+const SHARED_BYTES_HEADER: usize = 32;
+
 impl Email {
     /// Stores a prepared message under `id`.
     pub fn new(id: MessageId, received_at_ms: u64, prepared: Prepared) -> Email {
@@ -151,7 +186,9 @@ impl Email {
             parsed,
             raw,
             smtp,
+            mut summary,
         } = prepared;
+        summary::stamp(&mut summary, id, received_at_ms);
         let raw = raw.into_boxed_slice();
         let text = Body::new(parsed.text, parsed.text_span, &raw);
         let html = Body::new(parsed.html, parsed.html_span, &raw);
@@ -167,7 +204,7 @@ impl Email {
                 codes: boxed(parsed.codes),
                 attachments: parsed.attachments.into_boxed_slice(),
                 smtp,
-                summary: std::sync::OnceLock::new(),
+                summary,
             }),
             text,
             html,
@@ -267,26 +304,21 @@ impl Email {
             + k.smtp.footprint()
             + std::mem::size_of::<Email>()
             + std::mem::size_of::<Kept>()
-            + self.summary_reserve()
+            + k.summary.len()
+            + SHARED_BYTES_HEADER
     }
 
-    /// The summary's JSON (see [`crate::summary`]), built once and shared by
-    /// every event and list that shows it.
+    /// The summary's JSON (see [`crate::summary`]), built at delivery and
+    /// shared by every event and list that shows it.
     pub fn summary(&self) -> bytes::Bytes {
-        self.kept
-            .summary
-            .get_or_init(|| crate::summary::summary_json(self))
-            .clone()
+        self.kept.summary.clone()
     }
 
-    /// What the summary, once built, is counted for: it repeats the envelope,
-    /// the subject, Cc and From, and a preview of at most 200 characters.
-    fn summary_reserve(&self) -> usize {
-        let k = &self.kept;
-        2 * (self.envelope.from.len() + self.envelope.to.iter().map(|s| s.len() + 3).sum::<usize>())
-            + k.subject.len()
-            + k.cc.iter().map(|s| s.len() + 3).sum::<usize>()
-            + 1024
+    /// Writes the id and receive time into the summary again, for a host
+    /// that set them after [`Email::new`]: O(1). The store does it as it
+    /// takes the message in.
+    pub(crate) fn stamp_summary(&mut self) {
+        summary::stamp(&mut self.kept.summary, self.id, self.received_at_ms);
     }
 
     /// Whether `address` (lower-cased and trimmed) is an envelope recipient or a To or Cc address.
