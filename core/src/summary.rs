@@ -24,7 +24,7 @@ use crate::email::Email;
 use crate::id::MessageId;
 use crate::response::{CHUNK_BYTES, ChunkSource};
 use crate::smtp::Envelope;
-use crate::view::format_rfc3339_ms;
+use crate::view::rfc3339_ms;
 
 /// How many characters of the text `preview` keeps.
 pub const PREVIEW_CHARS: usize = 200;
@@ -70,9 +70,11 @@ pub(crate) struct Parts<'a> {
 /// the message's own over them: both have a fixed width.
 const PLACEHOLDER_ID: &str = "00000000-0000-0000-0000-000000000000";
 const PLACEHOLDER_TIME: &str = "1970-01-01T00:00:00.000Z";
-/// Where the id and the receive time stand in a summary's JSON.
+/// Where the id stands in a summary's JSON, and how long its stamp is: the
+/// id, what stands between it and the time, and the time.
 const ID_AT: usize = br#"{"id":""#.len();
-const TIME_AT: usize = ID_AT + PLACEHOLDER_ID.len() + br#"","receivedAt":""#.len();
+const STAMP_BYTES: usize =
+    PLACEHOLDER_ID.len() + br#"","receivedAt":""#.len() + PLACEHOLDER_TIME.len();
 
 /// The first [`PREVIEW_CHARS`] characters of `text` with every run of
 /// whitespace (line breaks included) as one space, and none at either end.
@@ -185,25 +187,28 @@ pub(crate) fn build(parts: &Parts<'_>) -> Bytes {
 }
 
 /// Writes the message's id and receive time into its summary, over what
-/// was there: O(1), for both have a fixed width (a hyphenated UUID, and
-/// RFC 3339 with milliseconds of a year from 1970 to 9999).
+/// was there: O(1) and without allocating when they are already there, for
+/// both have a fixed width (a hyphenated UUID, and RFC 3339 with
+/// milliseconds of a year from 1970 to 9999).
 pub(crate) fn stamp(summary: &mut Bytes, id: MessageId, received_at_ms: u64) {
-    let id = id.to_string();
-    let time = format_rfc3339_ms(received_at_ms);
-    let id_range = ID_AT..ID_AT + id.len();
-    let time_range = TIME_AT..TIME_AT + time.len();
-    let written = summary.get(id_range.clone()) == Some(id.as_bytes())
-        && summary.get(time_range.clone()) == Some(time.as_bytes());
-    let fits = id.len() == PLACEHOLDER_ID.len()
-        && time.len() == PLACEHOLDER_TIME.len()
-        && summary.len() >= time_range.end;
-    if written || !fits {
-        return;
+    use std::io::Write as _;
+    let mut stamp = [0u8; STAMP_BYTES];
+    let mut rest = &mut stamp[..];
+    let formatted = write!(
+        rest,
+        r#"{id}","receivedAt":"{}"#,
+        rfc3339_ms(received_at_ms)
+    )
+    .is_ok()
+        && rest.is_empty();
+    let range = ID_AT..ID_AT + STAMP_BYTES;
+    match summary.get(range.clone()) {
+        Some(now) if formatted && now != stamp => {}
+        _ => return,
     }
     // No copy: the summary is not shared before its message is stored.
     let mut bytes = BytesMut::from(std::mem::take(summary));
-    bytes[id_range].copy_from_slice(id.as_bytes());
-    bytes[time_range].copy_from_slice(time.as_bytes());
+    bytes[range].copy_from_slice(&stamp);
     *summary = bytes.freeze();
 }
 

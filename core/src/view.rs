@@ -244,8 +244,13 @@ impl ChunkSource for ListJson {
 /// Milliseconds since the Unix epoch as RFC 3339 UTC with milliseconds; years
 /// past 9999 are shown as the last millisecond of 9999.
 pub fn format_rfc3339_ms(ms: u64) -> String {
+    rfc3339_ms(ms).to_string()
+}
+
+/// [`format_rfc3339_ms`] as a value to format, without a string of its own.
+pub(crate) fn rfc3339_ms(ms: u64) -> impl std::fmt::Display {
     const MAX_MS: u64 = 253_402_300_799_999;
-    humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(ms.min(MAX_MS))).to_string()
+    humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(ms.min(MAX_MS)))
 }
 
 #[cfg(test)]
