@@ -1,7 +1,9 @@
 //! One stored message: its raw bytes and the parsed fields kept beside them.
 
 use std::borrow::Cow;
+use std::sync::Arc;
 
+use crate::head::{self, Head};
 use crate::id::MessageId;
 use crate::message::{self, AttachmentInfo, HeaderFields, ParsedMessage};
 use crate::smtp::{Envelope, Incoming, SmtpFacts};
@@ -22,6 +24,8 @@ pub struct Prepared {
     pub smtp: SmtpFacts,
     /// The summary's JSON, built with the message's parse (see [`crate::summary`]).
     summary: bytes::Bytes,
+    /// The header-only fields, when they are large (see [`crate::head`]).
+    head: Option<Arc<Head>>,
 }
 
 impl Prepared {
@@ -40,12 +44,14 @@ impl Prepared {
             has_html: !Body::kept(&parsed.html, &parsed.html_span, raw).is_empty(),
             text: Body::kept(&parsed.text, &parsed.text_span, raw),
         });
+        let head = head::kept(raw);
         Prepared {
             envelope: incoming.envelope,
             parsed,
             raw: incoming.raw,
             smtp: SmtpFacts::new(incoming.helo, incoming.session),
             summary,
+            head,
         }
     }
 }
@@ -57,8 +63,9 @@ impl Prepared {
 /// (no transfer encoding, UTF-8 or ASCII; their CRLF line endings become LF
 /// when they are read, not by a copy at store time), and the fields that come from the
 /// header block alone (the header map, From, Date, Message-ID) are read again
-/// from the raw bytes when the message is shown. What filters need, and what
-/// takes a MIME parse to find, is kept.
+/// from the raw bytes when the message is shown, unless they are large (see
+/// [`crate::head`]). What filters need, what takes a MIME parse to find, and
+/// the summary's JSON are kept.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Email {
     /// Its id; ids increase in receive order.
@@ -88,6 +95,9 @@ struct Kept {
     /// The summary's JSON, built at delivery and shared by every list and
     /// subscriber that shows it.
     summary: bytes::Bytes,
+    /// The header-only fields when they are large, read at delivery and
+    /// shared by every response that shows the message.
+    head: Option<Arc<Head>>,
 }
 
 fn boxed(strings: Vec<String>) -> Box<[Box<str>]> {
@@ -174,8 +184,8 @@ impl Body {
     }
 }
 
-/// What the shared form of the summary's bytes costs beside them: the
-/// reference count and bookkeeping `bytes` allocates once the summary is shared.
+/// What sharing a kept value costs beside its bytes: the reference count
+/// and bookkeeping of its `Arc` or shared `Bytes`.
 const SHARED_BYTES_HEADER: usize = 32;
 
 impl Email {
@@ -187,6 +197,7 @@ impl Email {
             raw,
             smtp,
             mut summary,
+            head,
         } = prepared;
         summary::stamp(&mut summary, id, received_at_ms);
         let raw = raw.into_boxed_slice();
@@ -205,6 +216,7 @@ impl Email {
                 attachments: parsed.attachments.into_boxed_slice(),
                 smtp,
                 summary,
+                head,
             }),
             text,
             html,
@@ -306,12 +318,30 @@ impl Email {
             + std::mem::size_of::<Kept>()
             + k.summary.len()
             + SHARED_BYTES_HEADER
+            + k.head
+                .as_ref()
+                .map_or(0, |head| head.bytes() + SHARED_BYTES_HEADER)
     }
 
     /// The summary's JSON (see [`crate::summary`]), built at delivery and
     /// shared by every event and list that shows it.
     pub fn summary(&self) -> bytes::Bytes {
         self.kept.summary.clone()
+    }
+
+    /// The header-only fields (see [`crate::head`]): the message's own when
+    /// they are large, else read again from the raw header block (which is
+    /// then at most a few tens of KiB).
+    pub fn head(&self) -> Arc<Head> {
+        self.kept
+            .head
+            .clone()
+            .unwrap_or_else(|| Arc::new(Head::read(&self.raw)))
+    }
+
+    /// Whether the message keeps its header-only fields (they are large).
+    pub fn keeps_head(&self) -> bool {
+        self.kept.head.is_some()
     }
 
     /// Writes the id and receive time into the summary again, for a host

@@ -222,7 +222,7 @@ impl Job {
                     }
                 }
                 let body: Box<dyn crate::response::ChunkSource> = if summary {
-                    Box::new(crate::summary::SummaryList::new(emails))
+                    Box::new(crate::view::SummaryList::new(emails))
                 } else {
                     Box::new(ListJson::new(emails))
                 };

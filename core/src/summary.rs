@@ -5,8 +5,9 @@
 //! sends one per stored message. A summary is built once, at delivery, from
 //! what parsing the message found (so off the async workers for a large
 //! message, and never by reading the header block again), and kept with the
-//! message as JSON: every list and subscriber that shows it shares those
-//! bytes, and the store counts them in the message's footprint.
+//! message as JSON: every list (`crate::view::SummaryList`) and subscriber
+//! that shows it shares those bytes, and the store counts them in the
+//! message's footprint.
 //!
 //! A summary is bounded whatever the message: `from` and `subject` keep
 //! their first [`SUMMARY_TEXT_CHARS`] characters, `cc` as many addresses as
@@ -15,16 +16,12 @@
 //! 24 KiB, plus the envelope (which the 256-octet path limit and
 //! `--max-recipients` bound).
 
-use std::sync::Arc;
-
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use serde::Serialize;
 
-use crate::email::Email;
 use crate::id::MessageId;
-use crate::response::{CHUNK_BYTES, ChunkSource};
 use crate::smtp::Envelope;
-use crate::view::rfc3339_ms;
+use crate::timestamp::rfc3339_ms;
 
 /// How many characters of the text `preview` keeps.
 pub const PREVIEW_CHARS: usize = 200;
@@ -212,71 +209,16 @@ pub(crate) fn stamp(summary: &mut Bytes, id: MessageId, received_at_ms: u64) {
     *summary = bytes.freeze();
 }
 
-/// `{"emails":[...]}` of summaries, written a chunk at a time: each chunk
-/// is at most [`CHUNK_BYTES`], slices of the shared summaries.
-pub struct SummaryList {
-    emails: std::vec::IntoIter<Arc<Email>>,
-    /// What is left to write of the current piece (the opening, a summary, the closing).
-    pending: Bytes,
-    /// What goes before the next summary: nothing before the first.
-    separator: &'static [u8],
-    closed: bool,
-}
-
-impl SummaryList {
-    /// The summaries of these messages, in this order.
-    pub fn new(emails: Vec<Arc<Email>>) -> SummaryList {
-        SummaryList {
-            emails: emails.into_iter(),
-            pending: Bytes::from_static(br#"{"emails":["#),
-            separator: b"",
-            closed: false,
-        }
-    }
-
-    /// Takes the next piece (writing a separator before a summary); false at the end.
-    fn refill(&mut self, out: &mut Vec<u8>) -> bool {
-        if self.closed {
-            return false;
-        }
-        match self.emails.next() {
-            Some(email) => {
-                out.extend_from_slice(self.separator);
-                self.separator = b",";
-                self.pending = email.summary();
-            }
-            None => {
-                self.pending = Bytes::from_static(b"]}");
-                self.closed = true;
-            }
-        }
-        true
-    }
-}
-
-impl ChunkSource for SummaryList {
-    fn next_chunk(&mut self, out: &mut Vec<u8>) -> bool {
-        let start = out.len();
-        while out.len() - start < CHUNK_BYTES {
-            if self.pending.is_empty() && !self.refill(out) {
-                break;
-            }
-            let room = CHUNK_BYTES - (out.len() - start);
-            let take = self.pending.len().min(room);
-            out.extend_from_slice(&self.pending[..take]);
-            self.pending.advance(take);
-        }
-        out.len() > start
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::email::Prepared;
+    use crate::email::{Email, Prepared};
     use crate::id::IdGenerator;
+    use crate::response::{CHUNK_BYTES, ChunkSource};
     use crate::smtp::Incoming;
+    use crate::view::SummaryList;
     use serde_json::Value;
+    use std::sync::Arc;
 
     fn prepared(raw: &[u8]) -> Prepared {
         Prepared::new(Incoming {
@@ -395,7 +337,7 @@ mod tests {
             email.received_at_ms = at;
             let mut store = crate::store::Store::new(Default::default());
             let (kept, _) = store.push(email.clone());
-            let time = crate::view::format_rfc3339_ms(at);
+            let time = crate::timestamp::format_rfc3339_ms(at);
             assert_eq!(read(&kept), (kept.id.to_string().into(), time.into()));
             assert_eq!(read(&kept).0, full_view(&kept)["id"]);
         }
