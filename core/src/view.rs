@@ -48,14 +48,6 @@ struct Closing<'a> {
     smtp: &'a SmtpFacts,
 }
 
-/// One attachment's metadata and the URL of its bytes.
-#[derive(Serialize)]
-struct AttachmentJson<'a> {
-    #[serde(flatten)]
-    info: &'a crate::message::AttachmentInfo,
-    url: String,
-}
-
 /// A string field escaped step by step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Field {
@@ -65,6 +57,12 @@ enum Field {
     Text,
     Html,
     Raw,
+    /// The file name of the attachment at this index.
+    Filename(usize),
+    /// The content type of the attachment at this index.
+    ContentType(usize),
+    /// The Content-ID of the attachment at this index.
+    ContentId(usize),
 }
 
 /// A list of strings escaped string by string (the inside of an array, or
@@ -89,9 +87,9 @@ enum Piece {
         index: usize,
         at: Option<usize>,
     },
-    /// The attachments (the array's inside): what is left of the one before
-    /// `index`, then the next ones.
-    Attachments { index: usize, pending: Bytes },
+    /// The attachments (the array's inside), from the one at `index`: each
+    /// becomes pieces of its own when it is reached.
+    Attachments { index: usize },
 }
 
 /// What the pieces of one message's JSON are read from.
@@ -128,6 +126,18 @@ impl Source {
                 (html.as_bytes(), Escape::Text { lf_only })
             }
             Field::Raw => (email.raw(), Escape::Lossy),
+            Field::Filename(i) | Field::ContentType(i) | Field::ContentId(i) => {
+                let info = email.attachments().get(i);
+                let text = match field {
+                    Field::Filename(_) => info.map(|a| a.filename.as_str()),
+                    Field::ContentType(_) => info.map(|a| a.content_type.as_str()),
+                    _ => info.and_then(|a| a.content_id.as_deref()),
+                };
+                (
+                    text.unwrap_or("").as_bytes(),
+                    Escape::Text { lf_only: false },
+                )
+            }
         }
     }
 
@@ -241,10 +251,7 @@ impl EmailJson {
             fixed(br#"],"codes":["#),
             strings(List::Codes),
             fixed(br#"],"attachments":["#),
-            Piece::Attachments {
-                index: 0,
-                pending: Bytes::new(),
-            },
+            Piece::Attachments { index: 0 },
             ready(&[b"],", &closing, br#","raw":""#]),
             escaping(Field::Raw),
             ready(&[br#""}"#, suffix]),
@@ -264,8 +271,16 @@ impl EmailJson {
             let Some(piece) = self.pieces.front_mut() else {
                 break;
             };
-            if write_piece(&self.source, piece, left, out) {
-                self.pieces.pop_front();
+            match write_piece(&self.source, piece, left, out) {
+                Step::Going => {}
+                Step::Done => {
+                    self.pieces.pop_front();
+                }
+                Step::Before(pieces) => {
+                    for piece in pieces.into_iter().rev() {
+                        self.pieces.push_front(piece);
+                    }
+                }
             }
         }
         out.len() > start
@@ -321,21 +336,58 @@ fn strings_step(
     true
 }
 
-/// The JSON of the attachment at `index` (after a comma but for the first);
-/// None past the last.
-fn attachment_json(email: &Email, index: usize) -> Option<Bytes> {
-    let info = email.attachments().get(index)?;
-    let entry = AttachmentJson {
-        info,
-        url: crate::download::attachment_url(&email.id.to_string(), index),
+/// The pieces of the attachment at `index` (after a comma but for the
+/// first), its strings escaped step by step; None past the last.
+fn attachment_pieces(email: &Email, index: usize) -> Option<Vec<Piece>> {
+    // Every field, so that a new one cannot be left out of the JSON.
+    let crate::message::AttachmentInfo {
+        filename: _,
+        content_type: _,
+        size,
+        content_id,
+    } = email.attachments().get(index)?;
+    let open: &'static [u8] = if index > 0 {
+        br#",{"filename":""#
+    } else {
+        br#"{"filename":""#
     };
-    let comma: &[u8] = if index > 0 { b"," } else { b"" };
-    Some(Bytes::from([comma, &json(&entry)].concat()))
+    let mut pieces = vec![
+        fixed(open),
+        escaping(Field::Filename(index)),
+        fixed(br#"","contentType":""#),
+        escaping(Field::ContentType(index)),
+        ready(&[
+            br#"","size":"#,
+            size.to_string().as_bytes(),
+            br#","contentId":"#,
+        ]),
+    ];
+    match content_id {
+        Some(_) => pieces.extend([
+            fixed(b"\""),
+            escaping(Field::ContentId(index)),
+            fixed(b"\""),
+        ]),
+        None => pieces.push(fixed(b"null")),
+    }
+    let url = crate::download::attachment_url(&email.id.to_string(), index);
+    pieces.push(ready(&[br#","url":"#, &json(&url), b"}"]));
+    Some(pieces)
 }
 
-/// Writes what fits in `room` of `piece`, or one step of it; true once the piece is done.
-fn write_piece(source: &Source, piece: &mut Piece, room: usize, out: &mut Vec<u8>) -> bool {
-    match piece {
+/// What writing a piece came to.
+enum Step {
+    /// The piece has more to write.
+    Going,
+    /// The piece is written.
+    Done,
+    /// These pieces go first.
+    Before(Vec<Piece>),
+}
+
+/// Writes what fits in `room` of `piece`, or one step of it.
+fn write_piece(source: &Source, piece: &mut Piece, room: usize, out: &mut Vec<u8>) -> Step {
+    let done = match piece {
         Piece::Ready(bytes) => {
             write_slice(bytes, room, out);
             bytes.is_empty()
@@ -351,18 +403,15 @@ fn write_piece(source: &Source, piece: &mut Piece, room: usize, out: &mut Vec<u8
             }
         }
         Piece::Strings { list, index, at } => !strings_step(source, *list, index, at, out),
-        Piece::Attachments { index, pending } => {
-            if pending.is_empty() {
-                match attachment_json(&source.email, *index) {
-                    Some(json) => *pending = json,
-                    None => return true,
-                }
+        Piece::Attachments { index } => match attachment_pieces(&source.email, *index) {
+            Some(pieces) => {
                 *index += 1;
+                return Step::Before(pieces);
             }
-            write_slice(pending, room, out);
-            false
-        }
-    }
+            None => true,
+        },
+    };
+    if done { Step::Done } else { Step::Going }
 }
 
 impl ChunkSource for EmailJson {
@@ -597,6 +646,14 @@ mod tests {
         );
     }
 
+    /// One attachment's metadata and the URL of its bytes.
+    #[derive(Serialize)]
+    struct AttachmentJson<'a> {
+        #[serde(flatten)]
+        info: &'a crate::message::AttachmentInfo,
+        url: String,
+    }
+
     /// The whole CapturedEmail as serde_json writes it at once, in the API's field order.
     fn reference(email: &Email) -> Vec<u8> {
         #[derive(Serialize)]
@@ -697,6 +754,14 @@ mod tests {
                     .collect::<String>()
             )
             .into_bytes(),
+            format!(
+                "Subject: inline\r\nContent-Type: multipart/related; boundary=b\r\n\r\n--b\r\n\
+                 Content-Type: text/html\r\n\r\n<img src=\"cid:c\">\r\n--b\r\n\
+                 Content-Type: image/png; name=\"{}\"\r\nContent-ID: <c{}>\r\n\r\nPNG\r\n--b--\r\n",
+                "\u{2}".repeat(30_000),
+                "\\\"".repeat(20_000)
+            )
+            .into_bytes(),
         ]
     }
 
@@ -716,6 +781,10 @@ mod tests {
             assert!(largest <= bound, "{largest}");
         }
         let emails: Vec<_> = awkward().iter().map(|raw| stored(raw)).collect();
+        // The last one's attachment has a long file name and Content-ID, escaped in steps too.
+        let inline = &emails[emails.len() - 1].attachments()[0];
+        assert_eq!(inline.filename.chars().count(), 30_000);
+        assert!(inline.content_id.as_ref().is_some_and(|c| c.len() > 20_000));
         let (json, largest) = chunks(ListJson::new(emails.clone()));
         let parts: Vec<Vec<u8>> = emails.iter().map(|e| reference(e)).collect();
         let want = [
