@@ -95,6 +95,8 @@ struct Kept {
     /// The summary's JSON, built at delivery and shared by every list and
     /// subscriber that shows it.
     summary: bytes::Bytes,
+    /// The id and receive time written into `summary`.
+    stamped: (MessageId, u64),
     /// The header-only fields when they are large, read at delivery and
     /// shared by every response that shows the message.
     head: Option<Arc<Head>>,
@@ -216,6 +218,7 @@ impl Email {
                 attachments: parsed.attachments.into_boxed_slice(),
                 smtp,
                 summary,
+                stamped: (id, received_at_ms),
                 head,
             }),
             text,
@@ -348,7 +351,11 @@ impl Email {
     /// that set them after [`Email::new`]: O(1). The store does it as it
     /// takes the message in.
     pub(crate) fn stamp_summary(&mut self) {
-        summary::stamp(&mut self.kept.summary, self.id, self.received_at_ms);
+        let now = (self.id, self.received_at_ms);
+        if self.kept.stamped != now {
+            summary::stamp(&mut self.kept.summary, self.id, self.received_at_ms);
+            self.kept.stamped = now;
+        }
     }
 
     /// Whether `address` (lower-cased and trimmed) is an envelope recipient or a To or Cc address.

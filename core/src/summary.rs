@@ -110,7 +110,8 @@ fn preview_of(chars: impl Iterator<Item = char>) -> String {
 /// The characters of `bytes` read as UTF-8 a window at a time, so that only
 /// what is read is decoded; an invalid sequence is skipped.
 fn lazy_chars(bytes: &[u8]) -> impl Iterator<Item = char> + '_ {
-    const WINDOW: usize = 4096;
+    // A preview is 200 characters: most take one window.
+    const WINDOW: usize = 1024;
     let mut at = 0;
     std::iter::from_fn(move || {
         while at < bytes.len() {
@@ -261,12 +262,12 @@ mod tests {
     #[test]
     fn text_is_decoded_lazily_a_window_at_a_time() {
         for pad in 0..4 {
-            let text = " ".repeat(4096 * 3 - pad) + &"€😀é x".repeat(100);
+            let text = " ".repeat(1024 * 3 - pad) + &"€😀é x".repeat(100);
             assert_eq!(lazy_chars(text.as_bytes()).collect::<String>(), text);
             assert_eq!(preview_of(lazy_chars(text.as_bytes())), preview(&text));
         }
         // Invalid sequences (which a body's span never holds) are skipped, never a panic or a hang.
-        let mut bytes = vec![b'a'; 4095];
+        let mut bytes = vec![b'a'; 1023];
         bytes.extend_from_slice(&[0xe2, 0x82, b'b', 0xff, b'c', 0xf0, 0x9f]);
         assert_eq!(
             lazy_chars(&bytes).filter(|c| *c != 'a').collect::<String>(),
