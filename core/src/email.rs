@@ -1,12 +1,15 @@
 //! One stored message: its raw bytes and the parsed fields kept beside them.
 
 use std::borrow::Cow;
+use std::sync::Arc;
 
+use crate::head::{self, Head};
 use crate::id::MessageId;
 use crate::message::{self, AttachmentInfo, HeaderFields, ParsedMessage};
 use crate::smtp::{Envelope, Incoming, SmtpFacts};
 #[cfg(doc)]
 use crate::store::StoreLimits;
+use crate::summary;
 
 /// A message parsed and ready to store; parsing needs no lock, so hosts do it first.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,17 +22,36 @@ pub struct Prepared {
     pub raw: Vec<u8>,
     /// What the SMTP session saw: HELO, remote address, TLS, AUTH.
     pub smtp: SmtpFacts,
+    /// The summary's JSON, built with the message's parse (see [`crate::summary`]).
+    summary: bytes::Bytes,
+    /// The header-only fields, when they are large (see [`crate::head`]).
+    head: Option<Arc<Head>>,
 }
 
 impl Prepared {
-    /// Parses an accepted message (all but the fields [`Email::header_fields`] reads again).
+    /// Parses an accepted message (all but the fields [`Email::header_fields`]
+    /// reads again) and builds its summary.
     pub fn new(incoming: Incoming) -> Prepared {
         let parsed = message::parse_for_store(&incoming.raw);
+        let raw = &incoming.raw;
+        let summary = summary::build(&summary::Parts {
+            envelope: &incoming.envelope,
+            from: parsed.from.as_deref(),
+            cc: &parsed.cc,
+            subject: &parsed.subject,
+            size: raw.len(),
+            attachment_count: parsed.attachments.len(),
+            has_html: !Body::kept(&parsed.html, &parsed.html_span, raw).is_empty(),
+            text: Body::kept(&parsed.text, &parsed.text_span, raw),
+        });
+        let head = head::kept(raw);
         Prepared {
             envelope: incoming.envelope,
             parsed,
             raw: incoming.raw,
             smtp: SmtpFacts::new(incoming.helo, incoming.session),
+            summary,
+            head,
         }
     }
 }
@@ -41,8 +63,9 @@ impl Prepared {
 /// (no transfer encoding, UTF-8 or ASCII; their CRLF line endings become LF
 /// when they are read, not by a copy at store time), and the fields that come from the
 /// header block alone (the header map, From, Date, Message-ID) are read again
-/// from the raw bytes when the message is shown. What filters need, and what
-/// takes a MIME parse to find, is kept.
+/// from the raw bytes when the message is shown, unless they are large (see
+/// [`crate::head`]). What filters need, what takes a MIME parse to find, and
+/// the summary's JSON are kept.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Email {
     /// Its id; ids increase in receive order.
@@ -69,8 +92,14 @@ struct Kept {
     attachments: Box<[AttachmentInfo]>,
     /// What the SMTP session saw.
     smtp: SmtpFacts,
-    /// The summary's JSON, built the first time a subscriber or list needs it.
-    summary: std::sync::OnceLock<bytes::Bytes>,
+    /// The summary's JSON, built at delivery and shared by every list and
+    /// subscriber that shows it.
+    summary: bytes::Bytes,
+    /// The id and receive time written into `summary`.
+    stamped: (MessageId, u64),
+    /// The header-only fields when they are large, read at delivery and
+    /// shared by every response that shows the message.
+    head: Option<Arc<Head>>,
 }
 
 fn boxed(strings: Vec<String>) -> Box<[Box<str>]> {
@@ -96,8 +125,8 @@ impl Body {
     /// bounds and UTF-8). [`message::parse_for_store`] may leave `text`
     /// empty when it gives a span.
     fn new(text: String, span: Option<std::ops::Range<usize>>, raw: &[u8]) -> Body {
-        match span {
-            Some(span) if span.end <= raw.len() && span.start <= span.end => {
+        match span.filter(|span| Body::fits(span, raw)) {
+            Some(span) => {
                 debug_assert!(
                     std::str::from_utf8(&raw[span.clone()]).is_ok()
                         && (text.is_empty() || message::is_crlf_form_of(&raw[span.clone()], &text)),
@@ -107,6 +136,20 @@ impl Body {
             }
             _ if text.is_empty() => Body::InRaw(0..0),
             _ => Body::Owned(text.into_boxed_str()),
+        }
+    }
+
+    /// Whether `span` is a range of `raw`.
+    fn fits(span: &std::ops::Range<usize>, raw: &[u8]) -> bool {
+        span.end <= raw.len() && span.start <= span.end
+    }
+
+    /// The bytes of the body [`Body::new`] would make of these, without
+    /// making it (UTF-8 on the parser's word, unchecked: see [`Body::new`]).
+    fn kept<'a>(text: &'a str, span: &Option<std::ops::Range<usize>>, raw: &'a [u8]) -> &'a [u8] {
+        match span {
+            Some(span) if Body::fits(span, raw) => raw.get(span.clone()).unwrap_or_default(),
+            _ => text.as_bytes(),
         }
     }
 
@@ -143,6 +186,10 @@ impl Body {
     }
 }
 
+/// What sharing a kept value costs beside its bytes: the reference count
+/// and bookkeeping of its `Arc` or shared `Bytes`.
+const SHARED_BYTES_HEADER: usize = 32;
+
 impl Email {
     /// Stores a prepared message under `id`.
     pub fn new(id: MessageId, received_at_ms: u64, prepared: Prepared) -> Email {
@@ -151,7 +198,10 @@ impl Email {
             parsed,
             raw,
             smtp,
+            mut summary,
+            head,
         } = prepared;
+        summary::stamp(&mut summary, id, received_at_ms);
         let raw = raw.into_boxed_slice();
         let text = Body::new(parsed.text, parsed.text_span, &raw);
         let html = Body::new(parsed.html, parsed.html_span, &raw);
@@ -167,7 +217,9 @@ impl Email {
                 codes: boxed(parsed.codes),
                 attachments: parsed.attachments.into_boxed_slice(),
                 smtp,
-                summary: std::sync::OnceLock::new(),
+                summary,
+                stamped: (id, received_at_ms),
+                head,
             }),
             text,
             html,
@@ -267,26 +319,43 @@ impl Email {
             + k.smtp.footprint()
             + std::mem::size_of::<Email>()
             + std::mem::size_of::<Kept>()
-            + self.summary_reserve()
+            + k.summary.len()
+            + SHARED_BYTES_HEADER
+            + k.head
+                .as_ref()
+                .map_or(0, |head| head.bytes() + SHARED_BYTES_HEADER)
     }
 
-    /// The summary's JSON (see [`crate::summary`]), built once and shared by
-    /// every event and list that shows it.
+    /// The summary's JSON (see [`crate::summary`]), built at delivery and
+    /// shared by every event and list that shows it.
     pub fn summary(&self) -> bytes::Bytes {
-        self.kept
-            .summary
-            .get_or_init(|| crate::summary::summary_json(self))
-            .clone()
+        self.kept.summary.clone()
     }
 
-    /// What the summary, once built, is counted for: it repeats the envelope,
-    /// the subject, Cc and From, and a preview of at most 200 characters.
-    fn summary_reserve(&self) -> usize {
-        let k = &self.kept;
-        2 * (self.envelope.from.len() + self.envelope.to.iter().map(|s| s.len() + 3).sum::<usize>())
-            + k.subject.len()
-            + k.cc.iter().map(|s| s.len() + 3).sum::<usize>()
-            + 1024
+    /// The header-only fields (see [`crate::head`]): the message's own when
+    /// they are large, else read again from the raw header block (which is
+    /// then at most a few tens of KiB).
+    pub fn head(&self) -> Arc<Head> {
+        self.kept
+            .head
+            .clone()
+            .unwrap_or_else(|| Arc::new(Head::read(&self.raw)))
+    }
+
+    /// Whether the message keeps its header-only fields (they are large).
+    pub fn keeps_head(&self) -> bool {
+        self.kept.head.is_some()
+    }
+
+    /// Writes the id and receive time into the summary again, for a host
+    /// that set them after [`Email::new`]: O(1). The store does it as it
+    /// takes the message in.
+    pub(crate) fn stamp_summary(&mut self) {
+        let now = (self.id, self.received_at_ms);
+        if self.kept.stamped != now {
+            summary::stamp(&mut self.kept.summary, self.id, self.received_at_ms);
+            self.kept.stamped = now;
+        }
     }
 
     /// Whether `address` (lower-cased and trimmed) is an envelope recipient or a To or Cc address.

@@ -19,6 +19,24 @@ use crate::view::{EmailJson, ListJson};
 /// The most messages a job without a pattern looks at to count as light.
 pub const LIGHT_MESSAGES: usize = 1000;
 
+/// The most raw bytes, over all the messages it looks at, a job without a
+/// pattern looks at to count as light: a few huge messages weigh as much as
+/// many small ones.
+pub const LIGHT_BYTES: usize = 1024 * 1024;
+
+/// Whether looking at these messages is light work: at most
+/// [`LIGHT_MESSAGES`] of them, of at most [`LIGHT_BYTES`] in all. O(1) past
+/// [`LIGHT_MESSAGES`], at most that many steps below it.
+pub fn is_light(messages: &Snapshot) -> bool {
+    messages.len() <= LIGHT_MESSAGES
+        && messages
+            .iter()
+            .try_fold(0usize, |bytes, email| {
+                Some(bytes + email.raw().len()).filter(|b| *b <= LIGHT_BYTES)
+            })
+            .is_some()
+}
+
 /// Work to run outside the lock; see the [module documentation](self).
 #[derive(Debug)]
 pub struct Job {
@@ -128,8 +146,8 @@ pub(crate) fn one(email: Arc<Email>) -> Response {
 
 impl Job {
     /// Whether the work may be long: a pattern to compile and run, or more
-    /// than [`LIGHT_MESSAGES`] messages to look at. A host may run light work
-    /// where it stands and long work where it blocks no one.
+    /// messages to look at than [`is_light`] allows, by count or by bytes. A
+    /// host may run light work where it stands and long work where it blocks no one.
     pub fn is_heavy(&self) -> bool {
         let (pattern, messages) = match &*self.kind {
             JobKind::List { spec, messages, .. } | JobKind::Latest { spec, messages, .. } => {
@@ -150,7 +168,7 @@ impl Job {
             // At most 64 KiB of JSON, or --max-faults small rules.
             JobKind::Faults { .. } => return false,
         };
-        pattern || messages.len() > LIGHT_MESSAGES
+        pattern || !is_light(messages)
     }
 
     /// Does the work; `clock` measures what the pattern spends.
@@ -204,7 +222,7 @@ impl Job {
                     }
                 }
                 let body: Box<dyn crate::response::ChunkSource> = if summary {
-                    Box::new(crate::summary::SummaryList::new(emails))
+                    Box::new(crate::view::SummaryList::new(emails))
                 } else {
                     Box::new(ListJson::new(emails))
                 };
@@ -275,5 +293,47 @@ impl Job {
                 remote_images,
             )?)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::email::Prepared;
+    use crate::id::IdGenerator;
+    use crate::smtp::{Envelope, Incoming};
+    use crate::store::{Store, StoreLimits};
+
+    fn store_of(sizes: &[usize]) -> Store {
+        let mut ids = IdGenerator::new();
+        let mut store = Store::new(StoreLimits {
+            max_messages: usize::MAX,
+            max_bytes: usize::MAX,
+        });
+        for &size in sizes {
+            let mut raw = b"Subject: s\r\n\r\n".to_vec();
+            raw.resize(size, b'x');
+            let prepared = Prepared::new(Incoming {
+                envelope: Envelope::default(),
+                raw,
+                helo: None,
+                session: Default::default(),
+            });
+            store.push(Email::new(ids.next(1, [0; 10]), 1, prepared));
+        }
+        store
+    }
+
+    #[test]
+    fn work_is_weighed_by_bytes_as_well_as_by_count() {
+        assert!(is_light(&store_of(&[]).snapshot()));
+        assert!(is_light(&store_of(&[100; LIGHT_MESSAGES]).snapshot()));
+        assert!(!is_light(&store_of(&[100; LIGHT_MESSAGES + 1]).snapshot()));
+        assert!(is_light(&store_of(&[LIGHT_BYTES / 2; 2]).snapshot()));
+        // A few huge messages are heavy: their work goes where it blocks no one.
+        assert!(!is_light(&store_of(&[LIGHT_BYTES / 2 + 1; 2]).snapshot()));
+        assert!(!is_light(
+            &store_of(&[100, LIGHT_BYTES + 1, 100]).snapshot()
+        ));
     }
 }

@@ -121,9 +121,10 @@ pub fn parse(raw: &[u8]) -> ParsedMessage {
     std::panic::catch_unwind(|| parse_unguarded(raw, true)).unwrap_or_else(|_| unparsed(raw))
 }
 
-/// As [`parse`], but `headers`, `from`, `date` and `message_id` are left
-/// empty: the store reads them again with [`header_fields`] when a message is
-/// shown, so decoding them at delivery would be work thrown away. So are
+/// As [`parse`], but `headers`, `date` and `message_id` are left empty: the
+/// store reads them again with [`header_fields`] when a message is shown, so
+/// decoding them at delivery would be work thrown away. `from` is kept: the
+/// message's summary shows it, and it is built at delivery. So are
 /// `text` and `html` when their span is known (the store keeps the span):
 /// links and codes are found in the raw bytes there, CRLF and all, which
 /// finds the same ones (a CR ends a URL and borders a code as an LF does).
@@ -159,12 +160,17 @@ pub fn header_fields(raw: &[u8]) -> HeaderFields {
 fn fields_of(headers: &[Header<'_>], fields: &[u8]) -> HeaderFields {
     HeaderFields {
         headers: header_map(headers, fields),
-        from: first(headers, HeaderName::From)
-            .and_then(HeaderValue::as_address)
-            .and_then(display_addresses),
+        from: from_of(headers),
         date: first(headers, HeaderName::Date).and_then(rfc3339),
         message_id: first(headers, HeaderName::MessageId).and_then(message_id),
     }
+}
+
+/// The From header as display text.
+fn from_of(headers: &[Header<'_>]) -> Option<String> {
+    first(headers, HeaderName::From)
+        .and_then(HeaderValue::as_address)
+        .and_then(display_addresses)
 }
 
 /// The result for bytes whose parse panicked (or found no part): all text.
@@ -228,7 +234,10 @@ fn parse_unguarded(raw: &[u8], with_header_fields: bool) -> ParsedMessage {
     } = if with_header_fields {
         fields_of(headers, root.fields)
     } else {
-        HeaderFields::default()
+        HeaderFields {
+            from: from_of(headers),
+            ..HeaderFields::default()
+        }
     };
     // What the store keeps as a span it does not need as a string.
     let kept = |source: &str, span: &Option<Range<usize>>| match span {

@@ -164,8 +164,10 @@ impl Store {
     /// The message just added is never evicted, even when it alone is over
     /// the byte limit. The evicted messages are handed back, so the caller can
     /// free them after it lets go of its lock.
-    pub fn push(&mut self, email: Email) -> (Arc<Email>, Vec<Arc<Email>>) {
+    pub fn push(&mut self, mut email: Email) -> (Arc<Email>, Vec<Arc<Email>>) {
         debug_assert!(self.emails.back().is_none_or(|last| last.id < email.id));
+        // A host may have set the id and time after building the message.
+        email.stamp_summary();
         let email = Arc::new(email);
         self.bytes += email.footprint();
         self.emails.push_back(email.clone());

@@ -632,7 +632,7 @@ fn summary_view_lists_summaries_with_the_filters() {
     let list = body["emails"].as_array().unwrap();
     assert_eq!(list.len(), 1);
     let email = api.store().get(two).unwrap();
-    let expected: Value = serde_json::from_slice(&crate::summary::summary_json(&email)).unwrap();
+    let expected: Value = serde_json::from_slice(&email.summary()).unwrap();
     assert_eq!(list[0], expected);
     assert_eq!(list[0]["preview"], "Hello");
     assert!(list[0].get("raw").is_none());
