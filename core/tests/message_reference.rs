@@ -314,9 +314,8 @@ const ACCEPTED: &[(&str, Field, &str)] = &[
 /// Rules that accept a difference when what they say holds; each returns
 /// its reason when it applies.
 mod rules {
-    pub const LF: &str =
-        "text has LF line endings (DESIGN: `text` and `html` are LF; raw stays exact)";
-    pub const DERIVED: &str = "no text/plain body: mailjar's text is the HTML body as plain text (DESIGN), Python has none";
+    pub const LF: &str = "text has LF line endings (README, CapturedEmail: `text` and `html` are LF; raw stays exact)";
+    pub const DERIVED: &str = "no text/plain body: mailjar's text is the HTML body as plain text (README, CapturedEmail), Python has none";
     pub const JOINED: &str = "inline text/plain parts after the first are joined to the text with a line break, as Node's mailparser does; Python lists them as attachments";
     pub const TRIMMED: &str =
         "the subject is trimmed (README); Python keeps the whitespace around it";

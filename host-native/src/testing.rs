@@ -31,7 +31,7 @@ use tokio::task::JoinHandle;
 use crate::state::{Handled, Shared, now_ms};
 use crate::{Server, Settings};
 
-/// The longest one wait the API holds (SPEC.md); longer waits are several.
+/// The longest one wait the API holds (README, "HTTP API": `timeoutMs` 1–60000); longer waits are several.
 const MAX_WAIT: Duration = Duration::from_secs(60);
 
 /// A message as the API's JSON describes it (README.md, "CapturedEmail").

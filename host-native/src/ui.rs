@@ -1,5 +1,5 @@
 //! The web UI: a page and its assets, compiled into the binary and served at
-//! `/` and `/ui/<asset>` (DESIGN.md, "Web UI").
+//! `/` and `/ui/<asset>` (README, "Web UI").
 //!
 //! The page only talks to the JSON API of the same origin. Its HTML carries a
 //! strict Content-Security-Policy (no inline script or style, no plug-ins,

@@ -337,7 +337,7 @@ fn delete_all_and_by_recipient() {
             .json()["deleted"],
         0
     );
-    // One message by its id (DESIGN.md: the by-id path allows GET and DELETE).
+    // One message by its id (README, "HTTP API": `DELETE /api/emails/:id`).
     let one = server.request("DELETE", &format!("/api/emails/{}", ids[3]));
     assert_eq!(
         (one.status, one.json()),

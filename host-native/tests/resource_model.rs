@@ -1,5 +1,5 @@
 //! The attacks of issue 9 against the real binary, each bounded by the resource model of
-//! DESIGN.md ("Resource model and exactness"): memory is the process's peak RSS (`VmHWM`)
+//! the README ("Resource model"): memory is the process's peak RSS (`VmHWM`)
 //! against a bound derived from the flags, freezes are the worst `/health` latency while the
 //! attack runs (one prober on a kept-alive connection, one on new connections).
 //!

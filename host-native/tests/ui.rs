@@ -9,7 +9,7 @@ use std::net::TcpStream;
 
 use common::{Http, IO_TIMEOUT, Server, http_exchange};
 
-/// The policy the page must carry (DESIGN.md, "Web UI").
+/// The policy the page must carry (README, "Web UI").
 const CSP: &str = "default-src 'self'; frame-src 'self'; img-src 'self' data:; style-src 'self'; \
 script-src 'self'; object-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 

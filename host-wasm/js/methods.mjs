@@ -5,7 +5,7 @@
 
 import { abortWith } from "./signals.mjs";
 
-/** The longest wait the API holds one request (SPEC.md); longer waits are several requests. */
+/** The longest wait the API holds one request (README, "HTTP API": `timeoutMs` 1–60000); longer waits are several requests. */
 const MAX_WAIT_MS = 60_000;
 /** How long `waitFor` waits when no `timeoutMs` is given (the API's own default). */
 const DEFAULT_WAIT_MS = 10_000;
