@@ -135,7 +135,7 @@ fn check(name: &str, raw: &[u8], p: &ParsedMessage) -> Vec<String> {
 
 #[test]
 fn corpus_parses_soundly() {
-    let root = Path::new(CORPUS);
+    let root = Path::new(CORPUS.as_str());
     let Some(paths) = corpus_files("corpus_parses_soundly") else {
         return;
     };

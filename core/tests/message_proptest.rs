@@ -1,14 +1,14 @@
 //! `parse` never panics: not on arbitrary bytes, not on mutated messages;
 //! and the store finds what `parse` finds.
 
-use std::path::{Path, PathBuf};
 use std::sync::LazyLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use mailjar_core::message::parse;
 use proptest::prelude::*;
 
-const CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/corpus/mime");
+#[path = "common/corpus.rs"]
+mod corpus;
 
 /// Seed messages: a few built in, plus up to 60 corpus files when present.
 static SEEDS: LazyLock<Vec<Vec<u8>>> = LazyLock::new(|| {
@@ -20,9 +20,7 @@ static SEEDS: LazyLock<Vec<Vec<u8>>> = LazyLock::new(|| {
     .iter()
     .map(|s| s.as_bytes().to_vec())
     .collect();
-    let mut paths = Vec::new();
-    collect(Path::new(CORPUS), &mut paths);
-    paths.sort();
+    let paths = corpus::corpus_files("the corpus seeds of the property tests").unwrap_or_default();
     let step = (paths.len() / 60).max(1);
     seeds.extend(
         paths
@@ -32,20 +30,6 @@ static SEEDS: LazyLock<Vec<Vec<u8>>> = LazyLock::new(|| {
     );
     seeds
 });
-
-fn collect(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            collect(&path, out);
-        } else {
-            out.push(path);
-        }
-    }
-}
 
 /// `parse` catches panics, so they are counted through the panic hook.
 static PANICS: AtomicUsize = AtomicUsize::new(0);

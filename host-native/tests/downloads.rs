@@ -10,7 +10,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::process::Command;
 use std::time::Duration;
 
-use common::corpus::{corpus_files, smtp_text};
+use common::corpus::{corpus_files, skip, smtp_text};
 use common::{Server, read_body_with, read_head};
 use serde_json::Value;
 
@@ -157,7 +157,7 @@ fn every_corpus_message_downloads_byte_exact_and_attachments_match_python() {
         .args(with_attachments.iter().map(|(_, f)| f))
         .output();
     let Ok(python) = python else {
-        println!("NOTICE: python3 is not there: attachment comparison skipped");
+        skip("the attachment comparison", "python3 is not there");
         return;
     };
     assert!(

@@ -5,17 +5,36 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
+use std::sync::LazyLock;
 
-/// The corpus folder, from the including crate's folder (one below the repository root).
-pub const CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/corpus/mime");
+/// The corpus folder, from the including crate's folder (one below the
+/// repository root); `MAILJAR_CORPUS` names another one.
+pub static CORPUS: LazyLock<String> = LazyLock::new(|| {
+    std::env::var("MAILJAR_CORPUS").unwrap_or_else(|_| {
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/corpus/mime").to_owned()
+    })
+});
+
+/// Whether this is a CI run (`CI` set, and not to `false` or `0`), where the
+/// corpus and python3 are part of the job and their absence is a failure.
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0")
+}
+
+/// Skips `what` with a notice saying `why`, or fails under CI: a test that
+/// passes there without having run hides a broken job.
+pub fn skip(what: &str, why: &str) {
+    assert!(!in_ci(), "CI is set and {why}: {what} cannot run");
+    println!("NOTICE: {why}: {what} skipped");
+}
 
 /// Every file below the corpus folder, sorted (the same order every run);
-/// `None`, after a notice naming `what` is skipped, when there is none.
+/// `None`, after [`skip`] (a failure under CI), when there is none.
 pub fn corpus_files(what: &str) -> Option<Vec<PathBuf>> {
     let mut all = Vec::new();
-    files(Path::new(CORPUS), &mut all);
+    files(Path::new(CORPUS.as_str()), &mut all);
     if all.is_empty() {
-        println!("NOTICE: no corpus at {CORPUS}: {what} skipped");
+        skip(what, &format!("no corpus at {}", *CORPUS));
         return None;
     }
     all.sort();
