@@ -568,20 +568,45 @@ mod tests {
         (dir, options)
     }
 
+    /// This thread without `CAP_DAC_OVERRIDE` until dropped: root writes any
+    /// file through it, so without it a 0444 file is read-only to root too.
+    /// Capabilities are per thread: the rest of the process keeps its own.
+    #[cfg(target_os = "linux")]
+    struct WithoutDacOverride(rustix::thread::CapabilitySets);
+
+    #[cfg(target_os = "linux")]
+    impl WithoutDacOverride {
+        fn new() -> WithoutDacOverride {
+            let sets = rustix::thread::capabilities(None).expect("capget");
+            let mut fewer = sets;
+            fewer.effective -= rustix::thread::CapabilitySet::DAC_OVERRIDE;
+            rustix::thread::set_capabilities(None, fewer).expect("capset");
+            WithoutDacOverride(sets)
+        }
+    }
+
+    #[cfg(target_os = "linux")]
+    impl Drop for WithoutDacOverride {
+        fn drop(&mut self) {
+            let _ = rustix::thread::set_capabilities(None, self.0);
+        }
+    }
+
     #[test]
+    #[cfg(target_os = "linux")]
     fn a_database_that_can_only_be_read_is_refused_at_open() {
         use std::os::unix::fs::PermissionsExt;
         let (dir, options) = fresh("readonly");
         drop(Sqlite::open(&options).unwrap());
         let db = dir.join("mailjar.db");
         std::fs::set_permissions(&db, std::fs::Permissions::from_mode(0o444)).unwrap();
-        if std::fs::OpenOptions::new().write(true).open(&db).is_ok() {
-            // Root writes any file: nothing to show here.
-            println!("NOTICE: running as root, a 0444 file is still writable; skipped");
-            let _ = std::fs::remove_dir_all(&dir);
-            return;
-        }
-        let Err(refused) = Sqlite::open(&options) else {
+        let refused = {
+            let _guard = WithoutDacOverride::new();
+            let writable = std::fs::OpenOptions::new().write(true).open(&db);
+            assert!(writable.is_err(), "a 0444 file opened for writing");
+            Sqlite::open(&options)
+        };
+        let Err(refused) = refused else {
             panic!("a database that can only be read was opened");
         };
         assert!(refused.0.contains("can only be read"), "{refused}");
