@@ -1,56 +1,24 @@
-// Types of mailjar.mjs: a socket-free mailjar for tests.
+// Types of mailjar.mjs: a socket-free mailjar for tests. The options and
+// SMTP facts are the bindings' types, generated from their Rust types.
+import type { ApiConfig, ReplyOutput, SessionConfig, SmtpFacts, TlsFacts } from "../pkg-web/mailjar_wasm.js";
 
-/** A reply of the SMTP server. */
-export interface SmtpReply {
-  type: "reply";
-  /** The three-digit code. */
-  code: number;
-  /** The text lines joined with "\n". */
-  text: string;
-  /** The text lines. */
-  lines: string[];
-  /** The reply as on the wire ("250 ...\r\n"). */
-  wire: string;
+export type { SmtpFacts, TlsFacts };
+
+/** A reply of the SMTP server: the bindings' `ReplyOutput`, and what this wrapper adds. */
+export interface SmtpReply extends ReplyOutput {
   /** On the reply that acknowledges a message: the id it was stored under. */
-  messageId?: string;  /** On the reply that a fault rule delayed: how long the native server would have waited first (in-process, nothing waits). */
+  messageId?: string;
+  /** On the reply that a fault rule delayed: how long the native server would have waited first (in-process, nothing waits). */
   delayMs?: number;
 }
 
-/** Limits of the SMTP side. */
-export interface SmtpOptions {
-  /** Host name in the greeting (default: the API domain, "local.test"). */
-  hostname?: string;
-  /** The largest message (552 past it); the same bound as `api.maxMessageBytes`: set either. */
-  maxMessageBytes?: number;
-  /** Recipients a transaction takes (452 past it); the same bound as `api.maxRecipients`: set either. */
-  maxRecipients?: number;
-  maxLineBytes?: number;
-  maxErrors?: number;
-  /** EHLO advertises STARTTLS and STARTTLS succeeds (in memory, no handshake); default false: 454. */
-  starttls?: boolean;
-  /** MAIL before TLS is 530 5.7.0. */
-  requireTls?: boolean;
-  /** MAIL before a successful AUTH is 530 5.7.0. */
-  requireAuth?: boolean;
-  /** "USER:PASS" pairs AUTH checks (535 5.7.8 on a mismatch; split at the first colon); none accepts any. */
-  auth?: string[];
-}
-
-/** The TLS of a connection, as a message's `smtp.tls` reports it. */
-export interface TlsFacts {
-  /** "TLSv1.3" or "TLSv1.2". */
-  version: string;
-  /** The IANA cipher suite name, e.g. "TLS_AES_128_GCM_SHA256". */
-  cipher: string;
-}
-
-/** A message's `smtp` object: what the SMTP session saw. */
-export interface SmtpFacts {
-  helo?: string | null;
-  remoteAddr?: string | null;
-  tls?: TlsFacts | null;
-  auth?: { mechanism: string; username: string } | null;
-}
+/**
+ * Limits of the SMTP side: the bindings' `SessionConfig`, except that
+ * `hostname` defaults to the API domain ("local.test"), and that
+ * `maxMessageBytes` and `maxRecipients` are the same bounds as the API's:
+ * set either (both, and they must agree).
+ */
+export type SmtpOptions = SessionConfig;
 
 /** What `sendMail` resolves to through `MailServer.transport()`. */
 export interface MailjarSentInfo {
@@ -82,23 +50,8 @@ export interface ConnectOptions {
   tls?: TlsFacts;
 }
 
-/** What /health reports and how much the store keeps. */
-export interface ApiOptions {
-  domain?: string;
-  apiHost?: string;
-  apiPort?: number;
-  smtpHost?: string;
-  smtpPort?: number;
-  maxMessages?: number;
-  maxStoreBytes?: number;
-  /** The same bound as `smtp.maxMessageBytes`: set either (both, and they must agree). */
-  maxMessageBytes?: number;
-  /** The same bound as `smtp.maxRecipients`: set either (both, and they must agree). */
-  maxRecipients?: number;
-  maxFaults?: number;
-  /** Seeds the fault rules' `probability` draws, for repeatable tests (default: random). */
-  faultSeed?: number;
-}
+/** What /health reports and how much the store keeps: the bindings' `ApiConfig`. */
+export type ApiOptions = ApiConfig;
 
 /** Options of a MailServer; the clock functions default to Date.now and the real timers. */
 export interface MailServerOptions {

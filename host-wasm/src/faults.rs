@@ -4,7 +4,9 @@
 use js_sys::{Array, Object};
 use wasm_bindgen::prelude::*;
 
-use super::{Api, Session, outputs_of};
+use crate::api::Api;
+use crate::outputs::outputs_of;
+use crate::session::Session;
 
 #[wasm_bindgen]
 impl Session {
