@@ -40,7 +40,7 @@ cargo build -p mailjar-wasm --target wasm32-unknown-unknown --profile wasm-relea
 wasm="$CARGO_TARGET_DIR/wasm32-unknown-unknown/wasm-release/mailjar_wasm.wasm"
 
 if [ "${MAILJAR_WASM_OPT:-1}" != 0 ]; then
-  step "wasm-opt -O3 --converge (binaryen)"
+  step "wasm-opt -O3 --converge --low-memory-unused (binaryen)"
   if ! command -v wasm-opt >/dev/null; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
       export DEBIAN_FRONTEND=noninteractive
@@ -58,8 +58,10 @@ if [ "${MAILJAR_WASM_OPT:-1}" != 0 ]; then
   opt="$CARGO_TARGET_DIR/wasm32-unknown-unknown/wasm-release/mailjar_wasm.opt.wasm"
   # -O3 rather than -Oz: as small gzipped (the size that counts) and faster;
   # --converge repeats the passes while they still shrink it (1.6 KB less
-  # gzipped for 10 s more).
-  wasm-opt -O3 --converge --enable-bulk-memory --enable-sign-ext --enable-mutable-globals \
+  # gzipped for 10 s more); --low-memory-unused lets it fold `p + C` into a
+  # load's offset (3.1 KB less), which differs only where `p + C` would wrap
+  # past 4 GiB, something no Rust pointer does.
+  wasm-opt -O3 --converge --low-memory-unused --enable-bulk-memory --enable-sign-ext --enable-mutable-globals \
     --enable-nontrapping-float-to-int --enable-reference-types --enable-multivalue \
     "$wasm" -o "$opt"
   wasm="$opt"
