@@ -463,7 +463,11 @@ mod tests {
             let email = stored(&raw);
             let (bytes, _) = attachment_bytes(&email, 0).expect("an attachment");
             let source = crate::message::attachment_source(&raw, 0).expect("its source");
-            assert_eq!(bytes, crate::message::decode_attachment(&raw, &source), "{body:?}");
+            assert_eq!(
+                bytes,
+                crate::message::decode_attachment(&raw, &source),
+                "{body:?}"
+            );
             assert_eq!(bytes.len(), email.attachments()[0].size, "{body:?}");
         }
     }
