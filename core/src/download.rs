@@ -13,7 +13,7 @@
 //! ([`CHUNK_BYTES`]) from the stored raw bytes, so a client that does not
 //! read holds one chunk. An attachment is found in the raw bytes once, by a
 //! [`crate::job::Job`] outside the host's lock, then decoded as it is
-//! written ([`decode`]); the HTML view reads the stored HTML body and
+//! written ([`crate::transfer`]); the HTML view reads the stored HTML body and
 //! rewrites it as it goes ([`html`]).
 //!
 //! A download does not keep its message: each chunk looks it up through a
@@ -23,7 +23,6 @@
 //! chunk, so the client sees an incomplete download, and a stalled reader
 //! never holds deleted mail.
 
-pub mod decode;
 pub mod html;
 
 use std::borrow::Cow;
@@ -203,13 +202,16 @@ pub fn locate(email: &Email, index: usize) -> Option<AttachmentSource> {
 pub fn attachment_bytes(email: &Email, index: usize) -> Option<(Vec<u8>, Option<String>)> {
     let located = locate(email, index)?;
     let body = email.raw().get(located.body)?;
-    Some((decode::decode_all(body, located.encoding), located.charset))
+    Some((
+        crate::transfer::decode_all(body, located.encoding),
+        located.charset,
+    ))
 }
 
 /// An attachment's body decoded as it is written.
 struct AttachmentBytes {
     body: Range<usize>,
-    decoder: decode::TransferDecoder,
+    decoder: crate::transfer::TransferDecoder,
 }
 
 impl Piece for AttachmentBytes {
@@ -230,7 +232,7 @@ pub fn attachment_response(email: &Arc<Email>, index: usize) -> Result<Response,
     let fallback = format!("attachment-{index}");
     let body = AttachmentBytes {
         body: located.body,
-        decoder: decode::TransferDecoder::new(located.encoding),
+        decoder: crate::transfer::TransferDecoder::new(located.encoding),
     };
     Ok(Response::download(
         Cow::Owned(content_type),

@@ -30,5 +30,6 @@ pub mod smtp;
 pub mod store;
 pub mod summary;
 pub mod timestamp;
+mod transfer;
 pub mod view;
 pub mod waits;

@@ -33,142 +33,46 @@ pub(super) fn transfer_encoding(part: &Part<'_>) -> Encoding {
     }
 }
 
-/// `body` with `encoding` undone; borrowed when there was none.
+/// `body` with `encoding` undone (`crate::transfer`, which downloads
+/// stream with too); borrowed when there was none, or when the body cannot
+/// be base64 (kept as it is, as Python's `email` keeps it).
 pub(super) fn transfer_decode(body: &[u8], encoding: Encoding) -> Cow<'_, [u8]> {
     match encoding {
         Encoding::None => Cow::Borrowed(body),
-        Encoding::Base64 => base64_lenient(body),
-        Encoding::QuotedPrintable => Cow::Owned(quoted_printable(body)),
+        Encoding::Base64 if !is_base64(body) => Cow::Borrowed(body),
+        _ => Cow::Owned(crate::transfer::decode_all(body, encoding)),
     }
 }
 
-/// Base64 as Python's `email` reads it: characters outside the alphabet
-/// skipped, missing padding forgiven, nothing read after the padding that
-/// ends a group (what follows a bad close delimiter is not the
-/// attachment's); and a body that cannot be base64 (its letters leave one
-/// over a group of four) kept as it is.
-fn base64_lenient(body: &[u8]) -> Cow<'_, [u8]> {
-    let mut out = Vec::with_capacity(body.len() / 4 * 3);
-    if base64_walk(body, |bytes| out.extend_from_slice(bytes)) {
-        Cow::Owned(out)
-    } else {
-        Cow::Borrowed(body)
-    }
-}
-
-/// The length of [`transfer_decode`]'s result, without making it.
+/// The length of [`transfer_decode`]'s result, without keeping it whole.
 pub(super) fn decoded_len(body: &[u8], encoding: Encoding) -> usize {
     match encoding {
-        Encoding::Base64 => {
-            let mut len = 0;
-            if base64_walk(body, |bytes| len += bytes.len()) {
-                len
-            } else {
-                body.len()
-            }
-        }
-        _ => transfer_decode(body, encoding).len(),
+        Encoding::None => body.len(),
+        Encoding::Base64 if !is_base64(body) => body.len(),
+        _ => crate::transfer::decoded_len(body, encoding),
     }
 }
 
-/// Whether `body` can be read as base64 ([`base64_lenient`] decodes it
-/// rather than keeping it as it is).
+/// Whether `body` can be read as base64: its letters, up to the padding
+/// that ends a group, leave no single one over a group of four.
 pub(super) fn is_base64(body: &[u8]) -> bool {
-    base64_walk(body, |_| {})
-}
-
-/// Decodes `body` as [`base64_lenient`] describes, a group at a time into
-/// `emit`; false when it cannot be base64.
-fn base64_walk(body: &[u8], mut emit: impl FnMut(&[u8])) -> bool {
-    let (mut group, mut len, mut pads) = (0u32, 0usize, 0usize);
+    let (mut len, mut pads) = (0usize, 0usize);
     for &b in body {
-        let value = match b {
-            b'A'..=b'Z' => b - b'A',
-            b'a'..=b'z' => b - b'a' + 26,
-            b'0'..=b'9' => b - b'0' + 52,
-            b'+' => 62,
-            b'/' => 63,
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'+' | b'/' => {
+                len = (len + 1) % 4;
+                pads = 0;
+            }
             b'=' if len >= 2 => {
                 pads += 1;
                 if len + pads >= 4 {
-                    break;
+                    return true;
                 }
-                continue;
             }
-            _ => continue,
-        };
-        group = (group << 6) | u32::from(value);
-        len += 1;
-        pads = 0;
-        if len == 4 {
-            emit(&group.to_be_bytes()[1..]);
-            (group, len) = (0, 0);
+            _ => {}
         }
     }
-    match len {
-        1 => return false,
-        2 => emit(&[(group >> 4) as u8]),
-        3 => emit(&((group >> 2) as u16).to_be_bytes()),
-        _ => {}
-    }
-    true
-}
-
-/// Quoted-printable (RFC 2045 6.7): `=XX` is a byte (either case), `=` at
-/// the end of a line (after optional whitespace) joins it to the next,
-/// whitespace at the end of a line is dropped, and an `=` that starts none
-/// of these stays as written. Line ends stay as they were (CRLF or LF).
-pub(super) fn quoted_printable(body: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(body.len());
-    for line in body.split_inclusive(|&b| b == b'\n') {
-        let (content, eol) = split_eol(line);
-        let content = trim_end_blanks(content);
-        let mut i = 0;
-        let mut soft_break = false;
-        while i < content.len() {
-            let b = content[i];
-            if b != b'=' {
-                out.push(b);
-                i += 1;
-                continue;
-            }
-            let hex = |j: usize| content.get(j).and_then(|&c| (c as char).to_digit(16));
-            if let (Some(high), Some(low)) = (hex(i + 1), hex(i + 2)) {
-                out.push((high * 16 + low) as u8);
-                i += 3;
-            } else if i + 1 == content.len() {
-                soft_break = true;
-                i += 1;
-            } else {
-                out.push(b'=');
-                i += 1;
-            }
-        }
-        if !soft_break {
-            out.extend_from_slice(eol);
-        }
-    }
-    out
-}
-
-/// A line and its end (`\r\n`, `\n` or nothing).
-fn split_eol(line: &[u8]) -> (&[u8], &[u8]) {
-    let cut = if line.ends_with(b"\r\n") {
-        line.len() - 2
-    } else if line.ends_with(b"\n") {
-        line.len() - 1
-    } else {
-        line.len()
-    };
-    line.split_at(cut)
-}
-
-fn trim_end_blanks(line: &[u8]) -> &[u8] {
-    let end = line
-        .iter()
-        .rposition(|&b| b != b' ' && b != b'\t')
-        .map_or(0, |i| i + 1);
-    &line[..end]
+    len != 1
 }
 
 /// `bytes` in `charset` (a label of the WHATWG Encoding Standard) as text;
@@ -203,7 +107,12 @@ mod tests {
     use super::*;
 
     fn qp(s: &str) -> String {
-        String::from_utf8(quoted_printable(s.as_bytes())).expect("utf-8")
+        let decoded = transfer_decode(s.as_bytes(), Encoding::QuotedPrintable);
+        String::from_utf8(decoded.into_owned()).expect("utf-8")
+    }
+
+    fn base64_lenient(body: &[u8]) -> Cow<'_, [u8]> {
+        transfer_decode(body, Encoding::Base64)
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! A part's body with its Content-Transfer-Encoding undone a piece at a
 //! time, read straight from the stored raw message: what an attachment
-//! download sends, with no decoded copy of the part.
+//! download sends, with no decoded copy of the part, and what the parser
+//! reads a text body and an attachment's `size` with.
 //!
 //! The rules are RFC 2045's, lenient as mail readers and Python's `email`
 //! are:
@@ -9,7 +10,7 @@
 //!   forgiven (a group cut short gives its whole bytes); nothing is read
 //!   after the padding that ends a group. A body that cannot be base64 (one
 //!   letter left over) is not handed here as base64 at all
-//!   ([`crate::message::attachment_source`] calls it unencoded), so the
+//!   (the parser calls it unencoded), so the
 //!   bytes sent are those the attachment's `size` counts;
 //! - quoted-printable: `=XX` is a byte (hex digits of either case); an `=`
 //!   at the end of a line (spaces and tabs may follow it) joins the line to
@@ -241,6 +242,18 @@ impl Base64 {
         }
         *self = Base64::default();
     }
+}
+
+/// The length of `body` decoded, a piece at a time (nothing kept whole).
+pub fn decoded_len(body: &[u8], encoding: Encoding) -> usize {
+    let mut decoder = TransferDecoder::new(encoding);
+    let mut piece = Vec::with_capacity(64 * 1024);
+    let mut len = 0;
+    while decoder.fill(body, &mut piece, 64 * 1024) {
+        len += piece.len();
+        piece.clear();
+    }
+    len
 }
 
 /// `body` decoded whole (for a host that wants the bytes in one piece, and tests).
