@@ -23,11 +23,10 @@ mod common;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use common::{HealthProber, RssGuard, Server, Smtp, read_head};
+use common::{GreetingProber, HealthProber, RssGuard, Server, Smtp, read_head};
 
 const KIB: u64 = 1024;
 const MIB: u64 = 1024 * KIB;
@@ -72,81 +71,6 @@ fn flags<'a>(extra: &[&'a str]) -> Vec<&'a str> {
     ];
     flags.extend_from_slice(extra);
     flags
-}
-
-/// Connects to SMTP over and over, timing each greeting, until stopped.
-struct GreetingProber {
-    worst: Arc<Mutex<Duration>>,
-    since: Arc<Mutex<Option<Instant>>>,
-    failures: Arc<AtomicU64>,
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl GreetingProber {
-    fn start(addr: SocketAddr) -> GreetingProber {
-        let worst = Arc::new(Mutex::new(Duration::ZERO));
-        let since = Arc::new(Mutex::new(None));
-        let failures = Arc::new(AtomicU64::new(0));
-        let stop = Arc::new(AtomicBool::new(false));
-        let thread = {
-            let (worst, since, failures, stop) =
-                (worst.clone(), since.clone(), failures.clone(), stop.clone());
-            std::thread::spawn(move || {
-                while !stop.load(Ordering::Relaxed) {
-                    let start = Instant::now();
-                    *since.lock().unwrap() = Some(start);
-                    let ok = greeting(addr).is_ok_and(|line| line.starts_with("220"));
-                    *since.lock().unwrap() = None;
-                    let mut w = worst.lock().unwrap();
-                    *w = (*w).max(start.elapsed());
-                    drop(w);
-                    if !ok {
-                        failures.fetch_add(1, Ordering::Relaxed);
-                    }
-                    std::thread::sleep(PROBE_EVERY);
-                }
-            })
-        };
-        GreetingProber {
-            worst,
-            since,
-            failures,
-            stop,
-            thread: Some(thread),
-        }
-    }
-
-    /// The worst greeting latency so far (one still awaited counts for its wait so far), and failures.
-    fn stop(mut self) -> (Duration, u64) {
-        self.stop.store(true, Ordering::Relaxed);
-        let waiting = self.since.lock().unwrap().map(|s| s.elapsed());
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-        let worst = (*self.worst.lock().unwrap()).max(waiting.unwrap_or_default());
-        (worst, self.failures.load(Ordering::Relaxed))
-    }
-}
-
-impl Drop for GreetingProber {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
-}
-
-/// The first line an SMTP server sends, then QUIT.
-fn greeting(addr: SocketAddr) -> std::io::Result<String> {
-    let stream = TcpStream::connect_timeout(&addr, LONG_IO)?;
-    stream.set_read_timeout(Some(LONG_IO))?;
-    let mut reader = BufReader::new(stream.try_clone()?);
-    let mut line = String::new();
-    reader.read_line(&mut line)?;
-    let _ = (&stream).write_all(b"QUIT\r\n");
-    Ok(line)
 }
 
 /// The worst latencies of one phase of an attack.
@@ -198,7 +122,7 @@ impl Attack {
         self.probing = Some((
             label,
             HealthProber::start(self.server.http, PROBE_EVERY),
-            GreetingProber::start(self.server.smtp),
+            GreetingProber::start(self.server.smtp, PROBE_EVERY),
         ));
     }
 

@@ -25,11 +25,9 @@ mod common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{HealthProber, RssGuard, Server, read_body_with, read_head};
+use common::{GreetingProber, HealthProber, RssGuard, Server, read_body_with, read_head};
 use serde_json::Value;
 
 const KIB: u64 = 1024;
@@ -50,86 +48,6 @@ const PROBE_EVERY: Duration = Duration::from_millis(5);
 /// How long a test waits for one answer before it fails (long, so that a server without the
 /// fixes is measured rather than timed out).
 const LONG_IO: Duration = Duration::from_secs(60);
-
-/// Connects to the SMTP port over and over on a thread and records the worst time from the
-/// connect to the greeting's line, until stopped.
-struct GreetingProber {
-    worst: Arc<Mutex<Duration>>,
-    since: Arc<Mutex<Option<Instant>>>,
-    failures: Arc<Mutex<u64>>,
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl GreetingProber {
-    fn start(addr: SocketAddr) -> GreetingProber {
-        let worst = Arc::new(Mutex::new(Duration::ZERO));
-        let since = Arc::new(Mutex::new(None));
-        let failures = Arc::new(Mutex::new(0));
-        let stop = Arc::new(AtomicBool::new(false));
-        let thread = {
-            let (worst, since, failures, stop) =
-                (worst.clone(), since.clone(), failures.clone(), stop.clone());
-            std::thread::spawn(move || {
-                while !stop.load(Ordering::Relaxed) {
-                    let start = Instant::now();
-                    *since.lock().unwrap() = Some(start);
-                    let ok = greeting(addr).is_ok_and(|line| line.starts_with("220 "));
-                    let took = start.elapsed();
-                    *since.lock().unwrap() = None;
-                    let mut worst = worst.lock().unwrap();
-                    *worst = (*worst).max(took);
-                    drop(worst);
-                    if !ok {
-                        *failures.lock().unwrap() += 1;
-                    }
-                    std::thread::sleep(PROBE_EVERY);
-                }
-            })
-        };
-        GreetingProber {
-            worst,
-            since,
-            failures,
-            stop,
-            thread: Some(thread),
-        }
-    }
-
-    /// The worst latency so far (a greeting still awaited counts for its wait so far).
-    fn worst(&self) -> Duration {
-        let waiting = self
-            .since
-            .lock()
-            .unwrap()
-            .map_or(Duration::ZERO, |s| s.elapsed());
-        (*self.worst.lock().unwrap()).max(waiting)
-    }
-
-    fn failures(&self) -> u64 {
-        *self.failures.lock().unwrap()
-    }
-}
-
-impl Drop for GreetingProber {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
-}
-
-/// The greeting line of a new SMTP connection (which then says QUIT).
-fn greeting(addr: SocketAddr) -> std::io::Result<String> {
-    let stream = TcpStream::connect_timeout(&addr, LONG_IO)?;
-    stream.set_read_timeout(Some(LONG_IO))?;
-    let mut reader = BufReader::new(stream.try_clone()?);
-    let mut line = String::new();
-    reader.read_line(&mut line)?;
-    let _ = (&stream).write_all(b"QUIT\r\n");
-    Ok(line)
-}
 
 /// One attack: the server, its memory guard, the probers and the bound; prints its figures when
 /// it ends, passed or not.
@@ -182,7 +100,7 @@ impl Attack {
     /// Starts the `/health` and greeting probers: the attack begins.
     fn probe(&mut self) {
         self.health = Some(HealthProber::start(self.server.http, PROBE_EVERY));
-        self.greetings = Some(GreetingProber::start(self.server.smtp));
+        self.greetings = Some(GreetingProber::start(self.server.smtp, PROBE_EVERY));
     }
 
     /// Stops the probers and keeps their figures as those of the phase `name`.

@@ -1057,7 +1057,8 @@ impl ProbeState {
     }
 }
 
-/// How long one `/health` probe may wait for its answer before it counts as failed.
+/// How long one `/health` probe or SMTP greeting may wait for its answer before it counts as
+/// failed.
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Sends `GET /health` over and over on two threads, one over a kept-alive connection and one
@@ -1151,6 +1152,102 @@ impl Drop for HealthProber {
     fn drop(&mut self) {
         self.stop_threads();
     }
+}
+
+/// Connects to an SMTP server over and over on a thread and records the worst time from the
+/// connect to the greeting's line, until stopped.
+pub struct GreetingProber {
+    state: std::sync::Arc<ProbeState>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl GreetingProber {
+    /// Starts probing the SMTP server at `addr`, pausing `every` between two greetings.
+    pub fn start(addr: SocketAddr, every: Duration) -> GreetingProber {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let state = Arc::new(ProbeState::default());
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let (state, stop) = (state.clone(), stop.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let start = Instant::now();
+                    *state
+                        .in_flight_since
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner()) = Some(start);
+                    let ok = greeting(addr).is_ok_and(|line| line.starts_with("220 "));
+                    let took = start.elapsed();
+                    *state
+                        .in_flight_since
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner()) = None;
+                    {
+                        let mut worst = state.worst.lock().unwrap_or_else(|e| e.into_inner());
+                        *worst = (*worst).max(took);
+                    }
+                    if ok {
+                        state.probes.fetch_add(1, Ordering::Relaxed);
+                    } else {
+                        state.failures.fetch_add(1, Ordering::Relaxed);
+                    }
+                    std::thread::sleep(every);
+                }
+            })
+        };
+        GreetingProber {
+            state,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// The worst greeting latency so far (a greeting still awaited counts for its wait so far).
+    pub fn worst(&self) -> Duration {
+        self.state.worst()
+    }
+
+    /// Greetings that failed (no connection, an error, a timeout or a line other than `220 `).
+    pub fn failures(&self) -> u64 {
+        self.state
+            .failures
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Stops probing (waiting for a greeting in flight, at most [`PROBE_TIMEOUT`]); the worst
+    /// latency (one awaited when stopped counts for its wait so far) and the failures.
+    pub fn stop(mut self) -> (Duration, u64) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let waiting = self.worst();
+        self.stop_thread();
+        (self.worst().max(waiting), self.failures())
+    }
+
+    fn stop_thread(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for GreetingProber {
+    fn drop(&mut self) {
+        self.stop_thread();
+    }
+}
+
+/// The first line a new SMTP connection to `addr` sends (which then says QUIT). Never panics.
+pub fn greeting(addr: SocketAddr) -> std::io::Result<String> {
+    let stream = TcpStream::connect_timeout(&addr, PROBE_TIMEOUT)?;
+    stream.set_read_timeout(Some(PROBE_TIMEOUT))?;
+    let mut reader = BufReader::new(stream.try_clone()?);
+    let mut line = String::new();
+    reader.read_line(&mut line)?;
+    let _ = (&stream).write_all(b"QUIT\r\n");
+    Ok(line)
 }
 
 /// One `GET /health` over `stream` (connecting first when it is None); the status. Never panics.
