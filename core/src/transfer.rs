@@ -20,6 +20,12 @@
 //! Each call reads at most [`MAX_INPUT`] bytes of the body, whatever it
 //! gives: a body of blanks or stray bytes costs the same time per call as
 //! any other, and a decoder keeps a few bytes of state, never a line.
+//!
+//! Kept by hand: the `base64` crate is strict (a stray character or missing
+//! padding is an error, where mail readers go on) and neither it nor the
+//! `quoted_printable` crate decodes a piece at a time from a range of the
+//! stored message, which is what lets a download hold one chunk. Covered by
+//! the `deliver` fuzz target (through the parser) and the chunk-size tests.
 
 use mail_parser::Encoding;
 

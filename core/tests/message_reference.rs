@@ -11,6 +11,9 @@
 //! entry of [`ACCEPTED`] that no longer matches a difference, so the list
 //! stays exact. Without the corpus (or without python3) the test is skipped
 //! with a notice, unless `CI=true`, where it fails.
+//!
+//! The reference is Python's own `email` package (`core/tests/data/email_reference.py`),
+//! not a re-implementation.
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -22,6 +22,9 @@
 //! space allocated ahead), and a record cut short (a whole header, a payload
 //! that fails its checksum and ends in zeros). Anything else is damage: the
 //! start is refused naming the file, which is left as it is.
+//!
+//! Kept by hand because the format is mailjar's own former journal: no crate
+//! reads it. It only reads, once, at the start after an upgrade.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
