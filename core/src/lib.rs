@@ -11,6 +11,7 @@
 
 pub mod api;
 pub mod budget;
+pub mod checks;
 pub mod download;
 pub mod email;
 pub mod error;
