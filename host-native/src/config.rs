@@ -143,6 +143,9 @@ pub struct Settings {
     /// Log filter (error, warn, info, debug, trace, or a tracing directive).
     #[arg(long, env = "MAILJAR_LOG", default_value = "info")]
     pub log: String,
+    /// The checks' flags (below).
+    #[command(flatten)]
+    pub checks: CheckSettings,
 }
 
 /// Parses `1048576`, `512KiB`, `25MiB`, `1GB` and the like.
@@ -320,4 +323,24 @@ mod tests {
         let s = Settings::parse_from(["mailjar", "--http-body-timeout", "2s"]);
         assert_eq!(s.http_body_timeout, Duration::from_secs(2));
     }
+}
+
+/// The flags of the checks a tester runs on a message (`/api/emails/:id/checks/...`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct CheckSettings {
+    /// Let the link check fetch loopback, private, link-local and this server's own addresses (refused by default: a hostile message's links would make mailjar reach inside the network).
+    #[arg(long, env = "MAILJAR_LINK_CHECK_ALLOW_PRIVATE")]
+    pub link_check_allow_private: bool,
+    /// How long the link check spends on one link, all its redirects together.
+    #[arg(long, env = "MAILJAR_LINK_CHECK_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub link_check_timeout: Duration,
+    /// Most links the link check fetches for one message (the rest are counted as skipped).
+    #[arg(long, env = "MAILJAR_LINK_CHECK_MAX_LINKS", default_value_t = 50)]
+    pub link_check_max_links: usize,
+    /// SpamAssassin's spamd (HOST:PORT) for the spam check; without it the check answers 404.
+    #[arg(long, env = "MAILJAR_SPAMASSASSIN")]
+    pub spamassassin: Option<String>,
+    /// DNS server (IP:PORT) for the authentication and link checks; default: the system's resolver.
+    #[arg(long, env = "MAILJAR_DNS")]
+    pub dns: Option<std::net::SocketAddr>,
 }

@@ -34,6 +34,8 @@ pub struct HttpContext {
     pub shutdown: watch::Receiver<bool>,
     /// Whether the web UI is served at `/` (false with `--no-ui`).
     pub ui: bool,
+    /// The checks on a message (`/api/emails/:id/checks/...`).
+    pub checks: Arc<crate::checks::Checks>,
 }
 
 /// The warp filter that serves the whole API.
@@ -79,6 +81,14 @@ pub fn routes(
                             preflight()
                         }
                         (None, Some(page)) => page,
+                        (None, None) if path.as_str().contains("/checks/") => {
+                            let checks = &context.checks;
+                            let shared = &context.shared;
+                            match crate::checks::route(checks, shared, method.as_str(), path.as_str()).await {
+                                Some(response) => json(response),
+                                None => json(error(404, "no such check")),
+                            }
+                        }
                         (None, None) => {
                             let request = Request {
                                 method: method.as_str().to_owned(),

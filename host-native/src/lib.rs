@@ -2,6 +2,7 @@
 //! small HTTP/1.1 driver of our own for the HTTP API, both driving the
 //! sans-IO core in `mailjar-core`.
 
+pub mod checks;
 pub mod config;
 pub mod events;
 pub mod faults;
@@ -267,6 +268,11 @@ impl Server {
     pub async fn run(self, stop: impl std::future::Future<Output = ()>) {
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let slots = Arc::new(Semaphore::new(self.settings.max_connections));
+        let listening: Vec<SocketAddr> = [self.smtp.local_addr(), self.http.local_addr()]
+            .into_iter()
+            .chain(self.smtps.as_ref().map(TcpListener::local_addr))
+            .filter_map(Result::ok)
+            .collect();
         let smtp_context = smtp_server::SmtpContext {
             config: smtp::Config {
                 hostname: self.settings.domain.clone(),
@@ -312,6 +318,11 @@ impl Server {
                 .collect(),
             shutdown: shutdown_rx,
             ui: !self.settings.no_ui,
+            checks: Arc::new(checks::Checks::new(
+                &self.settings.checks,
+                &self.settings.domain,
+                &listening,
+            )),
         };
         let matcher = tokio::spawn(self.shared.clone().match_deliveries());
         let expiry = self.settings.max_age.map(|_| {

@@ -521,4 +521,9 @@ impl Shared {
         let sender = self.lock().cancel(id);
         drop(sender);
     }
+
+    /// A stored message, for the checks: the lock is held only to clone its `Arc`.
+    pub fn email(&self, id: MessageId) -> Option<Arc<Email>> {
+        self.lock().store().get(id)
+    }
 }

@@ -1,0 +1,161 @@
+//! The checks a tester runs on a stored message, on request only (never on
+//! arrival): `GET /api/emails/:id/checks/{html,links,spam,auth}`. They are
+//! answered here, before a request reaches the core's API, because three of
+//! them need the network; the HTML check is the core's
+//! ([`mailjar_core::checks::html`]) run on the blocking pool.
+
+pub mod auth;
+pub mod guard;
+pub mod links;
+pub mod spam;
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use mail_auth::MessageAuthenticator;
+use mail_auth::hickory_resolver::config::{NameServerConfigGroup, ResolverConfig, ResolverOpts};
+use mail_auth::hickory_resolver::name_server::TokioConnectionProvider;
+use mail_auth::hickory_resolver::{TokioResolver, system_conf};
+use mailjar_core::api::Response;
+use mailjar_core::id::MessageId;
+
+use crate::config::CheckSettings;
+use crate::state::Shared;
+
+/// What the checks need, built once at start.
+pub struct Checks {
+    spamd: Option<String>,
+    links: Arc<links::LinkChecker>,
+    authenticator: Result<MessageAuthenticator, String>,
+    domain: String,
+}
+
+impl Checks {
+    /// The checks as the flags set them; `own` are the server's listening addresses.
+    pub fn new(settings: &CheckSettings, domain: &str, own: &[SocketAddr]) -> Checks {
+        let (config, options) = resolver_config(settings.dns);
+        let resolver = config.clone().map(|config| {
+            TokioResolver::builder_with_config(config, TokioConnectionProvider::default())
+                .with_options(options.clone())
+                .build()
+        });
+        let guard = guard::Guard {
+            allow_private: settings.link_check_allow_private,
+            own: own_addresses(own),
+        };
+        let resolver = guard::GuardedResolver { resolver: Arc::new(resolver), guard: guard.clone() };
+        let client = links::client(resolver, settings.link_check_timeout).unwrap_or_else(|e| {
+            tracing::warn!("link check client: {e}");
+            reqwest::Client::new()
+        });
+        let authenticator = config.and_then(|config| {
+            MessageAuthenticator::new(config, options).map_err(|e| e.to_string())
+        });
+        Checks {
+            spamd: settings.spamassassin.clone(),
+            links: Arc::new(links::LinkChecker {
+                client,
+                guard,
+                timeout: settings.link_check_timeout,
+                max_links: settings.link_check_max_links,
+            }),
+            authenticator,
+            domain: domain.to_owned(),
+        }
+    }
+}
+
+/// `--dns HOST:PORT` (UDP, TCP for long answers), else the system's configuration.
+fn resolver_config(dns: Option<SocketAddr>) -> (Result<ResolverConfig, String>, ResolverOpts) {
+    let mut options = ResolverOpts::default();
+    options.timeout = Duration::from_secs(3);
+    options.attempts = 1;
+    let Some(dns) = dns else {
+        return match system_conf::read_system_conf() {
+            Ok((config, mut system)) => {
+                system.timeout = options.timeout;
+                (Ok(config), system)
+            }
+            Err(e) => (Err(format!("no DNS resolver: {e} (see --dns)")), options),
+        };
+    };
+    let servers = NameServerConfigGroup::from_ips_clear(&[dns.ip()], dns.port(), true);
+    (Ok(ResolverConfig::from_parts(None, vec![], servers)), options)
+}
+
+/// The listeners' addresses, and every interface's when one listens on all of them.
+fn own_addresses(listeners: &[SocketAddr]) -> Vec<IpAddr> {
+    let mut own: Vec<IpAddr> = listeners.iter().map(|a| a.ip().to_canonical()).collect();
+    if let Ok(interfaces) = if_addrs::get_if_addrs() {
+        own.extend(interfaces.iter().map(|i| i.ip().to_canonical()));
+    }
+    own.retain(|ip| !ip.is_unspecified());
+    own.sort();
+    own.dedup();
+    own
+}
+
+/// Answers a check request, or `None` when the request is not one.
+pub async fn route(checks: &Checks, shared: &Shared, method: &str, path: &str) -> Option<Response> {
+    let (id, kind) = path.strip_prefix("/api/emails/")?.split_once("/checks/")?;
+    if !matches!(kind, "html" | "links" | "spam" | "auth") {
+        return None;
+    }
+    if method != "GET" && method != "HEAD" {
+        let mut response = Response::error(405, "the checks answer GET only");
+        response.headers.push(("allow", "GET".into()));
+        return Some(response);
+    }
+    let email = id.parse::<MessageId>().ok().and_then(|id| shared.email(id));
+    let Some(email) = email else {
+        let shown: String = id.chars().take(100).collect();
+        return Some(Response::error(404, &format!("no stored message has id {shown}")));
+    };
+    Some(match kind {
+        "html" => html(email).await,
+        "links" => {
+            let links = email.links().iter().map(|l| l.to_string()).collect();
+            Response::json(200, &checks.links.check(links).await)
+        }
+        "spam" => match &checks.spamd {
+            None => Response::error(404, "no spam checker configured"),
+            Some(address) => match spam::check(address, email.raw()).await {
+                Ok(report) => Response::json(200, &report),
+                Err(e) => Response::error(503, &e),
+            },
+        },
+        _ => auth(checks, &email).await,
+    })
+}
+
+async fn html(email: Arc<mailjar_core::store::Email>) -> Response {
+    let done = tokio::task::spawn_blocking(move || {
+        let html = email.html();
+        (!html.trim().is_empty()).then(|| mailjar_core::checks::html::check(&html))
+    })
+    .await;
+    match done {
+        Ok(Some(report)) => Response::json(200, &report),
+        Ok(None) => Response::error(404, "the message has no HTML body"),
+        Err(_) => Response::error(503, "the HTML check failed inside the server"),
+    }
+}
+
+async fn auth(checks: &Checks, email: &mailjar_core::store::Email) -> Response {
+    let authenticator = match &checks.authenticator {
+        Ok(a) => a,
+        Err(e) => return Response::error(503, e),
+    };
+    let smtp = email.smtp();
+    let session = auth::Session {
+        mail_from: &email.envelope.from,
+        helo: smtp.helo.as_deref(),
+        remote_addr: smtp.remote_addr.as_deref(),
+        host_domain: &checks.domain,
+    };
+    match auth::check(authenticator, email.raw(), &session).await {
+        Ok(report) => Response::json(200, &report),
+        Err(e) => Response::error(422, &e),
+    }
+}
