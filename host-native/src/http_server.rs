@@ -84,7 +84,14 @@ pub fn routes(
                         (None, None) if path.as_str().contains("/checks/") => {
                             let checks = &context.checks;
                             let shared = &context.shared;
-                            match crate::checks::route(checks, shared, method.as_str(), path.as_str()).await {
+                            match crate::checks::route(
+                                checks,
+                                shared,
+                                method.as_str(),
+                                path.as_str(),
+                            )
+                            .await
+                            {
                                 Some(response) => json(response),
                                 None => json(error(404, "no such check")),
                             }

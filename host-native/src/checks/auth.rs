@@ -92,9 +92,12 @@ pub async fn check(
             }
         })
         .collect();
-    let ip = session
-        .remote_addr
-        .and_then(|a| a.parse::<SocketAddr>().map(|s| s.ip()).ok().or_else(|| a.parse::<IpAddr>().ok()));
+    let ip = session.remote_addr.and_then(|a| {
+        a.parse::<SocketAddr>()
+            .map(|s| s.ip())
+            .ok()
+            .or_else(|| a.parse::<IpAddr>().ok())
+    });
     let helo = session.helo.unwrap_or("");
     let mail_from_domain = match session.mail_from.rsplit_once('@') {
         Some((_, domain)) => domain,
@@ -102,7 +105,13 @@ pub async fn check(
     };
     let spf_output = match ip {
         Some(ip) => {
-            let params = SpfParameters::verify(ip, helo, session.host_domain, session.mail_from);
+            let host = session.host_domain;
+            // The MAIL FROM identity; the HELO one for the null sender (RFC 7208 2.4).
+            let params = if session.mail_from.is_empty() {
+                SpfParameters::verify_ehlo(ip, helo, host)
+            } else {
+                SpfParameters::verify_mail_from(ip, helo, host, session.mail_from)
+            };
             authenticator.verify_spf(params).await
         }
         None => mail_auth::SpfOutput::new(mail_from_domain.to_owned()),
@@ -110,10 +119,17 @@ pub async fn check(
     let spf = Verdict {
         result: spf_word(spf_output.result()),
         domain: spf_output.domain().to_owned(),
-        reason: ip.is_none().then(|| "the connecting address is not known".to_owned()),
+        reason: ip
+            .is_none()
+            .then(|| "the connecting address is not known".to_owned()),
     };
     let dmarc_output = authenticator
-        .verify_dmarc(DmarcParameters::new(&message, &dkim_output, mail_from_domain, &spf_output))
+        .verify_dmarc(DmarcParameters::new(
+            &message,
+            &dkim_output,
+            mail_from_domain,
+            &spf_output,
+        ))
         .await;
     let dmarc = Dmarc {
         result: dmarc_word(&dmarc_output),
@@ -127,6 +143,11 @@ fn dkim_words(result: &DkimResult) -> (&'static str, Option<String>) {
     match result {
         DkimResult::Pass => ("pass", None),
         DkimResult::Fail(e) => ("fail", Some(e.to_string())),
+        // A body that no longer matches its signature failed verification
+        // (RFC 8601 2.7.1); mail-auth, like Gmail, calls it neutral.
+        DkimResult::Neutral(e @ mail_auth::Error::FailedBodyHashMatch) => {
+            ("fail", Some(e.to_string()))
+        }
         DkimResult::Neutral(e) => ("neutral", Some(e.to_string())),
         DkimResult::TempError(e) => ("temperror", Some(e.to_string())),
         DkimResult::PermError(e) => ("permerror", Some(e.to_string())),
@@ -151,11 +172,19 @@ fn dmarc_word(output: &mail_auth::DmarcOutput) -> &'static str {
     let results = [output.dkim_result(), output.spf_result()];
     if results.iter().any(|r| matches!(r, DmarcResult::Pass)) {
         "pass"
-    } else if results.iter().any(|r| matches!(r, DmarcResult::TempError(_))) {
+    } else if results
+        .iter()
+        .any(|r| matches!(r, DmarcResult::TempError(_)))
+    {
         "temperror"
-    } else if results.iter().any(|r| matches!(r, DmarcResult::PermError(_))) {
+    } else if results
+        .iter()
+        .any(|r| matches!(r, DmarcResult::PermError(_)))
+    {
         "permerror"
-    } else if output.dmarc_record().is_some() || results.iter().any(|r| matches!(r, DmarcResult::Fail(_))) {
+    } else if output.dmarc_record().is_some()
+        || results.iter().any(|r| matches!(r, DmarcResult::Fail(_)))
+    {
         "fail"
     } else {
         "none"

@@ -111,19 +111,49 @@ mod tests {
 
     #[test]
     fn internal_addresses_are_refused_and_public_ones_allowed() {
-        let guard = Guard { allow_private: false, own: vec!["203.0.113.9".parse().unwrap()] };
+        let guard = Guard {
+            allow_private: false,
+            own: vec!["203.0.113.9".parse().unwrap()],
+        };
         for refused in [
-            "127.0.0.1", "127.8.9.1", "10.1.2.3", "172.16.0.1", "172.31.255.255", "192.168.1.1",
-            "169.254.169.254", "0.0.0.0", "0.1.2.3", "100.64.0.1", "255.255.255.255", "224.0.0.1",
-            "::1", "::", "fe80::1", "fc00::1", "fd12:3456::1", "::ffff:127.0.0.1",
-            "::ffff:169.254.169.254", "64:ff9b::10.0.0.1", "203.0.113.9", "::ffff:203.0.113.9",
+            "127.0.0.1",
+            "127.8.9.1",
+            "10.1.2.3",
+            "172.16.0.1",
+            "172.31.255.255",
+            "192.168.1.1",
+            "169.254.169.254",
+            "0.0.0.0",
+            "0.1.2.3",
+            "100.64.0.1",
+            "255.255.255.255",
+            "224.0.0.1",
+            "::1",
+            "::",
+            "fe80::1",
+            "fc00::1",
+            "fd12:3456::1",
+            "::ffff:127.0.0.1",
+            "::ffff:169.254.169.254",
+            "64:ff9b::10.0.0.1",
+            "203.0.113.9",
+            "::ffff:203.0.113.9",
         ] {
             assert!(!guard.allows(refused.parse().unwrap()), "{refused} allowed");
         }
-        for allowed in ["93.184.216.34", "8.8.8.8", "172.32.0.1", "2606:4700::1111", "64:ff9b::8.8.8.8"] {
+        for allowed in [
+            "93.184.216.34",
+            "8.8.8.8",
+            "172.32.0.1",
+            "2606:4700::1111",
+            "64:ff9b::8.8.8.8",
+        ] {
             assert!(guard.allows(allowed.parse().unwrap()), "{allowed} refused");
         }
-        let open = Guard { allow_private: true, own: vec![] };
+        let open = Guard {
+            allow_private: true,
+            own: vec![],
+        };
         assert!(open.allows("127.0.0.1".parse().unwrap()));
     }
 }

@@ -70,7 +70,10 @@ impl LinkChecker {
             .buffered(CONCURRENCY)
             .collect()
             .await;
-        LinksReport { links: results, skipped }
+        LinksReport {
+            links: results,
+            skipped,
+        }
     }
 
     async fn one(&self, url: String) -> LinkResult {
@@ -80,10 +83,19 @@ impl LinkChecker {
         let (status, error) = match outcome {
             Ok(Ok(status)) => (Some(status), None),
             Ok(Err(e)) => (None, Some(e)),
-            Err(_) => (None, Some(format!("timed out after {} ms", self.timeout.as_millis()))),
+            Err(_) => (
+                None,
+                Some(format!("timed out after {} ms", self.timeout.as_millis())),
+            ),
         };
         let ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        LinkResult { url, status, error, redirects, ms }
+        LinkResult {
+            url,
+            status,
+            error,
+            redirects,
+            ms,
+        }
     }
 
     /// Follows redirects by hand, so each hop's address goes through the guard.
@@ -120,7 +132,10 @@ impl LinkChecker {
             return Err(NOT_ALLOWED.to_owned());
         }
         let mut response = self.request(Method::HEAD, url).await?;
-        if matches!(response.status(), StatusCode::METHOD_NOT_ALLOWED | StatusCode::NOT_IMPLEMENTED) {
+        if matches!(
+            response.status(),
+            StatusCode::METHOD_NOT_ALLOWED | StatusCode::NOT_IMPLEMENTED
+        ) {
             response = self.request(Method::GET, url).await?;
         }
         let location = response
@@ -161,7 +176,10 @@ fn describe(error: &reqwest::Error) -> String {
 }
 
 /// The HTTP client of the links check.
-pub fn client(resolver: super::guard::GuardedResolver, timeout: Duration) -> Result<reqwest::Client, String> {
+pub fn client(
+    resolver: super::guard::GuardedResolver,
+    timeout: Duration,
+) -> Result<reqwest::Client, String> {
     let mut roots = rustls::RootCertStore::empty();
     roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
     let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -177,7 +195,11 @@ pub fn client(resolver: super::guard::GuardedResolver, timeout: Duration) -> Res
         .tls_backend_preconfigured(tls)
         .timeout(timeout)
         .connect_timeout(timeout)
-        .user_agent(concat!("mailjar/", env!("CARGO_PKG_VERSION"), " link check"))
+        .user_agent(concat!(
+            "mailjar/",
+            env!("CARGO_PKG_VERSION"),
+            " link check"
+        ))
         .build()
         .map_err(|e| e.to_string())
 }

@@ -44,7 +44,10 @@ impl Checks {
             allow_private: settings.link_check_allow_private,
             own: own_addresses(own),
         };
-        let resolver = guard::GuardedResolver { resolver: Arc::new(resolver), guard: guard.clone() };
+        let resolver = guard::GuardedResolver {
+            resolver: Arc::new(resolver),
+            guard: guard.clone(),
+        };
         let client = links::client(resolver, settings.link_check_timeout).unwrap_or_else(|e| {
             tracing::warn!("link check client: {e}");
             reqwest::Client::new()
@@ -81,7 +84,10 @@ fn resolver_config(dns: Option<SocketAddr>) -> (Result<ResolverConfig, String>, 
         };
     };
     let servers = NameServerConfigGroup::from_ips_clear(&[dns.ip()], dns.port(), true);
-    (Ok(ResolverConfig::from_parts(None, vec![], servers)), options)
+    (
+        Ok(ResolverConfig::from_parts(None, vec![], servers)),
+        options,
+    )
 }
 
 /// The listeners' addresses, and every interface's when one listens on all of them.
@@ -110,7 +116,10 @@ pub async fn route(checks: &Checks, shared: &Shared, method: &str, path: &str) -
     let email = id.parse::<MessageId>().ok().and_then(|id| shared.email(id));
     let Some(email) = email else {
         let shown: String = id.chars().take(100).collect();
-        return Some(Response::error(404, &format!("no stored message has id {shown}")));
+        return Some(Response::error(
+            404,
+            &format!("no stored message has id {shown}"),
+        ));
     };
     Some(match kind {
         "html" => html(email).await,

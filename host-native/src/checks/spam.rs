@@ -52,7 +52,10 @@ pub async fn check(address: &str, raw: &[u8]) -> Result<SpamReport, String> {
         stream.write_all(raw).await?;
         stream.shutdown().await?;
         let mut answer = Vec::new();
-        (&mut stream).take(MAX_ANSWER_BYTES).read_to_end(&mut answer).await?;
+        (&mut stream)
+            .take(MAX_ANSWER_BYTES)
+            .read_to_end(&mut answer)
+            .await?;
         Ok::<_, std::io::Error>(answer)
     };
     let answer = tokio::time::timeout(SCORE_TIMEOUT, exchange)
@@ -72,7 +75,10 @@ pub fn parse(answer: &str) -> Result<SpamReport, String> {
     let status = lines.next().unwrap_or("");
     let mut words = status.split_whitespace();
     if !words.next().is_some_and(|w| w.starts_with("SPAMD/")) {
-        return Err(format!("not a spamd answer: {}", status.chars().take(80).collect::<String>()));
+        return Err(format!(
+            "not a spamd answer: {}",
+            status.chars().take(80).collect::<String>()
+        ));
     }
     if words.next() != Some("0") {
         return Err(format!("refused the message: {status}"));
@@ -85,7 +91,11 @@ pub fn parse(answer: &str) -> Result<SpamReport, String> {
     // "True ; 1000.0 / 5.0"
     let (flag, numbers) = verdict.split_once(';').ok_or("bad Spam header")?;
     let (score, threshold) = numbers.split_once('/').ok_or("bad Spam header")?;
-    let number = |s: &str| s.trim().parse::<f64>().map_err(|_| "bad Spam header".to_owned());
+    let number = |s: &str| {
+        s.trim()
+            .parse::<f64>()
+            .map_err(|_| "bad Spam header".to_owned())
+    };
     Ok(SpamReport {
         score: number(score)?,
         threshold: number(threshold)?,
@@ -142,10 +152,16 @@ mod tests {
             -0.0 NO_RELAYS              Informational: message was not relayed via\n                            SMTP\n\
              0.3 MISSING_DATE          Missing Date: header\n";
         let report = parse(answer).unwrap();
-        assert_eq!((report.score, report.threshold, report.spam), (1000.3, 5.0, true));
+        assert_eq!(
+            (report.score, report.threshold, report.spam),
+            (1000.3, 5.0, true)
+        );
         let names: Vec<_> = report.rules.iter().map(|r| r.name.as_str()).collect();
         assert_eq!(names, ["GTUBE", "NO_RELAYS", "MISSING_DATE"]);
-        assert_eq!(report.rules[1].description, "Informational: message was not relayed via SMTP");
+        assert_eq!(
+            report.rules[1].description,
+            "Informational: message was not relayed via SMTP"
+        );
         assert!(parse("HTTP/1.1 200 OK\r\n\r\n").is_err());
         assert!(parse("SPAMD/1.0 76 Bad header line\r\n\r\n").is_err());
     }
