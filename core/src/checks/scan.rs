@@ -49,11 +49,11 @@ pub(super) fn scan(html: &str, facts: &mut Facts) {
                 }
             }
             Token::Comment(_) => facts.note("html-comment"),
-            Token::Doctype(doctype) => {
-                if doctype.name.eq_ignore_ascii_case(b"html") && doctype.public_identifier.is_none()
-                {
-                    facts.note("doctype:html5");
-                }
+            Token::Doctype(doctype)
+                if doctype.name.eq_ignore_ascii_case(b"html")
+                    && doctype.public_identifier.is_none() =>
+            {
+                facts.note("doctype:html5")
             }
             _ => {}
         }
@@ -122,9 +122,10 @@ fn image(url: &str, facts: &mut Facts) {
         return;
     }
     let path = url.split(['?', '#']).next().unwrap_or("");
-    if let Some((_, extension)) = path.rsplit_once('.') {
-        if extension.len() <= 5 && !extension.contains('/') {
-            facts.note2("img:", &extension.to_ascii_lowercase());
-        }
+    if let Some((_, extension)) = path.rsplit_once('.')
+        && extension.len() <= 5
+        && !extension.contains('/')
+    {
+        facts.note2("img:", &extension.to_ascii_lowercase());
     }
 }
