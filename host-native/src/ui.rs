@@ -48,6 +48,11 @@ const ASSETS: &[Asset] = &[
         body: include_bytes!("../ui/app.js"),
     },
     Asset {
+        path: "/ui/checks.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_bytes!("../ui/checks.js"),
+    },
+    Asset {
         path: "/ui/style.css",
         content_type: "text/css; charset=utf-8",
         body: include_bytes!("../ui/style.css"),

@@ -39,7 +39,8 @@ fn web_server() -> (SocketAddr, Arc<AtomicUsize>) {
                     }
                 }
                 let mut parts = line.split_whitespace();
-                let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+                let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+                let path = target.split('?').next().unwrap_or("");
                 let answer = match path {
                     "/ok" => "200 OK\r\n".to_owned(),
                     "/loop" => "302 Found\r\nLocation: /loop\r\n".to_owned(),
@@ -227,4 +228,50 @@ fn the_number_of_links_checked_is_bounded() {
     assert_eq!(report["links"].as_array().unwrap().len(), 3);
     assert_eq!(report["skipped"], 7);
     assert_eq!(hits.load(Ordering::SeqCst), 3);
+}
+
+#[test]
+fn the_links_of_a_100_kb_newsletter_are_checked_within_the_bounds() {
+    let (web, hits) = web_server();
+    let server = Server::start_with(&["--link-check-allow-private"]);
+    let mut links = Vec::new();
+    let mut html = String::from("<html><body><table>");
+    while html.len() < 100 * 1024 {
+        let link = format!("http://{web}/ok?story={}", links.len());
+        html.push_str(&format!(
+            "<tr><td style=\"padding:12px\"><h2>Story</h2><p>Lorem ipsum dolor sit amet.</p><a href=\"{link}\">Read</a></td></tr>"
+        ));
+        links.push(link);
+    }
+    html.push_str("</table></body></html>");
+    let raw = format!(
+        "From: a@example.com\r\nTo: b@example.com\r\nSubject: news\r\nContent-Type: text/html\r\n\r\n{html}\r\n"
+    );
+    assert_eq!(
+        server
+            .send("a@example.com", &["b@example.com"], raw.as_bytes())
+            .code,
+        250
+    );
+    let id = server.latest()["id"].as_str().unwrap().to_owned();
+    let started = Instant::now();
+    let report = server.get_ok(&format!("/api/emails/{id}/checks/links"));
+    let ms = started.elapsed().as_millis();
+    eprintln!(
+        "FIGURE links check of a 100 KB newsletter ({} links, 50 checked): {ms} ms",
+        links.len()
+    );
+    assert_eq!(report["links"].as_array().unwrap().len(), 50);
+    assert_eq!(
+        report["skipped"].as_u64().unwrap() as usize,
+        links.len() - 50
+    );
+    assert!(
+        report["links"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|l| l["status"] == 200)
+    );
+    assert_eq!(hits.load(Ordering::SeqCst), 50);
 }

@@ -3,6 +3,8 @@
 // textContent or as attribute values of elements built with createElement;
 // HTML mail is shown only in a sandboxed iframe on /api/emails/:id/html.
 
+import { checksPanel } from "./checks.js";
+
 const PAGE = 50;
 /**
  * Rows kept at most. The list is a window on the store: scrolling past its
@@ -610,6 +612,7 @@ function renderMessage() {
     ["raw", "Raw", true],
     ["links", `Links (${email.links?.length ?? 0})`, true],
     ["attachments", `Attachments (${email.attachments?.length ?? 0})`, true],
+    ["checks", "Checks", true],
   ];
   ui.tabs.replaceChildren(
     ...tabs
@@ -628,7 +631,7 @@ function renderMessage() {
       }),
   );
   ui.panel.setAttribute("aria-labelledby", `tab-${state.tab}`);
-  const panels = { html: htmlPanel, text: textPanel, headers: headersPanel, raw: rawPanel, links: linksPanel, attachments: attachmentsPanel };
+  const panels = { html: htmlPanel, text: textPanel, headers: headersPanel, raw: rawPanel, links: linksPanel, attachments: attachmentsPanel, checks: (e) => checksPanel(e, emailPath) };
   ui.panel.replaceChildren(...panels[state.tab](email));
 }
 

@@ -19,6 +19,7 @@ use std::sync::Once;
 use wasm_bindgen::prelude::*;
 
 mod api;
+mod checks;
 mod config;
 mod entropy;
 mod events;
