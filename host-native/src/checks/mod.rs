@@ -23,10 +23,19 @@ use mailjar_core::id::MessageId;
 use crate::config::CheckSettings;
 use crate::state::Shared;
 
+/// Checks running at once, all kinds together: each may hold a copy of a
+/// message's HTML or a spamd answer, so their memory is bounded by this
+/// many, not by the number of clients asking (README, "Resource model").
+pub const MAX_RUNNING: usize = 4;
+
 /// What the checks need, built once at start.
 pub struct Checks {
+    /// One permit per running check.
+    running: tokio::sync::Semaphore,
     spamd: Option<String>,
-    links: Arc<links::LinkChecker>,
+    /// `Err` when the HTTP client could not be built: the check answers 503
+    /// rather than fall back to a client without the guard.
+    links: Result<Arc<links::LinkChecker>, String>,
     authenticator: Result<MessageAuthenticator, String>,
     domain: String,
 }
@@ -48,21 +57,21 @@ impl Checks {
             resolver: Arc::new(resolver),
             guard: guard.clone(),
         };
-        let client = links::client(resolver, settings.link_check_timeout).unwrap_or_else(|e| {
-            tracing::warn!("link check client: {e}");
-            reqwest::Client::new()
+        let links = links::client(resolver, settings.link_check_timeout).map(|client| {
+            Arc::new(links::LinkChecker {
+                client,
+                guard,
+                timeout: settings.link_check_timeout,
+                max_links: settings.link_check_max_links,
+            })
         });
         let authenticator = config.and_then(|config| {
             MessageAuthenticator::new(config, options).map_err(|e| e.to_string())
         });
         Checks {
+            running: tokio::sync::Semaphore::new(MAX_RUNNING),
             spamd: settings.spamassassin.clone(),
-            links: Arc::new(links::LinkChecker {
-                client,
-                guard,
-                timeout: settings.link_check_timeout,
-                max_links: settings.link_check_max_links,
-            }),
+            links,
             authenticator,
             domain: domain.to_owned(),
         }
@@ -108,7 +117,8 @@ pub async fn route(checks: &Checks, shared: &Shared, method: &str, path: &str) -
     if !matches!(kind, "html" | "links" | "spam" | "auth") {
         return None;
     }
-    if method != "GET" && method != "HEAD" {
+    // Not even HEAD: a check does work (and the links check fetches) on every call.
+    if method != "GET" {
         let mut response = Response::error(405, "the checks answer GET only");
         response.headers.push(("allow", "GET".into()));
         return Some(response);
@@ -121,12 +131,19 @@ pub async fn route(checks: &Checks, shared: &Shared, method: &str, path: &str) -
             &format!("no stored message has id {shown}"),
         ));
     };
+    // Closed only at shutdown; then there is nothing to run.
+    let Ok(_permit) = checks.running.acquire().await else {
+        return Some(Response::error(503, "shutting down"));
+    };
     Some(match kind {
         "html" => html(email).await,
-        "links" => {
-            let links = email.links().iter().map(|l| l.to_string()).collect();
-            Response::json(200, &checks.links.check(links).await)
-        }
+        "links" => match &checks.links {
+            Ok(checker) => {
+                let links = email.links().iter().map(|l| l.to_string()).collect();
+                Response::json(200, &checker.check(links).await)
+            }
+            Err(e) => Response::error(503, &format!("the link check is unavailable: {e}")),
+        },
         "spam" => match &checks.spamd {
             None => Response::error(404, "no spam checker configured"),
             Some(address) => match spam::check(address, email.raw()).await {
