@@ -59,6 +59,8 @@ const state = {
   open: null,
   tab: "html",
   remoteImages: false,
+  /** The HTML preview's width: "phone" (375 px), "tablet" (768 px) or "desktop" (the pane's). */
+  previewWidth: "desktop",
   /** The parsed search: URLSearchParams of API filters. */
   filters: new URLSearchParams(),
   source: null,
@@ -645,8 +647,23 @@ function htmlPanel(email) {
     renderMessage();
   });
   bar.append(images);
+  const widths = el("div", "widths");
+  widths.setAttribute("role", "group");
+  widths.setAttribute("aria-label", "Preview width");
+  for (const [key, label] of [["phone", "Phone 375"], ["tablet", "Tablet 768"], ["desktop", "Desktop"]]) {
+    const button = el("button", "width", label);
+    button.type = "button";
+    button.id = `width-${key}`;
+    button.setAttribute("aria-pressed", String(state.previewWidth === key));
+    button.addEventListener("click", () => {
+      state.previewWidth = key;
+      renderMessage();
+    });
+    widths.append(button);
+  }
+  bar.append(widths);
   const frame = document.createElement("iframe");
-  frame.className = "html-frame";
+  frame.className = `html-frame width-${state.previewWidth}`;
   // No allow-scripts, no allow-same-origin: the mail's HTML runs nothing and reads nothing.
   frame.setAttribute("sandbox", "");
   frame.setAttribute("referrerpolicy", "no-referrer");

@@ -102,3 +102,22 @@ test("the Checks tab runs each check on demand and shows its result or its error
   await page.screenshot({ path: path.join(SHOTS, "checks-360.png"), fullPage: true });
   assert.deepEqual(errors, []);
 });
+
+test("the HTML tab previews at phone, tablet and desktop widths", { timeout: 60_000 }, async () => {
+  const page = await browser.newPage();
+  await page.setViewportSize({ width: 1280, height: 900 });
+  await page.goto(`${server.http}/`);
+  await page.locator("#list li", { hasText: "Spring newsletter" }).click();
+  await page.locator("#tab-html").click();
+  const frame = page.locator("iframe.html-frame");
+  const desktop = (await frame.boundingBox()).width;
+  // The frame's content box: its width less its 1 px borders.
+  for (const [key, inner] of [["phone", 375], ["tablet", 768]]) {
+    await page.locator(`#width-${key}`).click();
+    await page.locator(`#width-${key}[aria-pressed="true"]`).waitFor();
+    assert.equal(Math.round((await frame.boundingBox()).width) - 2, inner, key);
+    await page.screenshot({ path: path.join(SHOTS, `preview-${key}.png`) });
+  }
+  await page.locator("#width-desktop").click();
+  assert.equal((await frame.boundingBox()).width, desktop);
+});
