@@ -50,7 +50,7 @@ fn running_as_root() -> bool {
 fn spamd() -> Spamd {
     assert!(
         std::path::Path::new(SPAMD).exists(),
-        "{SPAMD} is missing: install Debian's spamassassin package (scripts/test.sh does: apt-get install spamassassin)"
+        "{SPAMD} is missing: install Debian's spamassassin and spamd packages (scripts/test.sh does: apt-get install spamassassin spamd)"
     );
     let port = free_port();
     let mut command = Command::new(SPAMD);
