@@ -1,8 +1,8 @@
 //! The work of a request that may be long: filtering, pattern matching and
-//! compiling. [`crate::api::Api::handle`] hands it out as a [`Job`]; the host
-//! runs it outside its lock (on a thread where a long computation blocks no
-//! one) and passes the [`Commit`] it may end in back to
-//! [`crate::api::Api::complete`].
+//! compiling. [`crate::api::Api`] hands it out as [`crate::api::Output::Run`];
+//! the host runs it outside its lock (on a thread where a long computation
+//! blocks no one) and passes the [`Done`] it ends in back to
+//! [`crate::api::Api::handle_done`].
 
 use std::sync::Arc;
 
@@ -11,7 +11,8 @@ use crate::email::Email;
 use crate::error::ApiError;
 use crate::filter::{Filter, FilterSpec};
 use crate::id::MessageId;
-use crate::patterns::PatternCache;
+use crate::jsregex::JsRegex;
+use crate::request_id::RequestId;
 use crate::response::Response;
 use crate::store::Snapshot;
 use crate::view::{EmailJson, ListJson};
@@ -41,7 +42,10 @@ pub fn is_light(messages: &Snapshot) -> bool {
 #[derive(Debug)]
 pub struct Job {
     pub(crate) kind: Box<JobKind>,
-    pub(crate) patterns: Arc<PatternCache>,
+    /// The request it answers.
+    pub(crate) request: RequestId,
+    /// Its pattern, compiled, when a request in progress holds it.
+    pub(crate) cached: Option<Arc<JsRegex>>,
 }
 
 /// A filter still to compile, or compiled by an earlier step of the same request.
@@ -110,18 +114,23 @@ pub(crate) struct WaitWork {
     pub(crate) budget: Budget,
 }
 
-/// How a [`Job`] ended.
+/// How a [`Job`] ended: pass it to [`crate::api::Api::handle_done`].
 #[derive(Debug)]
-pub enum Done {
-    /// The answer: send it.
+pub struct Done {
+    pub(crate) request: RequestId,
+    pub(crate) outcome: Outcome,
+}
+
+/// The answer of a job, or the change it asks for under the lock.
+#[derive(Debug)]
+pub(crate) enum Outcome {
     Response(Response),
-    /// A change to make under the lock: pass it to [`crate::api::Api::complete`].
     Commit(Commit),
 }
 
-/// A change a [`Job`] asks for, made under the lock by [`crate::api::Api::complete`].
+/// A change a [`Job`] asks for, made under the lock.
 #[derive(Debug)]
-pub struct Commit(pub(crate) CommitKind);
+pub(crate) struct Commit(pub(crate) CommitKind);
 
 #[derive(Debug)]
 pub(crate) enum CommitKind {
@@ -142,6 +151,22 @@ pub(crate) enum CommitKind {
 /// The one-message answer `{"email": ...}`.
 pub(crate) fn one(email: Arc<Email>) -> Response {
     Response::json_stream(200, Box::new(EmailJson::new(email, b"{\"email\":", b"}")))
+}
+
+impl JobKind {
+    /// The filter it compiles, if any: its pattern may be in the cache.
+    pub(crate) fn spec(&self) -> Option<&FilterSpec> {
+        match self {
+            JobKind::List { spec, .. }
+            | JobKind::Latest { spec, .. }
+            | JobKind::Subscribe { spec, .. } => Some(spec),
+            JobKind::Wait(WaitWork {
+                filter: WaitFilter::Spec(spec),
+                ..
+            }) => Some(spec),
+            _ => None,
+        }
+    }
 }
 
 impl Job {
@@ -171,16 +196,34 @@ impl Job {
         pattern || !is_light(messages)
     }
 
+    /// The request it answers.
+    pub fn request(&self) -> RequestId {
+        self.request
+    }
+
     /// Does the work; `clock` measures what the pattern spends.
     pub fn run(self, clock: &dyn Clock) -> Done {
-        match self.run_checked(clock) {
-            Ok(done) => done,
-            Err(e) => Done::Response(e.response()),
+        let request = self.request;
+        let outcome = match self.run_checked(clock) {
+            Ok(outcome) => outcome,
+            Err(e) => Outcome::Response(e.response()),
+        };
+        Done { request, outcome }
+    }
+
+    /// What a job that could not run ends in: the request gets this 503.
+    pub fn failed(self) -> Done {
+        Done {
+            request: self.request,
+            outcome: Outcome::Response(Response::error(
+                503,
+                "the request failed inside the server",
+            )),
         }
     }
 
-    fn run_checked(self, clock: &dyn Clock) -> Result<Done, ApiError> {
-        let patterns = &*self.patterns;
+    fn run_checked(self, clock: &dyn Clock) -> Result<Outcome, ApiError> {
+        let cached = self.cached;
         match *self.kind {
             JobKind::Faults {
                 rules,
@@ -190,7 +233,7 @@ impl Job {
                 body,
             } => rules
                 .handle(&method, id.as_deref(), content_type.as_deref(), &body)
-                .map(Done::Response),
+                .map(Outcome::Response),
             JobKind::List {
                 spec,
                 messages,
@@ -198,7 +241,7 @@ impl Job {
                 mut budget,
                 summary,
             } => {
-                let filter = spec.compile(patterns)?;
+                let filter = spec.compile(cached)?;
                 let mut emails = Vec::new();
                 match limit {
                     // The newest `limit` matches, in receive order.
@@ -226,17 +269,17 @@ impl Job {
                 } else {
                     Box::new(ListJson::new(emails))
                 };
-                Ok(Done::Response(Response::json_stream(200, body)))
+                Ok(Outcome::Response(Response::json_stream(200, body)))
             }
             JobKind::Latest {
                 spec,
                 messages,
                 mut budget,
             } => {
-                let filter = spec.compile(patterns)?;
+                let filter = spec.compile(cached)?;
                 for email in messages.iter().rev() {
                     if filter.matches(email, &mut budget, clock)? {
-                        return Ok(Done::Response(one(email.clone())));
+                        return Ok(Outcome::Response(one(email.clone())));
                     }
                 }
                 Err(ApiError::NotFound("no stored message matches".to_owned()))
@@ -251,15 +294,15 @@ impl Job {
                     mut budget,
                 } = work;
                 let filter = match filter {
-                    WaitFilter::Spec(spec) => spec.compile(patterns)?,
+                    WaitFilter::Spec(spec) => spec.compile(cached)?,
                     WaitFilter::Compiled(filter) => filter,
                 };
                 for email in messages.iter() {
                     if filter.matches(email, &mut budget, clock)? {
-                        return Ok(Done::Response(one(email.clone())));
+                        return Ok(Outcome::Response(one(email.clone())));
                     }
                 }
-                Ok(Done::Commit(Commit(CommitKind::Park {
+                Ok(Outcome::Commit(Commit(CommitKind::Park {
                     filter,
                     upto,
                     timeout_ms,
@@ -273,22 +316,22 @@ impl Job {
                     .filter(|e| e.is_addressed_to(&to))
                     .map(|e| e.id)
                     .collect();
-                Ok(Done::Commit(Commit(CommitKind::Remove(ids))))
+                Ok(Outcome::Commit(Commit(CommitKind::Remove(ids))))
             }
             JobKind::Subscribe { spec, budget } => {
-                let filter = spec.compile(patterns)?;
-                Ok(Done::Commit(Commit(CommitKind::Subscribe {
+                let filter = spec.compile(cached)?;
+                Ok(Outcome::Commit(Commit(CommitKind::Subscribe {
                     filter,
                     budget,
                 })))
             }
-            JobKind::Attachment { email, index } => Ok(Done::Response(
+            JobKind::Attachment { email, index } => Ok(Outcome::Response(
                 crate::download::attachment_response(&email, index)?,
             )),
             JobKind::Html {
                 email,
                 remote_images,
-            } => Ok(Done::Response(crate::download::html_response(
+            } => Ok(Outcome::Response(crate::download::html_response(
                 &email,
                 remote_images,
             )?)),

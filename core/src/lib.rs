@@ -25,6 +25,7 @@ pub mod jsregex;
 pub mod message;
 pub mod patterns;
 mod query;
+pub mod request_id;
 pub mod response;
 pub mod smtp;
 pub mod store;

@@ -121,7 +121,7 @@ impl<W> Api<W> {
             self.forget(vec![Arc::new(email)], Reason::Evicted);
             return Ok(());
         }
-        self.insert_email(email);
+        self.handle_message(email);
         Ok(())
     }
 
