@@ -61,8 +61,8 @@ pub use crate::events::{
     Event, EventBatch, NextEvents, Progress, Ran, Reason, SsePieces, SubscriberId, Subscription,
 };
 use crate::id::{Entropy, IdGenerator, MessageId};
-pub use crate::job::{Done, Job};
 use crate::job::{CommitKind, JobKind, Outcome as JobOutcome, WaitFilter, WaitWork, one};
+pub use crate::job::{Done, Job};
 use crate::patterns::PatternCache;
 pub use crate::request_id::RequestId;
 pub use crate::response::Response;
@@ -427,11 +427,16 @@ impl<W> Api<W> {
     }
 
     /// Forgets a request whose client went away: its parked wait, its
-    /// running job's answer, or its answer waiting for the disk.
-    pub fn handle_cancel(&mut self, request: RequestId) {
-        self.running.remove(&request);
-        self.waits.remove(request);
-        self.held.remove(&request);
+    /// running job's answer, or its answer waiting for the disk. Gives the
+    /// client's handle back; None when the request was already answered.
+    pub fn handle_cancel(&mut self, request: RequestId) -> Option<W> {
+        if let Some((_, client)) = self.waits.remove(request) {
+            return Some(client);
+        }
+        if let Some(client) = self.running.remove(&request) {
+            return Some(client);
+        }
+        self.held.remove(&request).map(|(client, _)| client)
     }
 
     /// Ends one parked wait now with its 408 (a host that keeps a timer per
@@ -453,9 +458,10 @@ impl<W> Api<W> {
         self.flush_trash();
     }
 
-    /// Ends every parked wait with a 503 (the host shuts down).
+    /// Ends every parked wait with a 503, in wait order (the host shuts down).
     pub fn handle_shutdown(&mut self) {
-        while let Some(id) = self.waits.first_due(u64::MAX) {
+        let parked: Vec<RequestId> = self.waits.snapshot().keys().copied().collect();
+        for id in parked {
             if let Some((_, client)) = self.waits.remove(id) {
                 let response = Response::error(503, "the server is shutting down");
                 self.outputs.push_back(Output::Respond(client, response));
@@ -623,7 +629,14 @@ impl<W> Api<W> {
                 budget,
             } => {
                 let Some(client) = client else { return };
-                self.park(request, client, filter, upto, (timeout_ms, deadline_ms), budget);
+                self.park(
+                    request,
+                    client,
+                    filter,
+                    upto,
+                    (timeout_ms, deadline_ms),
+                    budget,
+                );
             }
         }
     }

@@ -121,6 +121,20 @@ pub struct Done {
     pub(crate) outcome: Outcome,
 }
 
+impl Done {
+    /// What the job of `request` ends in when it could not run (it panicked):
+    /// the request gets a 503.
+    pub fn failed(request: RequestId) -> Done {
+        Done {
+            request,
+            outcome: Outcome::Response(Response::error(
+                503,
+                "the request failed inside the server",
+            )),
+        }
+    }
+}
+
 /// The answer of a job, or the change it asks for under the lock.
 #[derive(Debug)]
 pub(crate) enum Outcome {
@@ -211,15 +225,9 @@ impl Job {
         Done { request, outcome }
     }
 
-    /// What a job that could not run ends in: the request gets this 503.
+    /// What a job that could not run ends in: [`Done::failed`].
     pub fn failed(self) -> Done {
-        Done {
-            request: self.request,
-            outcome: Outcome::Response(Response::error(
-                503,
-                "the request failed inside the server",
-            )),
-        }
+        Done::failed(self.request)
     }
 
     fn run_checked(self, clock: &dyn Clock) -> Result<Outcome, ApiError> {

@@ -188,6 +188,7 @@ impl Server {
                 .unwrap_or(u64::MAX),
             host_limits: host_limits(&settings),
             max_faults: settings.max_faults,
+            durable: settings.data_dir.is_some(),
         });
         api.faults().seed(state::seed());
         let http_connections = http1::HttpConnections::new(settings.max_http_connections);
@@ -313,18 +314,7 @@ impl Server {
             shutdown: shutdown_rx,
             ui: !self.settings.no_ui,
         };
-        let matcher = tokio::spawn(self.shared.clone().match_deliveries());
-        let expiry = self.settings.max_age.map(|_| {
-            let shared = self.shared.clone();
-            tokio::spawn(async move {
-                // --max-age: expired messages leave memory and disk within a second.
-                let mut tick = tokio::time::interval(std::time::Duration::from_millis(250));
-                loop {
-                    tick.tick().await;
-                    shared.expire_old();
-                }
-            })
-        });
+        let timers = tokio::spawn(self.shared.clone().run_timers());
         let pump = tokio::spawn(self.shared.clone().pump_events());
         let smtp_task = tokio::spawn(smtp_server::serve(self.smtp, slots.clone(), smtp_context));
         let http_options = http1::HttpOptions {
@@ -353,11 +343,8 @@ impl Server {
         // Parked waits see the shutdown and answer 503; give them a moment to be written.
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         self.shared.stop_writer().await;
-        matcher.abort();
+        timers.abort();
         pump.abort();
-        if let Some(expiry) = expiry {
-            expiry.abort();
-        }
     }
 }
 

@@ -3,7 +3,7 @@
 //! `src/events.rs`.
 
 use js_sys::{Array, Object, Uint8Array};
-use mailjar_core::api::{self, Outcome};
+use mailjar_core::api::{self, Answered};
 use mailjar_core::budget::Clock;
 use mailjar_core::smtp::{Envelope, Incoming};
 use mailjar_core::store::Prepared;
@@ -73,22 +73,21 @@ impl Api {
     ) -> Result<JsValue, JsValue> {
         let request = read::<ApiRequest>(request, "request")?.into_core();
         let now = time_ms(now_ms, "nowMs")?;
-        let outcome = self.inner.answer(&request, now, &DateClock);
-        self.free_trash();
-        let object = match outcome {
-            Outcome::Ready(response) => ready_object(response),
-            Outcome::Wait(parking) => {
-                let handle = Object::new();
-                set(&handle, "waiter", waiter.unwrap_or(JsValue::UNDEFINED));
-                let spec = self.inner.park(parking, handle.clone());
-                set(&handle, "waitId", spec.id.0 as f64);
+        // The handle the core keeps with a parked wait: `waitId` is set once it is known.
+        let handle = Object::new();
+        set(&handle, "waiter", waiter.unwrap_or(JsValue::UNDEFINED));
+        let answered = self.inner.answer(handle.clone(), &request, now, &DateClock);
+        let object = match answered {
+            Answered::Ready(response) => ready_object(response),
+            Answered::Waiting { id, deadline_ms } => {
+                set(&handle, "waitId", id.0 as f64);
                 let object = Object::new();
                 set(&object, "kind", "wait");
-                set(&object, "waitId", spec.id.0 as f64);
-                set(&object, "deadline", spec.deadline_ms as f64);
+                set(&object, "waitId", id.0 as f64);
+                set(&object, "deadline", deadline_ms as f64);
                 object
             }
-            Outcome::Subscribe(subscription) => {
+            Answered::Subscribed(subscription) => {
                 let object = Object::new();
                 set(&object, "kind", "subscribe");
                 set(&object, "subscriberId", subscription.id.0 as f64);
@@ -126,7 +125,6 @@ impl Api {
         let delivered =
             self.inner
                 .deliver_and_wake(Prepared::new(incoming), now, entropy(), &DateClock);
-        self.free_trash();
         let object = Object::new();
         set(&object, "id", delivered.id.to_string());
         let woken: Array = delivered
@@ -190,7 +188,6 @@ impl Api {
         let delivered =
             self.inner
                 .deliver_and_wake(Prepared::new(incoming), now, entropy(), &DateClock);
-        self.free_trash();
         self.woken.extend(
             delivered
                 .woken
@@ -203,14 +200,6 @@ impl Api {
     /// Whether answers to woken waits wait for `takeWoken()`.
     pub(crate) fn has_woken(&self) -> bool {
         !self.woken.is_empty()
-    }
-
-    /// Frees what the core let go of (evicted, deleted, expired messages):
-    /// the core keeps it for the host to drop outside its lock, and this host
-    /// has no lock, so it drops it at once. Called after every call that can
-    /// remove messages; without it they stayed in memory for good.
-    pub(crate) fn free_trash(&mut self) {
-        drop(self.inner.take_trash());
     }
 }
 

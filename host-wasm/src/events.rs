@@ -56,8 +56,14 @@ impl Api {
 impl Api {
     /// The next events of a stream, whether it is idle, and whether it ended.
     fn take_events(&mut self, id: SubscriberId) -> (Vec<api::Event>, bool, bool) {
-        match self.inner.next_events(id) {
-            NextEvents::Batch(batch) => (batch.run(&DateClock).events, false, false),
+        match self.inner.poll_events(id) {
+            NextEvents::Batch(batch) => {
+                let mut ran = batch.run(&DateClock);
+                if let Some(progress) = ran.progress.take() {
+                    self.inner.handle_progress(progress);
+                }
+                (ran.events, false, false)
+            }
             NextEvents::Idle => (Vec::new(), true, false),
             NextEvents::Overflow => (vec![api::Event::Overflow], false, true),
             NextEvents::Ended => (Vec::new(), false, true),
@@ -65,7 +71,7 @@ impl Api {
     }
 
     fn unsubscribe_id(&mut self, id: SubscriberId) -> bool {
-        self.inner.unsubscribe(id)
+        self.inner.handle_unsubscribe(id)
     }
 }
 

@@ -2,7 +2,7 @@
 //! their answers and their cancelling.
 
 use js_sys::{Array, Object, Reflect};
-use mailjar_core::api::{self, WaitId};
+use mailjar_core::api::{self, Output, RequestId};
 use wasm_bindgen::prelude::*;
 
 use crate::api::Api;
@@ -18,31 +18,27 @@ impl Api {
         #[wasm_bindgen(js_name = waitId, unchecked_param_type = "number")] wait: &JsValue,
     ) -> Result<JsValue, JsValue> {
         let wait = wait_id(wait)?;
-        Ok(self
-            .inner
-            .expire(wait)
-            .map_or(JsValue::UNDEFINED, |(handle, r)| woken_object(handle, r)))
+        self.inner.handle_expire(wait);
+        Ok(self.answers().pop().unwrap_or(JsValue::UNDEFINED))
     }
 
-    /// Ends with a 408 every parked wait whose deadline is at or before `nowMs`.
+    /// Ends with a 408 every parked wait whose deadline is at or before
+    /// `nowMs` (and evicts the messages `maxAgeMs` or older).
     #[wasm_bindgen(js_name = expireDue, unchecked_return_type = "WaitResponse[]")]
     pub fn expire_due(
         &mut self,
         #[wasm_bindgen(js_name = nowMs)] now_ms: f64,
     ) -> Result<Array, JsValue> {
         let now = time_ms(now_ms, "nowMs")?;
-        Ok(self
-            .inner
-            .expire_due(now)
-            .into_iter()
-            .map(|(wait, response)| woken_object(wait, response))
-            .collect())
+        self.inner.handle_timeout(now);
+        Ok(self.answers().into_iter().collect())
     }
 
-    /// The earliest deadline among the parked waits, or undefined when none is parked.
+    /// When to call `expireDue` next: the earliest deadline among the parked
+    /// waits (or of `maxAgeMs`); undefined when there is none.
     #[wasm_bindgen(js_name = nextDeadline)]
     pub fn next_deadline(&self) -> Option<f64> {
-        self.inner.next_deadline().map(|d| d as f64)
+        self.inner.poll_timeout().map(|d| d as f64)
     }
 
     /// Forgets a parked wait whose client went away: the `waiter` it was
@@ -55,18 +51,21 @@ impl Api {
         let wait = wait_id(wait)?;
         Ok(self
             .inner
-            .cancel(wait)
+            .handle_cancel(wait)
             .map_or(JsValue::UNDEFINED, |handle| waiter(&handle)))
     }
 
     /// Ends every parked wait (the server stops): the `waiter` of each, in wait order.
     #[wasm_bindgen(js_name = drainWaits, unchecked_return_type = "unknown[]")]
     pub fn drain_waits(&mut self) -> Array {
-        self.inner
-            .drain_waits()
-            .into_iter()
-            .map(|handle| waiter(&handle))
-            .collect()
+        self.inner.handle_shutdown();
+        let mut waiters = Vec::new();
+        while let Some(output) = self.inner.poll_output() {
+            if let Output::Respond(handle, _) = output {
+                waiters.push(waiter(&handle));
+            }
+        }
+        waiters.into_iter().collect()
     }
 
     /// How many waits are parked.
@@ -76,8 +75,27 @@ impl Api {
     }
 }
 
-fn wait_id(value: &JsValue) -> Result<WaitId, JsValue> {
-    integer(value, "waitId", 0, MAX_SAFE_INTEGER as u64).map(WaitId)
+impl Api {
+    /// The answers the core has for parked waits, as `WaitResponse`s in
+    /// order; what left the store is freed (this host has no lock to keep short).
+    fn answers(&mut self) -> Vec<JsValue> {
+        let mut answers = Vec::new();
+        while let Some(output) = self.inner.poll_output() {
+            match output {
+                Output::Respond(handle, response) => answers.push(woken_object(handle, response)),
+                Output::Match(batch) => {
+                    let matches = batch.run(&crate::api::DateClock);
+                    self.inner.handle_matches(matches);
+                }
+                _ => {}
+            }
+        }
+        answers
+    }
+}
+
+fn wait_id(value: &JsValue) -> Result<RequestId, JsValue> {
+    integer(value, "waitId", 0, MAX_SAFE_INTEGER as u64).map(RequestId)
 }
 
 /// The `waiter` a wait was parked with.
