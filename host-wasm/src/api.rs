@@ -14,7 +14,7 @@ use crate::entropy::entropy;
 use crate::inputs::{ApiRequest, DeliverMessage, SmtpFacts};
 use crate::js::{input_bytes, set, time_ms};
 use crate::read::{Strings, read, read_or_default};
-use crate::waits::woken_object;
+use crate::answers::woken_object;
 
 #[wasm_bindgen]
 extern "C" {

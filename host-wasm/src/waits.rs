@@ -2,11 +2,12 @@
 //! their answers and their cancelling.
 
 use js_sys::{Array, Object, Reflect};
-use mailjar_core::api::{self, Output, RequestId};
+use mailjar_core::api::{Output, RequestId};
 use wasm_bindgen::prelude::*;
 
 use crate::api::Api;
-use crate::js::{MAX_SAFE_INTEGER, integer, set, time_ms};
+use crate::answers::woken_object;
+use crate::js::{MAX_SAFE_INTEGER, integer, time_ms};
 
 #[wasm_bindgen]
 impl Api {
@@ -101,12 +102,4 @@ fn wait_id(value: &JsValue) -> Result<RequestId, JsValue> {
 /// The `waiter` a wait was parked with.
 fn waiter(handle: &Object) -> JsValue {
     Reflect::get(handle, &JsValue::from_str("waiter")).unwrap_or(JsValue::UNDEFINED)
-}
-
-/// The answer to a parked wait (`WaitResponse`): its handle (`{waitId,
-/// waiter}`, made at park time) with the response's status and body added.
-pub fn woken_object(handle: Object, response: api::Response) -> JsValue {
-    set(&handle, "status", response.status);
-    set(&handle, "body", response.into_text());
-    handle.into()
 }
