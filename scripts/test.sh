@@ -27,6 +27,9 @@ command -v node >/dev/null
 step "cargo fmt --check"
 cargo fmt --all --check
 
+step "no import cycles between modules"
+python3 scripts/check-cycles.py core/src host-native/src host-wasm/src
+
 step "cargo clippy"
 cargo clippy --workspace --all-targets -- -D warnings
 

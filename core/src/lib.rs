@@ -8,6 +8,7 @@
 //! responses out.
 
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod api;
 pub mod budget;
