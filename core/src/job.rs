@@ -246,38 +246,11 @@ impl Job {
                 spec,
                 messages,
                 limit,
-                mut budget,
+                budget,
                 summary,
             } => {
                 let filter = spec.compile(cached)?;
-                let mut emails = Vec::new();
-                match limit {
-                    // The newest `limit` matches, in receive order.
-                    Some(limit) => {
-                        for email in messages.iter().rev() {
-                            if emails.len() as u64 == limit {
-                                break;
-                            }
-                            if filter.matches(email, &mut budget, clock)? {
-                                emails.push(email.clone());
-                            }
-                        }
-                        emails.reverse();
-                    }
-                    None => {
-                        for email in messages.iter() {
-                            if filter.matches(email, &mut budget, clock)? {
-                                emails.push(email.clone());
-                            }
-                        }
-                    }
-                }
-                let body: Box<dyn crate::response::ChunkSource> = if summary {
-                    Box::new(crate::view::SummaryList::new(emails))
-                } else {
-                    Box::new(ListJson::new(emails))
-                };
-                Ok(Outcome::Response(Response::json_stream(200, body)))
+                list(&filter, &messages, limit, budget, clock, summary)
             }
             JobKind::Latest {
                 spec,
@@ -292,32 +265,7 @@ impl Job {
                 }
                 Err(ApiError::NotFound("no stored message matches".to_owned()))
             }
-            JobKind::Wait(work) => {
-                let WaitWork {
-                    filter,
-                    messages,
-                    upto,
-                    timeout_ms,
-                    deadline_ms,
-                    mut budget,
-                } = work;
-                let filter = match filter {
-                    WaitFilter::Spec(spec) => spec.compile(cached)?,
-                    WaitFilter::Compiled(filter) => filter,
-                };
-                for email in messages.iter() {
-                    if filter.matches(email, &mut budget, clock)? {
-                        return Ok(Outcome::Response(one(email.clone())));
-                    }
-                }
-                Ok(Outcome::Commit(Commit(CommitKind::Park {
-                    filter,
-                    upto,
-                    timeout_ms,
-                    deadline_ms,
-                    budget,
-                })))
-            }
+            JobKind::Wait(work) => wait(work, cached, clock),
             JobKind::DeleteTo { to, messages } => {
                 let ids = messages
                     .iter()
@@ -345,6 +293,76 @@ impl Job {
             )?)),
         }
     }
+}
+
+/// The messages `filter` takes (the newest `limit` of them, in receive order), as a list.
+fn list(
+    filter: &Filter,
+    messages: &Snapshot,
+    limit: Option<u64>,
+    mut budget: Budget,
+    clock: &dyn Clock,
+    summary: bool,
+) -> Result<Outcome, ApiError> {
+    let mut emails = Vec::new();
+    match limit {
+        Some(limit) => {
+            for email in messages.iter().rev() {
+                if emails.len() as u64 == limit {
+                    break;
+                }
+                if filter.matches(email, &mut budget, clock)? {
+                    emails.push(email.clone());
+                }
+            }
+            emails.reverse();
+        }
+        None => {
+            for email in messages.iter() {
+                if filter.matches(email, &mut budget, clock)? {
+                    emails.push(email.clone());
+                }
+            }
+        }
+    }
+    let body: Box<dyn crate::response::ChunkSource> = if summary {
+        Box::new(crate::view::SummaryList::new(emails))
+    } else {
+        Box::new(ListJson::new(emails))
+    };
+    Ok(Outcome::Response(Response::json_stream(200, body)))
+}
+
+/// A wait's look at the stored messages: the first it takes, or a wait to park.
+fn wait(
+    work: WaitWork,
+    cached: Option<Arc<JsRegex>>,
+    clock: &dyn Clock,
+) -> Result<Outcome, ApiError> {
+    let WaitWork {
+        filter,
+        messages,
+        upto,
+        timeout_ms,
+        deadline_ms,
+        mut budget,
+    } = work;
+    let filter = match filter {
+        WaitFilter::Spec(spec) => spec.compile(cached)?,
+        WaitFilter::Compiled(filter) => filter,
+    };
+    for email in messages.iter() {
+        if filter.matches(email, &mut budget, clock)? {
+            return Ok(Outcome::Response(one(email.clone())));
+        }
+    }
+    Ok(Outcome::Commit(Commit(CommitKind::Park {
+        filter,
+        upto,
+        timeout_ms,
+        deadline_ms,
+        budget,
+    })))
 }
 
 #[cfg(test)]

@@ -1,8 +1,8 @@
 //! Answers to parked waits as JavaScript gets them.
 
 use js_sys::Object;
-use wasm_bindgen::JsValue;
 use mailjar_core::api;
+use wasm_bindgen::JsValue;
 
 use crate::js::set;
 

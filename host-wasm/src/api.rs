@@ -9,12 +9,12 @@ use mailjar_core::smtp::{Envelope, Incoming};
 use mailjar_core::store::Prepared;
 use wasm_bindgen::prelude::*;
 
+use crate::answers::woken_object;
 use crate::config::ApiConfig;
 use crate::entropy::entropy;
 use crate::inputs::{ApiRequest, DeliverMessage, SmtpFacts};
 use crate::js::{input_bytes, set, time_ms};
 use crate::read::{Strings, read, read_or_default};
-use crate::answers::woken_object;
 
 #[wasm_bindgen]
 extern "C" {

@@ -5,8 +5,8 @@ use js_sys::{Array, Object, Reflect};
 use mailjar_core::api::{Output, RequestId};
 use wasm_bindgen::prelude::*;
 
-use crate::api::Api;
 use crate::answers::woken_object;
+use crate::api::Api;
 use crate::js::{MAX_SAFE_INTEGER, integer, time_ms};
 
 #[wasm_bindgen]
