@@ -20,7 +20,7 @@ def test_signup_sends_a_code_that_confirms_the_account(client, mailjar_inbox):
     email = mailjar_inbox.wait_for(subject="Confirm")
     assert email["from"] == "App <noreply@app.example.test>"
     code = mailjar_inbox.wait_for_code()
-    link = mailjar_inbox.wait_for_link("/confirm")
+    link = mailjar_inbox.wait_for_link(match="/confirm")
     assert email["codes"] == [code] and link.endswith(f"code={code}")
     assert client.get(link.replace("https://app.example.test", "")).json == {"confirmed": mailjar_inbox.address}
 
@@ -53,4 +53,5 @@ def test_latest_and_clear(client, mailjar, mailjar_inbox):
     email = mailjar_inbox.wait_for()
     assert mailjar.latest(to=mailjar_inbox.address)["id"] == email["id"]
     assert mailjar.get(email["id"])["subject"] == "Confirm your account"
+    assert b"Subject: Confirm your account" in mailjar.raw(email["id"])
     assert mailjar_inbox.clear() == 1 and mailjar.get(email["id"]) is None

@@ -27,6 +27,7 @@ _REQUEST_TIMEOUT = 30.0
 
 Email = Dict[str, Any]
 Match = Union[str, Pattern[str], None]
+Subject = Union[str, Pattern[str], None]
 
 
 class MailjarError(Exception):
@@ -131,17 +132,22 @@ class Client:
         """`GET /health`: counts, limits and the bound addresses."""
         return self._json("GET", "/health")
 
-    def list(self, **filter: Any) -> List[Email]:
-        """The messages matching the filter, in receive order (`limit=N` keeps the newest N).
+    def list(self, to: Optional[str] = None, subject: Subject = None, subject_pattern: Optional[str] = None,
+             **more: Any) -> List[Email]:
+        """The messages matching the filter, in receive order.
 
-        Filter keywords: `to`, `subject` (a substring, or a compiled pattern),
-        `subject_pattern`, `subject_flags`, `after_id`, `before_id`, `limit`.
+        The filter: `to` (a recipient), `subject` (a substring, or a compiled
+        pattern), `subject_pattern` (a JavaScript regular expression) and, by
+        keyword, `subject_flags`, `after_id`, `before_id`, `limit` (the newest N).
         """
-        return self._json("GET", "/api/emails", _query(**filter))["emails"]
+        query = _query(to=to, subject=subject, subject_pattern=subject_pattern, **more)
+        return self._json("GET", "/api/emails", query)["emails"]
 
-    def latest(self, **filter: Any) -> Optional[Email]:
-        """The newest message matching the filter, or None."""
-        answer = self._json("GET", "/api/emails/latest", _query(**filter), missing_ok=True)
+    def latest(self, to: Optional[str] = None, subject: Subject = None, subject_pattern: Optional[str] = None,
+               **more: Any) -> Optional[Email]:
+        """The newest message matching the filter (as for `list`), or None."""
+        query = _query(to=to, subject=subject, subject_pattern=subject_pattern, **more)
+        answer = self._json("GET", "/api/emails/latest", query, missing_ok=True)
         return None if answer is None else answer["email"]
 
     def get(self, id: str) -> Optional[Email]:
@@ -158,12 +164,13 @@ class Client:
             raise MailjarError(status, f"HTTP {status}")
         return body
 
-    def wait_for(self, timeout: float = 10.0, **filter: Any) -> Email:
-        """The oldest message matching the filter (after `after_id`), waiting up to
-        `timeout` seconds for one to arrive; MailjarTimeout when none does."""
+    def wait_for(self, to: Optional[str] = None, subject: Subject = None, subject_pattern: Optional[str] = None,
+                 timeout: float = 10.0, **more: Any) -> Email:
+        """The oldest message matching the filter (as for `list`; after `after_id`),
+        waiting up to `timeout` seconds for one to arrive; MailjarTimeout when none does."""
         if timeout < 0:
             raise ValueError("timeout must be >= 0")
-        query = _query(**filter)
+        query = _query(to=to, subject=subject, subject_pattern=subject_pattern, **more)
         deadline = time.monotonic() + timeout
         while True:
             # The API takes 1 ms at least: a wait whose time is up still looks once.
@@ -178,14 +185,18 @@ class Client:
                     raise MailjarTimeout(
                         f"no message matched {_describe(query)} within {timeout:g} s") from None
 
-    def wait_for_link(self, match: Match = None, timeout: float = 10.0, **filter: Any) -> str:
+    def wait_for_link(self, to: Optional[str] = None, subject: Subject = None, subject_pattern: Optional[str] = None,
+                      timeout: float = 10.0, *, match: Match = None, **more: Any) -> str:
         """The first link of the first message matching the filter that has one
         matching `match` (a substring or a compiled pattern; any link without it)."""
+        filter = dict(to=to, subject=subject, subject_pattern=subject_pattern, **more)
         return self._wait_for_item("links", match, timeout, filter)
 
-    def wait_for_code(self, match: Match = None, timeout: float = 10.0, **filter: Any) -> str:
+    def wait_for_code(self, to: Optional[str] = None, subject: Subject = None, subject_pattern: Optional[str] = None,
+                      timeout: float = 10.0, *, match: Match = None, **more: Any) -> str:
         """The first one-time code (4 to 8 digits) of the first message matching
         the filter that has one (matching `match` when given)."""
+        filter = dict(to=to, subject=subject, subject_pattern=subject_pattern, **more)
         return self._wait_for_item("codes", match, timeout, filter)
 
     def _wait_for_item(self, field: str, match: Match, timeout: float, filter: Dict[str, Any]) -> str:
@@ -229,13 +240,13 @@ class Inbox:
         self.client = client
         self.address = address
 
-    def list(self, **filter: Any) -> List[Email]:
+    def list(self, subject: Subject = None, subject_pattern: Optional[str] = None, **more: Any) -> List[Email]:
         """This inbox's messages matching the filter, in receive order."""
-        return self.client.list(**{**filter, "to": self.address})
+        return self.client.list(self.address, subject, subject_pattern, **more)
 
-    def latest(self, **filter: Any) -> Optional[Email]:
+    def latest(self, subject: Subject = None, subject_pattern: Optional[str] = None, **more: Any) -> Optional[Email]:
         """This inbox's newest message matching the filter, or None."""
-        return self.client.latest(**{**filter, "to": self.address})
+        return self.client.latest(self.address, subject, subject_pattern, **more)
 
     def get(self, id: str) -> Optional[Email]:
         """A message of this inbox by id, or None (also when it went to another address)."""
@@ -246,17 +257,20 @@ class Inbox:
         addresses = [*email.get("envelope", {}).get("to", []), *email.get("to", []), *email.get("cc", [])]
         return email if any(a.strip().lower() == mine for a in addresses) else None
 
-    def wait_for(self, timeout: float = 10.0, **filter: Any) -> Email:
+    def wait_for(self, subject: Subject = None, subject_pattern: Optional[str] = None,
+                 timeout: float = 10.0, **more: Any) -> Email:
         """Waits for a message to this inbox; see `Client.wait_for`."""
-        return self.client.wait_for(timeout=timeout, **{**filter, "to": self.address})
+        return self.client.wait_for(self.address, subject, subject_pattern, timeout, **more)
 
-    def wait_for_link(self, match: Match = None, timeout: float = 10.0, **filter: Any) -> str:
+    def wait_for_link(self, subject: Subject = None, subject_pattern: Optional[str] = None,
+                      timeout: float = 10.0, *, match: Match = None, **more: Any) -> str:
         """A link from a message to this inbox; see `Client.wait_for_link`."""
-        return self.client.wait_for_link(match, timeout, **{**filter, "to": self.address})
+        return self.client.wait_for_link(self.address, subject, subject_pattern, timeout, match=match, **more)
 
-    def wait_for_code(self, match: Match = None, timeout: float = 10.0, **filter: Any) -> str:
+    def wait_for_code(self, subject: Subject = None, subject_pattern: Optional[str] = None,
+                      timeout: float = 10.0, *, match: Match = None, **more: Any) -> str:
         """A code from a message to this inbox; see `Client.wait_for_code`."""
-        return self.client.wait_for_code(match, timeout, **{**filter, "to": self.address})
+        return self.client.wait_for_code(self.address, subject, subject_pattern, timeout, match=match, **more)
 
     def clear(self) -> int:
         """Deletes this inbox's mail; returns how many went."""
