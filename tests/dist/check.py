@@ -2,7 +2,8 @@
 """Checks of the distributed forms of mailjar (run by scripts/test-dist.sh):
 
     check.py static BIN              linkage, start-to-healthy, a message through it
-    check.py image LAYOUT BIN        the OCI image: config, layer, the unpacked binary run as the image says
+    check.py image LAYOUT BIN        the OCI image: config (also in Docker's format), layer, the
+                                     unpacked binary run as the image says
     check.py package CRATE_DIR LIST  every file include_str!/include_bytes! names is in `cargo package --list`
 
 Standard library only; skopeo and umoci read the image. Prints the figures it
@@ -157,6 +158,18 @@ def run_unpacked(rootfs, env, user, data_dir):
         stop(process)
 
 
+def check_docker_format(layout, work):
+    """Converted to Docker's format (what `docker load` and podman's HEALTHCHECK
+    need), the image keeps its health check."""
+    out = os.path.join(work, "v2s2")
+    subprocess.run(["skopeo", "copy", "-q", "--format", "v2s2", f"oci:{layout}:latest", f"dir:{out}"],
+                   check=True, capture_output=True)
+    manifest = json.load(open(os.path.join(out, "manifest.json")))
+    assert manifest["config"]["mediaType"] == "application/vnd.docker.container.image.v1+json", manifest
+    config = json.load(open(os.path.join(out, manifest["config"]["digest"].split(":")[1])))
+    check_config(config)
+
+
 def check_image(layout, binary):
     manifest, config = image_config(layout)
     env, user = check_config(config)
@@ -165,6 +178,7 @@ def check_image(layout, binary):
     figure("image layout bytes", total)
     work = tempfile.mkdtemp()
     try:
+        check_docker_format(layout, work)
         bundle = os.path.join(work, "bundle")
         rootless = [] if os.geteuid() == 0 else ["--rootless"]
         # umoci checks every digest and the layer's diff id as it unpacks.
