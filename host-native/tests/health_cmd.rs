@@ -140,3 +140,53 @@ fn http_tls_against_a_plain_api_fails_with_the_tls_error() {
         "{line}"
     );
 }
+
+/// A one-request HTTPS server with a self-signed certificate (as `--tls-self-signed`
+/// makes), answering `status`; returns its port.
+fn https_once(status: &'static str) -> u16 {
+    let certified =
+        rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).expect("certificate");
+    let key = rustls::pki_types::PrivateKeyDer::try_from(certified.signing_key.serialize_der())
+        .expect("key");
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("TLS versions")
+        .with_no_client_auth()
+        .with_single_cert(vec![certified.cert.der().clone()], key)
+        .expect("server config");
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    std::thread::spawn(move || {
+        let (tcp, _) = listener.accept().expect("accept");
+        let connection =
+            rustls::ServerConnection::new(std::sync::Arc::new(config)).expect("connection");
+        let mut tls = rustls::StreamOwned::new(connection, tcp);
+        let mut request = [0u8; 1024];
+        if tls.read(&mut request).is_ok() {
+            let reply = format!("HTTP/1.1 {status}\r\ncontent-length: 0\r\n\r\n");
+            let _ = tls.write_all(reply.as_bytes());
+            tls.conn.send_close_notify();
+            let _ = tls.flush();
+        }
+    });
+    port
+}
+
+/// `--http-tls` completes a handshake with a self-signed certificate (the
+/// check trusts any) and reads the status through it.
+#[test]
+fn http_tls_reads_the_status_over_tls_with_a_self_signed_certificate() {
+    let port = https_once("200 OK").to_string();
+    let output = health(&["--http-tls", "--http-port", &port], &[]);
+    assert!(output.status.success(), "{output:?}");
+    let port = https_once("503 Service Unavailable").to_string();
+    let line = failure_line(&health(
+        &["--http-port", &port],
+        &[("MAILJAR_HTTP_TLS", "true")],
+    ));
+    assert!(
+        line.ends_with(&format!("https://127.0.0.1:{port}/health answered 503")),
+        "{line}"
+    );
+}
