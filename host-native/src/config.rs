@@ -7,7 +7,12 @@ use clap::{CommandFactory, FromArgMatches, Parser};
 
 /// Capture email from applications under test and read it back over a JSON HTTP API.
 #[derive(Debug, Clone, Parser)]
-#[command(name = "mailjar", version, about)]
+#[command(
+    name = "mailjar",
+    version,
+    about,
+    after_help = "Commands:\n  health  exit 0 when the /health of the mailjar at --http-host/--http-port answers 200 (see `mailjar health --help`)"
+)]
 pub struct Settings {
     /// Address the SMTP listener binds to. Loopback unless you ask otherwise.
     #[arg(long, env = "MAILJAR_SMTP_HOST", default_value = "127.0.0.1")]
