@@ -4,10 +4,10 @@
 //!
 //! The core stays sans-IO: it decides (id, store, delete, evict, expire) and
 //! says so; the host writes it down. A delivery is two steps,
-//! [`Api::assign`] (the id and the receive time) then [`Api::insert`] (after
+//! [`Api::assign`] (the id and the receive time) then [`Api::handle_message`] (after
 //! the host has written and committed the message). What left the store,
 //! whatever the reason (deleted, evicted by the limits, expired by
-//! `--max-age`), is in the [`Trash`] the host takes after each call; its
+//! `--max-age`), comes out as [`super::Output::Removed`] holding a [`Trash`]; its
 //! [`Trash::removals`] names it for the host to delete from disk. At start
 //! the host feeds stored messages back in id order with [`Api::restore`],
 //! which applies today's limits (what they evict is in the trash too) and
@@ -75,7 +75,7 @@ impl Trash {
 
 impl<W> Api<W> {
     /// The id and receive time of the next message, received at `now_ms`:
-    /// the first half of [`Api::deliver`]. Pass them to [`Api::insert`]
+    /// the first half of [`Api::deliver`]. Pass them to [`Api::handle_message`]
     /// once the message is written, in the order they were assigned; a
     /// message never inserted leaves only a gap in the ids.
     pub fn assign(&mut self, now_ms: u64, entropy: Entropy) -> Assigned {
@@ -100,8 +100,8 @@ impl<W> Api<W> {
     /// Stores a message loaded from disk at start, under its stored id and
     /// receive time; call it in id order. Today's limits apply, to this
     /// message too when its raw bytes alone are over the byte limit
-    /// ([`crate::store::Store::refuse_restored`]): what they evict is in the trash
-    /// ([`Trash::removals`]). Every id assigned
+    /// ([`crate::store::Store::refuse_restored`]): what they evict comes out as
+    /// [`super::Output::Removed`] ([`Trash::removals`]). Every id assigned
     /// afterwards sorts after this one, even when the clock is behind it.
     ///
     /// The host builds the message with [`Email::new`] (parsing it), which
@@ -119,6 +119,8 @@ impl<W> Api<W> {
         // out the older messages that fit.
         if self.store.refuse_restored(&email) {
             self.forget(vec![Arc::new(email)], Reason::Evicted);
+            // Out as Output::Removed now, like what handle_message evicts.
+            self.flush_trash();
             return Ok(());
         }
         self.handle_message(email);
