@@ -434,6 +434,8 @@ mod tests {
         assert_eq!(health["storage"]["kind"], "memory");
         assert_eq!(api.expire_old(13_000), 1);
         assert_eq!(api.store().len(), 0);
+        // Called on its own (a host's timer), what it evicts comes out too.
+        assert_eq!(take_trash(&mut api), [Removal::One(new)]);
         assert_eq!(api.expire_old(20_000), 0);
     }
 
