@@ -154,6 +154,8 @@ impl<W> Api<W> {
         let expired: Vec<Arc<Email>> = self.store.expire_before(cutoff.saturating_add(1));
         let count = expired.len();
         self.forget(expired, Reason::Evicted);
+        // Out as Output::Removed now: a host's timer may call this alone.
+        self.flush_trash();
         count
     }
 
