@@ -822,3 +822,269 @@ fn fault_rules_are_parsed_and_listed_outside_the_api_lock() {
     let listed: Value = serde_json::from_str(&listed.remove(0).1.into_text()).expect("JSON");
     assert_eq!(listed["faults"].as_array().map(Vec::len), Some(1));
 }
+
+/// A text body of a response, streamed or not.
+fn text(response: Response) -> String {
+    response.into_text()
+}
+
+#[test]
+fn poll_timeout_is_the_earliest_of_a_wait_deadline_and_the_oldest_message_expiry() {
+    let mut api = api();
+    assert_eq!(api.poll_timeout(), None, "nothing parked, no --max-age");
+    api.set_max_age(Some(5_000));
+    assert_eq!(api.poll_timeout(), None, "nothing stored");
+    let old = api.deliver(message(&["a@x"], "old"), NOW, [1; 10]);
+    api.deliver(message(&["a@x"], "newer"), NOW + 2_000, [1; 10]);
+    assert_eq!(
+        api.poll_timeout(),
+        Some(NOW + 5_000),
+        "the oldest expires first"
+    );
+    let (_, deadline_ms, label) = wait(&mut api, "/api/emails/wait?to=b@x&timeoutMs=1000");
+    assert_eq!(api.poll_timeout(), Some(deadline_ms));
+    let (_, _, later) = wait(&mut api, "/api/emails/wait?to=b@x&timeoutMs=9000");
+    assert_eq!(api.poll_timeout(), Some(NOW + 1_000), "the earliest wait");
+
+    // handle_timeout: the wait that is due gets its 408, nothing else moves.
+    api.handle_timeout(NOW + 1_000);
+    let out = settle(&mut api, &StoppedClock);
+    let answered = responses(out);
+    assert_eq!(answered.len(), 1);
+    assert_eq!((answered[0].0, answered[0].1.status), (label, 408));
+    assert_eq!(api.pending_waits(), 1);
+    assert_eq!(
+        api.poll_timeout(),
+        Some(NOW + 5_000),
+        "now the oldest message"
+    );
+
+    // Just before its expiry nothing leaves; at it, it leaves the store and comes out.
+    api.handle_timeout(NOW + 4_999);
+    assert!(api.poll_output().is_none());
+    api.handle_timeout(NOW + 5_000);
+    let gone = removed(settle(&mut api, &StoppedClock));
+    assert_eq!(gone.len(), 1);
+    assert_eq!(gone[0].trash.removals(), [Removal::One(old)]);
+    assert_eq!(api.store().len(), 1);
+    assert_eq!(
+        api.poll_timeout(),
+        Some(NOW + 7_000),
+        "the next message's expiry"
+    );
+    api.handle_timeout(NOW + 9_000);
+    let out = settle(&mut api, &StoppedClock);
+    assert_eq!(removed_count(&out), 1);
+    assert_eq!(
+        responses(out)
+            .iter()
+            .map(|(l, r)| (*l, r.status))
+            .collect::<Vec<_>>(),
+        [(later, 408)]
+    );
+    assert_eq!(api.store().len(), 0);
+    assert_eq!(api.poll_timeout(), None);
+}
+
+fn removed_count(outputs: &[Output<u64>]) -> usize {
+    outputs
+        .iter()
+        .filter(|o| matches!(o, Output::Removed(_)))
+        .count()
+}
+
+#[test]
+fn a_delete_to_job_whose_client_left_still_deletes() {
+    for durable in [false, true] {
+        let mut api: TestApi = Api::new(ApiConfig {
+            durable,
+            ..ApiConfig::default()
+        });
+        let gone = deliver(&mut api, &["a@x"], "to delete").id;
+        let kept = deliver(&mut api, &["b@x"], "to keep").id;
+        let id = api.handle_request(label(), &Request::new("DELETE", "/api/emails?to=a@x"), NOW);
+        let Some(Output::Run(job)) = api.poll_output() else {
+            panic!("a DELETE ?to= is a job");
+        };
+        // The client goes away while the job runs.
+        api.handle_cancel(id);
+        api.handle_done(job.run(&StoppedClock), NOW);
+        let out = settle(&mut api, &StoppedClock);
+        assert!(responses_of(&out).is_empty(), "nobody to answer");
+        let trash = removed(out);
+        assert_eq!(trash.len(), 1, "durable: {durable}");
+        assert_eq!(trash[0].trash.removals(), [Removal::One(gone)]);
+        assert!(
+            trash[0].answer_after_write.is_none(),
+            "no answer waits for the disk"
+        );
+        assert!(api.store().get(gone).is_none());
+        assert!(api.store().get(kept).is_some());
+    }
+}
+
+fn responses_of(outputs: &[Output<u64>]) -> Vec<u16> {
+    outputs
+        .iter()
+        .filter_map(|o| match o {
+            Output::Respond(_, r) => Some(r.status),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A `DELETE` on a durable API: its client, its name, and what came out.
+fn durable_delete(api: &mut TestApi, target: &str) -> (u64, RequestId, Removed) {
+    let (id, label, out) = request(api, "DELETE", target);
+    assert!(
+        responses_of(&out).is_empty(),
+        "{target}: no answer before the disk took it"
+    );
+    let mut trash = removed(out);
+    assert_eq!(trash.len(), 1, "{target}");
+    let trash = trash.remove(0);
+    assert_eq!(trash.answer_after_write, Some(id));
+    (label, id, trash)
+}
+
+#[test]
+fn a_durable_delete_is_answered_once_the_disk_took_it() {
+    let mut api: TestApi = Api::new(ApiConfig {
+        durable: true,
+        ..ApiConfig::default()
+    });
+    let ids: Vec<MessageId> = (0..4)
+        .map(|i| deliver(&mut api, &["a@x"], &i.to_string()).id)
+        .collect();
+    // By id, by recipient (a job), and all: each is held until written.
+    let (label, id, trash) = durable_delete(&mut api, &format!("/api/emails/{}", ids[0]));
+    assert_eq!(trash.trash.removals(), [Removal::One(ids[0])]);
+    assert!(
+        api.store().get(ids[0]).is_none(),
+        "gone from memory at once"
+    );
+    drop(trash);
+    api.handle_written(id, Ok(()));
+    let answered = responses(settle(&mut api, &StoppedClock));
+    assert_eq!(answered.len(), 1);
+    assert_eq!(answered[0].0, label);
+    assert_eq!(answered[0].1.status, 200);
+    assert_eq!(text_of(&answered[0].1), r#"{"deleted":1}"#);
+    // A second report for the same request answers nothing.
+    api.handle_written(id, Ok(()));
+    assert!(api.poll_output().is_none());
+
+    let (label, id, trash) = durable_delete(&mut api, "/api/emails?to=a@x");
+    assert_eq!(trash.trash.removals().len(), 3);
+    api.handle_written(id, Err(WriteError::Failed("disk full".to_owned())));
+    let answered = responses(settle(&mut api, &StoppedClock));
+    assert_eq!(answered.len(), 1);
+    assert_eq!((answered[0].0, answered[0].1.status), (label, 503));
+    let failed = text(answered.into_iter().next().unwrap().1);
+    assert!(failed.contains("disk full"), "{failed}");
+    assert!(failed.contains("not yet from disk"), "{failed}");
+    assert!(failed.contains("retries"), "{failed}");
+
+    deliver(&mut api, &["b@x"], "last");
+    let (label, id, _trash) = durable_delete(&mut api, "/api/emails");
+    api.handle_written(id, Err(WriteError::Stopped));
+    let answered = responses(settle(&mut api, &StoppedClock));
+    assert_eq!((answered[0].0, answered[0].1.status), (label, 503));
+    let stopped = text(answered.into_iter().next().unwrap().1);
+    assert!(stopped.contains("not from disk"), "{stopped}");
+    assert!(stopped.contains("stopped"), "{stopped}");
+
+    // A client that left before the write: its held answer is forgotten.
+    let keep = deliver(&mut api, &["c@x"], "c").id;
+    let (_, id, _trash) = durable_delete(&mut api, &format!("/api/emails/{keep}"));
+    api.handle_cancel(id);
+    api.handle_written(id, Ok(()));
+    assert!(api.poll_output().is_none());
+}
+
+#[test]
+fn a_delete_on_a_memory_only_api_is_answered_at_once() {
+    let mut api = api();
+    let id = deliver(&mut api, &["a@x"], "m").id;
+    let (_, label, out) = request(&mut api, "DELETE", &format!("/api/emails/{id}"));
+    assert_eq!(responses_of(&out), [200]);
+    let Some(Output::Respond(client, _)) = out.first() else {
+        panic!("the answer first, then what to free");
+    };
+    assert_eq!(*client, label);
+    let trash = removed(out);
+    assert_eq!(trash.len(), 1);
+    assert!(trash[0].answer_after_write.is_none());
+}
+
+#[test]
+fn one_match_batch_is_out_at_a_time() {
+    let mut api = api();
+    let (_, _, for_b) = wait(&mut api, "/api/emails/wait?to=b@x");
+    let (_, _, for_c) = wait(&mut api, "/api/emails/wait?to=c@x");
+    let first = api.deliver(message(&["a@x"], "first"), NOW, [1; 10]);
+    let Some(Output::Match(batch)) = api.poll_output() else {
+        panic!("a batch for the first message");
+    };
+    assert_eq!((batch.messages(), batch.waits()), (1, 2));
+    // A delivery while the batch is out: no second batch yet.
+    let second = api.deliver(message(&["b@x"], "second"), NOW, [1; 10]);
+    assert!(api.poll_output().is_none(), "the first batch is still out");
+    // Split in two parts: accounting for one part is not enough.
+    let mut parts = batch.split(2).into_iter();
+    let (one, two) = (parts.next().unwrap(), parts.next().unwrap());
+    api.handle_matches(one.run(&StoppedClock));
+    assert!(api.poll_output().is_none(), "half the batch is still out");
+    // A wait settled on its own (run_each) covers nothing of the count either.
+    let mut settled = Vec::new();
+    let rest = two.run_each(&StoppedClock, &mut |id, found| settled.push((id, found)));
+    assert!(settled.is_empty(), "the first message is for neither wait");
+    api.handle_matches(rest);
+    // Now the next batch: the second message only, not the first again.
+    let Some(Output::Match(next)) = api.poll_output() else {
+        panic!("the next batch once the first is accounted for");
+    };
+    assert_eq!(next.messages(), 1);
+    let matches = next.run(&StoppedClock);
+    assert_eq!(matches.len(), 1);
+    api.handle_matches(matches);
+    let mut woken = responses(settle(&mut api, &StoppedClock));
+    assert_eq!(woken.len(), 1);
+    assert_eq!(woken[0].0, for_b);
+    let body: Value = serde_json::from_str(&text(woken.remove(0).1)).unwrap();
+    assert_eq!(body["email"]["id"], second.to_string());
+    assert_ne!(body["email"]["id"], first.to_string());
+    assert_eq!(api.pending_waits(), 1, "the wait for c@x stays parked");
+    // A part that failed is accounted for with nothing: its waits stay parked.
+    api.deliver(message(&["c@x"], "third"), NOW, [1; 10]);
+    let Some(Output::Match(failed)) = api.poll_output() else {
+        panic!("a batch");
+    };
+    api.handle_matches(Matches::nothing(failed.waits()));
+    assert_eq!(api.pending_waits(), 1);
+    let fourth = api.deliver(message(&["c@x"], "fourth"), NOW, [1; 10]);
+    let mut woken = responses(settle(&mut api, &StoppedClock));
+    assert_eq!(woken.len(), 1, "the next batch runs");
+    assert_eq!(woken[0].0, for_c);
+    let body: Value = serde_json::from_str(&text(woken.remove(0).1)).unwrap();
+    assert_eq!(body["email"]["id"], fourth.to_string());
+}
+
+#[test]
+fn shutdown_answers_every_parked_wait_with_503() {
+    let mut api = api();
+    let labels: Vec<u64> = (0..3)
+        .map(|_| wait(&mut api, "/api/emails/wait?to=nobody@x").2)
+        .collect();
+    api.handle_shutdown();
+    let answered = responses(settle(&mut api, &StoppedClock));
+    let mut got: Vec<u64> = answered.iter().map(|(l, _)| *l).collect();
+    got.sort_unstable();
+    assert_eq!(got, labels);
+    for (_, response) in &answered {
+        assert_eq!(response.status, 503);
+        assert!(text_of(response).contains("shutting down"));
+    }
+    assert_eq!(api.pending_waits(), 0);
+    assert_eq!(api.poll_timeout(), None);
+}
