@@ -395,8 +395,12 @@ pub(crate) struct Subscribers {
     log: EventLog,
 }
 
-/// What [`crate::api::Api::next_events`] has for a subscriber.
+/// What [`crate::api::Api::poll_events`] has for a subscriber.
 #[derive(Debug)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "matched at once where it is returned, never stored: a box would cost an allocation per step"
+)]
 pub enum NextEvents {
     /// A step to turn into events outside the lock ([`EventBatch::run`]).
     Batch(EventBatch),
@@ -827,10 +831,10 @@ fn error_event(e: &ApiError) -> Event {
 }
 
 /// A new subscription: its id. Its replay, if it resumes, comes first from
-/// [`crate::api::Api::next_events`], then its live events.
+/// [`crate::api::Api::poll_events`], then its live events.
 #[derive(Debug)]
 pub struct Subscription {
-    /// Names it in [`crate::api::Api::next_events`] and [`crate::api::Api::unsubscribe`].
+    /// Names it in [`crate::api::Api::poll_events`] and [`crate::api::Api::handle_unsubscribe`].
     pub id: SubscriberId,
 }
 
