@@ -870,6 +870,45 @@ mod tests {
         assert_eq!(log.weight, 1000);
     }
 
+    #[test]
+    fn a_replay_that_ended_stays_ended_once_the_log_step_is_handed_back() {
+        use crate::filter::{FilterParams, FilterSpec};
+        use crate::smtp::{Envelope, Incoming};
+        let mut store = Store::new(crate::store::StoreLimits::default());
+        let ids = ids(2);
+        for id in &ids {
+            let prepared = crate::email::Prepared::new(Incoming {
+                envelope: Envelope::default(),
+                raw: b"Subject: s\r\n\r\nbody\r\n".to_vec(),
+                helo: None,
+                session: Default::default(),
+            });
+            store.push(Email::new(*id, 1000, prepared));
+        }
+        let mut subscribers = Subscribers::new(DEFAULT_EVENT_BUFFER);
+        let after = ids[0].to_string();
+        let filter = FilterSpec::new(FilterParams {
+            after_id: Some(&after),
+            ..FilterParams::default()
+        })
+        .and_then(|spec| spec.compile(None))
+        .unwrap();
+        let sub = subscribers.add(filter, u64::MAX, &store);
+        // What the replay was to send is deleted before its first step.
+        store.remove_ids(&ids[1..]);
+        subscribers.deleted(&ids[1..], Reason::Deleted);
+        let NextEvents::Batch(batch) = subscribers.next(sub, &store) else {
+            panic!("the deletion, from the log");
+        };
+        let ran = batch.run(&StoppedClock);
+        assert_eq!(ran.events.len(), 1);
+        let progress = ran.progress.unwrap();
+        assert_eq!(progress.position.replay, None, "the replay has ended");
+        subscribers.progress(progress);
+        assert_eq!(subscribers.open[&sub].position.replay, None);
+        assert!(matches!(subscribers.next(sub, &store), NextEvents::Idle));
+    }
+
     fn joined(pieces: SsePieces) -> String {
         let bytes: Vec<u8> = pieces.into_pieces().concat();
         String::from_utf8(bytes).unwrap()
