@@ -506,8 +506,8 @@ impl Subscribers {
         let Some(follower) = self.open.get_mut(&id) else {
             return NextEvents::Ended;
         };
-        let position = follower.position;
-        let batch = |source| {
+        let mut position = follower.position;
+        let batch = |source, position| {
             NextEvents::Batch(EventBatch {
                 source,
                 subscriber: id,
@@ -524,12 +524,17 @@ impl Subscribers {
                 .split_at(STEP_ENTRIES)
                 .0;
             if messages.iter().next().is_some_and(|e| e.id <= replay.upto) {
-                return batch(Source::Replay {
-                    messages,
-                    upto: replay.upto,
-                });
+                return batch(
+                    Source::Replay {
+                        messages,
+                        upto: replay.upto,
+                    },
+                    position,
+                );
             }
-            // Nothing left up to where the log takes over.
+            // Nothing left up to where the log takes over; the step's
+            // position, handed back, must not bring the replay back.
+            position.replay = None;
             follower.position.replay = None;
         }
         if position.cursor == head {
@@ -540,13 +545,16 @@ impl Subscribers {
                 self.remove(id);
                 NextEvents::Overflow
             }
-            Some(start) => batch(Source::Log {
-                // The whole log in O(1), and the range the step may go through.
-                log: self.log.entries.clone(),
-                range: start..self.log.entries.len().min(start + STEP_ENTRIES),
-                from: position.cursor,
-                store: store.snapshot(),
-            }),
+            Some(start) => batch(
+                Source::Log {
+                    // The whole log in O(1), and the range the step may go through.
+                    log: self.log.entries.clone(),
+                    range: start..self.log.entries.len().min(start + STEP_ENTRIES),
+                    from: position.cursor,
+                    store: store.snapshot(),
+                },
+                position,
+            ),
         }
     }
 }
