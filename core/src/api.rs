@@ -61,8 +61,8 @@ pub use crate::events::{
     Event, EventBatch, NextEvents, Progress, Ran, Reason, SsePieces, SubscriberId, Subscription,
 };
 use crate::id::{Entropy, IdGenerator, MessageId};
-pub use crate::job::{Done, Job};
 use crate::job::{CommitKind, JobKind, Outcome as JobOutcome, WaitFilter, WaitWork, one};
+pub use crate::job::{Done, Job};
 use crate::patterns::PatternCache;
 pub use crate::request_id::RequestId;
 pub use crate::response::Response;
@@ -623,7 +623,14 @@ impl<W> Api<W> {
                 budget,
             } => {
                 let Some(client) = client else { return };
-                self.park(request, client, filter, upto, (timeout_ms, deadline_ms), budget);
+                self.park(
+                    request,
+                    client,
+                    filter,
+                    upto,
+                    (timeout_ms, deadline_ms),
+                    budget,
+                );
             }
         }
     }

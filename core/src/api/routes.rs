@@ -6,8 +6,8 @@ use std::sync::Arc;
 use super::{Api, DEFAULT_WAIT_MS, MAX_LIMIT, MAX_WAIT_MS, OPENAPI, Reason, Request};
 use crate::email::Email;
 use crate::error::ApiError;
-use crate::job::{JobKind, WaitFilter, WaitWork, one};
 use crate::id::MessageId;
+use crate::job::{JobKind, WaitFilter, WaitWork, one};
 use crate::query::{Query, percent_decode, truncate};
 use crate::response::Response;
 use crate::store::Snapshot;
@@ -45,7 +45,6 @@ impl Route<'_> {
 }
 
 impl<W> Api<W> {
-
     pub(super) fn route(&mut self, request: &Request, now_ms: u64) -> Result<Step, ApiError> {
         let path = request.path.as_str();
         let path = path
