@@ -1088,3 +1088,32 @@ fn shutdown_answers_every_parked_wait_with_503() {
     assert_eq!(api.pending_waits(), 0);
     assert_eq!(api.poll_timeout(), None);
 }
+
+#[test]
+fn a_job_that_cannot_run_answers_its_client_with_503() {
+    let mut api = api();
+    deliver(&mut api, &["a@x"], "m");
+    let label = label();
+    api.handle_request(label, &Request::new("GET", "/api/emails?to=a@x"), NOW);
+    let Some(Output::Run(job)) = api.poll_output() else {
+        panic!("a list is a job");
+    };
+    api.handle_done(job.failed(), NOW);
+    let answered = responses(settle(&mut api, &StoppedClock));
+    assert_eq!(answered.len(), 1);
+    assert_eq!((answered[0].0, answered[0].1.status), (label, 503));
+}
+
+#[test]
+fn answer_leaves_the_outputs_of_other_requests_queued_in_order() {
+    let mut api = api();
+    let (_, deadline_ms, first) = wait(&mut api, "/api/emails/wait?timeoutMs=10");
+    let (_, _, second) = wait(&mut api, "/api/emails/wait?timeoutMs=20");
+    api.handle_timeout(deadline_ms + 10);
+    // Both 408s are queued; another request is answered on its own.
+    let (status, _) = get(&mut api, "/health");
+    assert_eq!(status, 200);
+    let queued = responses(settle(&mut api, &StoppedClock));
+    let queued: Vec<(u64, u16)> = queued.iter().map(|(l, r)| (*l, r.status)).collect();
+    assert_eq!(queued, [(first, 408), (second, 408)]);
+}
