@@ -1117,3 +1117,21 @@ fn answer_leaves_the_outputs_of_other_requests_queued_in_order() {
     let queued: Vec<(u64, u16)> = queued.iter().map(|(l, r)| (*l, r.status)).collect();
     assert_eq!(queued, [(first, 408), (second, 408)]);
 }
+
+#[test]
+fn waits_settled_by_one_batch_are_answered_in_wait_order() {
+    let mut api = api();
+    let (_, _, for_a) = wait(&mut api, "/api/emails/wait?to=a@x");
+    let (_, _, for_b) = wait(&mut api, "/api/emails/wait?to=b@x");
+    // The later wait's message comes first: the batch finds it first.
+    api.deliver(message(&["b@x"], "for b"), NOW, [1; 10]);
+    api.deliver(message(&["a@x"], "for a"), NOW, [1; 10]);
+    let Some(Output::Match(batch)) = api.poll_output() else {
+        panic!("one batch for both messages");
+    };
+    assert_eq!(batch.messages(), 2);
+    api.handle_matches(batch.run(&StoppedClock));
+    let woken = responses(settle(&mut api, &StoppedClock));
+    let order: Vec<u64> = woken.iter().map(|(label, _)| *label).collect();
+    assert_eq!(order, [for_a, for_b]);
+}
