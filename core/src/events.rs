@@ -395,8 +395,12 @@ pub(crate) struct Subscribers {
     log: EventLog,
 }
 
-/// What [`crate::api::Api::next_events`] has for a subscriber.
+/// What [`crate::api::Api::poll_events`] has for a subscriber.
 #[derive(Debug)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "matched at once where it is returned, never stored: a box would cost an allocation per step"
+)]
 pub enum NextEvents {
     /// A step to turn into events outside the lock ([`EventBatch::run`]).
     Batch(EventBatch),
@@ -502,8 +506,8 @@ impl Subscribers {
         let Some(follower) = self.open.get_mut(&id) else {
             return NextEvents::Ended;
         };
-        let position = follower.position;
-        let batch = |source| {
+        let mut position = follower.position;
+        let batch = |source, position| {
             NextEvents::Batch(EventBatch {
                 source,
                 subscriber: id,
@@ -520,12 +524,17 @@ impl Subscribers {
                 .split_at(STEP_ENTRIES)
                 .0;
             if messages.iter().next().is_some_and(|e| e.id <= replay.upto) {
-                return batch(Source::Replay {
-                    messages,
-                    upto: replay.upto,
-                });
+                return batch(
+                    Source::Replay {
+                        messages,
+                        upto: replay.upto,
+                    },
+                    position,
+                );
             }
-            // Nothing left up to where the log takes over.
+            // Nothing left up to where the log takes over; the step's
+            // position, handed back, must not bring the replay back.
+            position.replay = None;
             follower.position.replay = None;
         }
         if position.cursor == head {
@@ -536,13 +545,16 @@ impl Subscribers {
                 self.remove(id);
                 NextEvents::Overflow
             }
-            Some(start) => batch(Source::Log {
-                // The whole log in O(1), and the range the step may go through.
-                log: self.log.entries.clone(),
-                range: start..self.log.entries.len().min(start + STEP_ENTRIES),
-                from: position.cursor,
-                store: store.snapshot(),
-            }),
+            Some(start) => batch(
+                Source::Log {
+                    // The whole log in O(1), and the range the step may go through.
+                    log: self.log.entries.clone(),
+                    range: start..self.log.entries.len().min(start + STEP_ENTRIES),
+                    from: position.cursor,
+                    store: store.snapshot(),
+                },
+                position,
+            ),
         }
     }
 }
@@ -827,10 +839,10 @@ fn error_event(e: &ApiError) -> Event {
 }
 
 /// A new subscription: its id. Its replay, if it resumes, comes first from
-/// [`crate::api::Api::next_events`], then its live events.
+/// [`crate::api::Api::poll_events`], then its live events.
 #[derive(Debug)]
 pub struct Subscription {
-    /// Names it in [`crate::api::Api::next_events`] and [`crate::api::Api::unsubscribe`].
+    /// Names it in [`crate::api::Api::poll_events`] and [`crate::api::Api::handle_unsubscribe`].
     pub id: SubscriberId,
 }
 
@@ -864,6 +876,45 @@ mod tests {
         })));
         assert_eq!(log.entries.len(), 1);
         assert_eq!(log.weight, 1000);
+    }
+
+    #[test]
+    fn a_replay_that_ended_stays_ended_once_the_log_step_is_handed_back() {
+        use crate::filter::{FilterParams, FilterSpec};
+        use crate::smtp::{Envelope, Incoming};
+        let mut store = Store::new(crate::store::StoreLimits::default());
+        let ids = ids(2);
+        for id in &ids {
+            let prepared = crate::email::Prepared::new(Incoming {
+                envelope: Envelope::default(),
+                raw: b"Subject: s\r\n\r\nbody\r\n".to_vec(),
+                helo: None,
+                session: Default::default(),
+            });
+            store.push(Email::new(*id, 1000, prepared));
+        }
+        let mut subscribers = Subscribers::new(DEFAULT_EVENT_BUFFER);
+        let after = ids[0].to_string();
+        let filter = FilterSpec::new(FilterParams {
+            after_id: Some(&after),
+            ..FilterParams::default()
+        })
+        .and_then(|spec| spec.compile(None))
+        .unwrap();
+        let sub = subscribers.add(filter, u64::MAX, &store);
+        // What the replay was to send is deleted before its first step.
+        store.remove_ids(&ids[1..]);
+        subscribers.deleted(&ids[1..], Reason::Deleted);
+        let NextEvents::Batch(batch) = subscribers.next(sub, &store) else {
+            panic!("the deletion, from the log");
+        };
+        let ran = batch.run(&StoppedClock);
+        assert_eq!(ran.events.len(), 1);
+        let progress = ran.progress.unwrap();
+        assert_eq!(progress.position.replay, None, "the replay has ended");
+        subscribers.progress(progress);
+        assert_eq!(subscribers.open[&sub].position.replay, None);
+        assert!(matches!(subscribers.next(sub, &store), NextEvents::Idle));
     }
 
     fn joined(pieces: SsePieces) -> String {

@@ -7,7 +7,7 @@
 //! - Random input: never a panic, every reply well-formed, every message
 //!   followed by its 250, and the API stores exactly what the session handed out.
 
-use mailjar_core::api::{Api, ApiConfig, Outcome, Request};
+use mailjar_core::api::{Answered, Api, ApiConfig, Request};
 use mailjar_core::budget::StoppedClock;
 use mailjar_core::smtp::{Config, Output, Session};
 use mailjar_core::store::Prepared;
@@ -194,11 +194,8 @@ fn check_stored(hosted: &mut Hosted) -> Result<(), TestCaseError> {
     let raws: Vec<&[u8]> = snapshot.iter().map(|e| e.raw()).collect();
     let want: Vec<&[u8]> = hosted.stored.iter().map(|m| m.raw.as_slice()).collect();
     prop_assert_eq!(raws, want);
-    let Outcome::Ready(list) =
-        hosted
-            .api
-            .answer(&Request::new("GET", "/api/emails"), NOW, &StoppedClock)
-    else {
+    let request = Request::new("GET", "/api/emails");
+    let Answered::Ready(list) = hosted.api.answer((), &request, NOW, &StoppedClock) else {
         return Err(TestCaseError::fail("the list parked"));
     };
     let list =

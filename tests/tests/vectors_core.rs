@@ -7,7 +7,8 @@
 use std::collections::{HashMap, HashSet};
 
 use mailjar_core::api::{
-    Api, ApiConfig, Event, NextEvents, Outcome, Request, Response, Subscription,
+    Answered, Api, ApiConfig, Event, NextEvents, Output as ApiOutput, Request, Response,
+    Subscription,
 };
 use mailjar_core::budget::StoppedClock;
 use mailjar_core::smtp::{Config, Envelope, Incoming, Output, Session};
@@ -117,12 +118,13 @@ fn run_smtp(v: &SmtpVector, chunks: &[Vec<u8>]) -> Result<(), String> {
     for (n, m) in messages.into_iter().enumerate() {
         api.deliver(Prepared::new(m), START_MS, [n as u8; 10]);
     }
-    match api.answer(&Request::new("GET", "/api/emails"), START_MS, &StoppedClock) {
-        Outcome::Ready(r) => {
+    let list = Request::new("GET", "/api/emails");
+    match api.answer((), &list, START_MS, &StoppedClock) {
+        Answered::Ready(r) => {
             let list = serde_json::from_str(&r.into_text()).map_err(|e| e.to_string())?;
             check_listed(&list, &v.messages)
         }
-        Outcome::Wait(_) | Outcome::Subscribe(_) => Err("the list parked".to_owned()),
+        Answered::Waiting { .. } | Answered::Subscribed(_) => Err("the list parked".to_owned()),
     }
 }
 
@@ -190,8 +192,14 @@ struct CoreRun {
 fn drain_events(api: &mut Api<String>, stream: &mut Subscription) -> Vec<SentEvent> {
     let mut events = Vec::new();
     loop {
-        match api.next_events(stream.id) {
-            NextEvents::Batch(batch) => events.extend(batch.run(&StoppedClock).events),
+        match api.poll_events(stream.id) {
+            NextEvents::Batch(batch) => {
+                let ran = batch.run(&StoppedClock);
+                if let Some(progress) = ran.progress {
+                    api.handle_progress(progress);
+                }
+                events.extend(ran.events);
+            }
             NextEvents::Overflow => {
                 events.push(Event::Overflow);
                 break;
@@ -209,6 +217,26 @@ fn drain_events(api: &mut Api<String>, stream: &mut Subscription) -> Vec<SentEve
 }
 
 impl CoreRun {
+    /// Carries out what the API queued: the answers of parked waits go to their names.
+    fn drain_outputs(&mut self) {
+        while let Some(output) = self.api.poll_output() {
+            match output {
+                ApiOutput::Respond(name, r) => {
+                    self.answered.insert(name, Answer::of(r));
+                }
+                ApiOutput::Run(job) => {
+                    let done = job.run(&StoppedClock);
+                    self.api.handle_done(done, self.now);
+                }
+                ApiOutput::Match(batch) => {
+                    let matches = batch.run(&StoppedClock);
+                    self.api.handle_matches(matches);
+                }
+                ApiOutput::Subscribed(..) | ApiOutput::Removed(_) => {}
+            }
+        }
+    }
+
     fn step(&mut self, step: &Step) -> Result<(), String> {
         match step {
             Step::Deliver {
@@ -249,16 +277,19 @@ impl CoreRun {
                 let mut request = Request::new(method, &target);
                 request.content_type = content_type.clone();
                 request.body = body.clone().unwrap_or_default().into();
-                match self.api.answer(&request, self.now, &StoppedClock) {
-                    Outcome::Ready(r) => {
+                match self
+                    .api
+                    .answer(String::new(), &request, self.now, &StoppedClock)
+                {
+                    Answered::Ready(r) => {
                         let r = Answer::of(r);
                         check_response(r.status, &r.headers, &r.body, expect, &self.vars)
                             .map_err(|e| format!("{method} {target}: {e}"))?;
                     }
-                    Outcome::Wait(_) => {
+                    Answered::Waiting { .. } => {
                         return Err(format!("{method} {target} parked; use a wait step"));
                     }
-                    Outcome::Subscribe(_) => {
+                    Answered::Subscribed(_) => {
                         return Err(format!("{method} {target} is an event stream"));
                     }
                 }
@@ -269,18 +300,18 @@ impl CoreRun {
                 name,
             } => {
                 let target = substitute(target, &self.vars)?;
+                let request = Request::new(method, &target);
                 match self
                     .api
-                    .answer(&Request::new(method, &target), self.now, &StoppedClock)
+                    .answer(name.clone(), &request, self.now, &StoppedClock)
                 {
-                    Outcome::Wait(parking) => {
-                        self.api.park(parking, name.clone());
+                    Answered::Waiting { .. } => {
                         self.waits.insert(name.clone());
                     }
-                    Outcome::Subscribe(_) => {
+                    Answered::Subscribed(_) => {
                         return Err(format!("{method} {target} is an event stream"));
                     }
-                    Outcome::Ready(r) => {
+                    Answered::Ready(r) => {
                         let status = r.status;
                         return Err(format!(
                             "{method} {target} did not park: {status} {}",
@@ -291,7 +322,8 @@ impl CoreRun {
             }
             Step::Advance(ms) => {
                 self.now += ms;
-                self.answered.extend(answers(self.api.expire_due(self.now)));
+                self.api.handle_timeout(self.now);
+                self.drain_outputs();
             }
             Step::Resolve { name, expect } => {
                 if !self.waits.contains(name) {
@@ -315,18 +347,21 @@ impl CoreRun {
                     .as_deref()
                     .map(|id| substitute(id, &self.vars))
                     .transpose()?;
-                match self.api.answer(&request, self.now, &StoppedClock) {
-                    Outcome::Subscribe(subscription) => {
+                match self
+                    .api
+                    .answer(String::new(), &request, self.now, &StoppedClock)
+                {
+                    Answered::Subscribed(subscription) => {
                         self.streams.insert(name.clone(), subscription);
                     }
-                    Outcome::Ready(r) => {
+                    Answered::Ready(r) => {
                         let status = r.status;
                         return Err(format!(
                             "GET {target} did not subscribe: {status} {}",
                             r.into_text()
                         ));
                     }
-                    Outcome::Wait(_) => return Err(format!("GET {target} parked")),
+                    Answered::Waiting { .. } => return Err(format!("GET {target} parked")),
                 }
             }
             Step::Events { name, expect } => {

@@ -304,7 +304,7 @@ fn the_api_adds_lists_and_removes_rules() {
 }
 
 mod through_the_api {
-    use crate::api::{Api, ApiConfig, Request, Step};
+    use crate::api::{Answered, Api, ApiConfig, Request};
     use crate::smtp::{Config, Output, Session};
     use serde_json::Value;
 
@@ -315,12 +315,9 @@ mod through_the_api {
             request.body = body.as_bytes().to_vec().into();
         }
         // A fault request is a job (parsed outside the API lock) or, refused early, a response.
-        let response = match api.handle(&request, 1_763_779_327_000) {
-            Step::Ready(r) => r,
-            Step::Work(job) => match job.run(&crate::budget::StoppedClock) {
-                crate::job::Done::Response(r) => r,
-                other => panic!("not a response: {other:?}"),
-            },
+        let clock = crate::budget::StoppedClock;
+        let response = match api.answer((), &request, 1_763_779_327_000, &clock) {
+            Answered::Ready(r) => r,
             other => panic!("not ready: {other:?}"),
         };
         let status = response.status;
