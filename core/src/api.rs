@@ -114,6 +114,8 @@ pub struct ApiConfig {
     pub host_limits: Vec<(&'static str, u64)>,
     /// The most fault rules held at once (503 past it).
     pub max_faults: usize,
+    /// Seeds the fault rules' probability rolls (host entropy, or fixed for repeatable runs).
+    pub fault_seed: u64,
 }
 
 impl Default for ApiConfig {
@@ -137,6 +139,7 @@ impl Default for ApiConfig {
             event_buffer: crate::events::DEFAULT_EVENT_BUFFER,
             host_limits: Vec::new(),
             max_faults: crate::faults::DEFAULT_MAX_FAULTS,
+            fault_seed: 0,
         }
     }
 }
@@ -234,7 +237,7 @@ pub struct Api<W = ()> {
     last_received_ms: u64,
     live: Option<LiveCounts>,
     trash: Trash,
-    faults: crate::faults::FaultRules,
+    faults: crate::faults::Faults,
     /// `--max-age` in milliseconds: older messages are evicted (see [`Api::set_max_age`]).
     max_age_ms: Option<u64>,
     /// The last message [`Api::restore`] was given, stored or not: restores go in id order.
@@ -283,7 +286,7 @@ impl<W> Api<W> {
     pub fn new(config: ApiConfig) -> Api<W> {
         Api {
             store: Store::new(config.store),
-            faults: crate::faults::FaultRules::new(config.max_faults),
+            faults: crate::faults::Faults::new(config.max_faults, config.fault_seed),
             subscribers: Subscribers::new(config.event_buffer),
             config,
             ids: IdGenerator::new(),
@@ -302,11 +305,6 @@ impl<W> Api<W> {
     /// Lets `/health` report the host's live counts (connections, bytes in flight).
     pub fn set_live_counts(&mut self, live: LiveCounts) {
         self.live = Some(live);
-    }
-
-    /// The fault rules, shared with the SMTP sessions this API's host runs.
-    pub fn faults(&self) -> crate::faults::FaultRules {
-        self.faults.clone()
     }
 
     /// The store, to read.
@@ -342,6 +340,7 @@ impl<W> Api<W> {
     pub fn complete(&mut self, commit: Commit, now_ms: u64) -> Step {
         let _ = now_ms;
         match commit.0 {
+            CommitKind::AddFault(rule) => Step::Ready(self.faults.add_response(rule)),
             CommitKind::Remove(ids) => {
                 let removed = self.store.remove_ids(&ids);
                 let count = removed.len();
@@ -486,15 +485,7 @@ impl<W> Api<W> {
             ("DELETE", Route::ById(id)) => ready(query.only(&[]).and_then(|_| self.delete_one(id))),
             (method, Route::Faults(id)) => {
                 query.only(&[])?;
-                // Parsing a rule and listing the rules grow with their size: outside
-                // this lock (the rules have their own).
-                Ok(Step::Work(self.job(JobKind::Faults {
-                    rules: self.faults.clone(),
-                    method: method.to_owned(),
-                    id: id.map(str::to_owned),
-                    content_type: request.content_type.clone(),
-                    body: request.body.clone(),
-                })))
+                self.faults_request(method, id, request)
             }
             (method, route) => Err(ApiError::MethodNotAllowed {
                 method: truncate(method, 20).to_owned(),
@@ -907,6 +898,7 @@ fn not_stored(id: &str) -> ApiError {
 
 pub use crate::view::format_rfc3339_ms;
 
+mod faults;
 mod persist;
 pub use persist::{Assigned, Removal, StorageReport};
 
