@@ -13,9 +13,9 @@ impl<W> Api<W> {
         self.faults.fire(event)
     }
 
-    /// Whether any fault rule is held: while none is, a host need not ask.
-    pub fn has_faults(&self) -> bool {
-        !self.faults.is_empty()
+    /// How many fault rules are held: while none is, a host need not ask.
+    pub fn fault_count(&self) -> usize {
+        self.faults.len()
     }
 
     /// `/api/faults`: DELETE here; parsing a new rule and listing the rules

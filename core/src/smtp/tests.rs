@@ -1017,4 +1017,4 @@ proptest! {
     }
 }
 
-mod faults;
+mod fault_tests;
