@@ -7,7 +7,7 @@
 //! matching), responses are written after it is released, and what the core
 //! lets go of is freed after it.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -17,7 +17,7 @@ use mailjar_core::api::{
 };
 use mailjar_core::budget::Clock;
 use mailjar_core::id::{Entropy, MessageId};
-use mailjar_core::smtp::Incoming;
+use mailjar_core::smtp::{FaultEvent, Fired, Incoming};
 use mailjar_core::store::{Email, Prepared};
 use tokio::sync::{Notify, Semaphore, oneshot, watch};
 
@@ -48,6 +48,38 @@ pub struct Shared {
     event_steps: Semaphore,
     /// With `--data-dir`: the storage writer's queue (see [`crate::storage::writer`]).
     writer: std::sync::OnceLock<std::sync::mpsc::Sender<writer::Job>>,
+    /// Whether the API holds a fault rule, as of the last time the lock was
+    /// released (see [`Locked`]): SMTP sessions skip the lock while it is false.
+    any_faults: AtomicBool,
+}
+
+/// The API, locked; when released it records whether a fault rule is held,
+/// so a rule a request added acts on the next SMTP command of any session.
+struct Locked<'a> {
+    api: MutexGuard<'a, WaitingApi>,
+    any_faults: &'a AtomicBool,
+}
+
+impl std::ops::Deref for Locked<'_> {
+    type Target = WaitingApi;
+
+    fn deref(&self) -> &WaitingApi {
+        &self.api
+    }
+}
+
+impl std::ops::DerefMut for Locked<'_> {
+    fn deref_mut(&mut self) -> &mut WaitingApi {
+        &mut self.api
+    }
+}
+
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        // Still under the lock: no change of the rules slips in between.
+        self.any_faults
+            .store(self.api.fault_count() > 0, Ordering::Release);
+    }
 }
 
 /// What a request turned into: a response now, or one to wait for.
@@ -142,9 +174,13 @@ pub fn seed() -> u64 {
 }
 
 impl Shared {
-    /// The fault rules the SMTP sessions ask (the API's own).
-    pub fn faults(&self) -> mailjar_core::faults::FaultRules {
-        self.lock().faults()
+    /// The fault that fires for an SMTP session's `event`: asked under the
+    /// lock only while a rule is held, so sessions cost nothing without rules.
+    pub fn fire_fault(&self, event: &FaultEvent<'_>) -> Option<Fired> {
+        if !self.any_faults.load(Ordering::Acquire) {
+            return None;
+        }
+        self.lock().fire_fault(event)
     }
 
     /// Shares this API; `workers` is how many jobs may run at once (the core count).
@@ -158,15 +194,21 @@ impl Shared {
             logged: Notify::new(),
             event_steps: Semaphore::new(1),
             writer: std::sync::OnceLock::new(),
+            any_faults: AtomicBool::new(false),
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, WaitingApi> {
+    fn lock(&self) -> Locked<'_> {
         // A panic elsewhere must not stop mail from being stored: the data is still consistent
         // because every mutation happens inside the core in one call.
-        self.inner
+        let api = self
+            .inner
             .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        Locked {
+            api,
+            any_faults: &self.any_faults,
+        }
     }
 
     /// Runs `f` on the blocking pool while holding a worker permit.
