@@ -2,6 +2,9 @@
 //! for JavaScript. Parked waits are in `src/waits.rs`, event streams in
 //! `src/events.rs`.
 
+use std::cell::{RefCell, RefMut};
+use std::rc::Rc;
+
 use js_sys::{Array, Object, Uint8Array};
 use mailjar_core::api::{self, Outcome};
 use mailjar_core::budget::Clock;
@@ -40,7 +43,8 @@ impl Clock for DateClock {
 #[wasm_bindgen]
 pub struct Api {
     /// Each parked wait's handle is `{waitId, waiter}`.
-    pub(crate) inner: api::Api<Object>,
+    /// Shared with the sessions that ask its fault rules (`Session.useFaultsOf`).
+    pub(crate) inner: Rc<RefCell<api::Api<Object>>>,
     /// Answers to parked waits woken by `deliverRaw` and `Session.receiveInto`, for `takeWoken`.
     woken: Vec<JsValue>,
 }
@@ -52,11 +56,10 @@ impl Api {
     pub fn new(config: Option<ApiConfigObject>) -> Result<Api, JsValue> {
         crate::install_panic_hook();
         let config: ApiConfig = read_or_default(config.map(Into::into), "config")?;
-        let (config, fault_seed) = config.into_core()?;
-        let inner = api::Api::new(config);
-        crate::faults::seed(&inner, fault_seed);
+        let (mut config, fault_seed) = config.into_core()?;
+        config.fault_seed = crate::faults::seed(fault_seed);
         Ok(Api {
-            inner,
+            inner: Rc::new(RefCell::new(api::Api::new(config))),
             woken: Vec::new(),
         })
     }
@@ -73,14 +76,14 @@ impl Api {
     ) -> Result<JsValue, JsValue> {
         let request = read::<ApiRequest>(request, "request")?.into_core();
         let now = time_ms(now_ms, "nowMs")?;
-        let outcome = self.inner.answer(&request, now, &DateClock);
+        let outcome = self.core().answer(&request, now, &DateClock);
         self.free_trash();
         let object = match outcome {
             Outcome::Ready(response) => ready_object(response),
             Outcome::Wait(parking) => {
                 let handle = Object::new();
                 set(&handle, "waiter", waiter.unwrap_or(JsValue::UNDEFINED));
-                let spec = self.inner.park(parking, handle.clone());
+                let spec = self.core().park(parking, handle.clone());
                 set(&handle, "waitId", spec.id.0 as f64);
                 let object = Object::new();
                 set(&object, "kind", "wait");
@@ -100,7 +103,7 @@ impl Api {
 
     /// The stored message's bytes exactly as received; undefined when no message has this id.
     pub fn raw(&self, id: &str) -> Option<Uint8Array> {
-        let email = self.inner.store().get(id.parse().ok()?)?;
+        let email = self.core().store().get(id.parse().ok()?)?.clone();
         Some(Uint8Array::from(email.raw()))
     }
 
@@ -109,7 +112,7 @@ impl Api {
     pub fn attachment(&self, id: &str, index: f64) -> Option<Uint8Array> {
         let valid = index.fract() == 0.0 && (0.0..=u32::MAX as f64).contains(&index);
         let index = valid.then_some(index as usize)?;
-        let email = self.inner.store().get(id.parse().ok()?)?;
+        let email = self.core().store().get(id.parse().ok()?)?.clone();
         let (bytes, _) = mailjar_core::download::attachment_bytes(&email, index)?;
         Some(Uint8Array::from(bytes.as_slice()))
     }
@@ -124,7 +127,7 @@ impl Api {
         let incoming = DeliverMessage::read(message)?;
         let now = time_ms(now_ms, "nowMs")?;
         let delivered =
-            self.inner
+            self.core()
                 .deliver_and_wake(Prepared::new(incoming), now, entropy(), &DateClock);
         self.free_trash();
         let object = Object::new();
@@ -179,16 +182,21 @@ impl Api {
     /// How many messages are stored.
     #[wasm_bindgen(getter, js_name = messageCount)]
     pub fn message_count(&self) -> usize {
-        self.inner.store().len()
+        self.core().store().len()
     }
 }
 
 impl Api {
+    /// The core's API, borrowed for one call (never held across another).
+    pub(crate) fn core(&self) -> RefMut<'_, api::Api<Object>> {
+        self.inner.borrow_mut()
+    }
+
     /// Stores a message received at `now`; keeps the answers to the waits it woke.
     pub(crate) fn store(&mut self, incoming: Incoming, now: u64) -> String {
         grow_ahead();
         let delivered =
-            self.inner
+            self.core()
                 .deliver_and_wake(Prepared::new(incoming), now, entropy(), &DateClock);
         self.free_trash();
         self.woken.extend(
@@ -210,7 +218,8 @@ impl Api {
     /// has no lock, so it drops it at once. Called after every call that can
     /// remove messages; without it they stayed in memory for good.
     pub(crate) fn free_trash(&mut self) {
-        drop(self.inner.take_trash());
+        let trash = self.core().take_trash();
+        drop(trash);
     }
 }
 

@@ -19,7 +19,7 @@ impl Api {
     ) -> Result<JsValue, JsValue> {
         let wait = wait_id(wait)?;
         Ok(self
-            .inner
+            .core()
             .expire(wait)
             .map_or(JsValue::UNDEFINED, |(handle, r)| woken_object(handle, r)))
     }
@@ -32,7 +32,7 @@ impl Api {
     ) -> Result<Array, JsValue> {
         let now = time_ms(now_ms, "nowMs")?;
         Ok(self
-            .inner
+            .core()
             .expire_due(now)
             .into_iter()
             .map(|(wait, response)| woken_object(wait, response))
@@ -42,7 +42,7 @@ impl Api {
     /// The earliest deadline among the parked waits, or undefined when none is parked.
     #[wasm_bindgen(js_name = nextDeadline)]
     pub fn next_deadline(&self) -> Option<f64> {
-        self.inner.next_deadline().map(|d| d as f64)
+        self.core().next_deadline().map(|d| d as f64)
     }
 
     /// Forgets a parked wait whose client went away: the `waiter` it was
@@ -54,7 +54,7 @@ impl Api {
     ) -> Result<JsValue, JsValue> {
         let wait = wait_id(wait)?;
         Ok(self
-            .inner
+            .core()
             .cancel(wait)
             .map_or(JsValue::UNDEFINED, |handle| waiter(&handle)))
     }
@@ -62,7 +62,7 @@ impl Api {
     /// Ends every parked wait (the server stops): the `waiter` of each, in wait order.
     #[wasm_bindgen(js_name = drainWaits, unchecked_return_type = "unknown[]")]
     pub fn drain_waits(&mut self) -> Array {
-        self.inner
+        self.core()
             .drain_waits()
             .into_iter()
             .map(|handle| waiter(&handle))
@@ -72,7 +72,7 @@ impl Api {
     /// How many waits are parked.
     #[wasm_bindgen(getter, js_name = pendingWaits)]
     pub fn pending_waits(&self) -> usize {
-        self.inner.pending_waits()
+        self.core().pending_waits()
     }
 }
 
