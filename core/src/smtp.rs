@@ -968,45 +968,11 @@ impl Session {
                 return;
             }
         };
-        let mut smtputf8 = false;
-        for param in params.split_whitespace() {
-            let (key, value) = match param.split_once('=') {
-                Some((k, v)) => (k, Some(v)),
-                None => (param, None),
-            };
-            match (key.to_ascii_uppercase().as_str(), value) {
-                ("SIZE", Some(v)) => match v.parse::<u64>() {
-                    Ok(size) if size > self.config.max_message_bytes as u64 => {
-                        out.push(Output::Reply(self.too_big_reply()));
-                        return;
-                    }
-                    Ok(_) => {}
-                    Err(_) => {
-                        self.error(Reply::new(501, "5.5.4 SIZE must be a number of bytes"), out);
-                        return;
-                    }
-                },
-                ("BODY", Some(v))
-                    if v.eq_ignore_ascii_case("7BIT") || v.eq_ignore_ascii_case("8BITMIME") => {}
-                ("BODY", _) => {
-                    self.error(Reply::new(501, "5.5.4 BODY must be 7BIT or 8BITMIME"), out);
-                    return;
-                }
-                ("SMTPUTF8", None) => smtputf8 = true,
-                ("AUTH", Some(_)) => {}
-                _ => {
-                    let shown = shown(key);
-                    self.error(
-                        Reply::new(
-                            555,
-                            format!("5.5.4 Unsupported MAIL FROM parameter: {shown}"),
-                        ),
-                        out,
-                    );
-                    return;
-                }
-            }
-        }
+        let smtputf8 = match self.mail_params(params) {
+            Ok(smtputf8) => smtputf8,
+            Err((reply, true)) => return self.error(reply, out),
+            Err((reply, false)) => return out.push(Output::Reply(reply)),
+        };
         if !path.is_empty()
             && let Some(reply) = refuse_mailbox(&path, smtputf8, "5.1.7 Bad sender address")
         {
@@ -1030,6 +996,45 @@ impl Session {
             ..Transaction::default()
         };
         self.ok(Reply::new(250, "2.1.0 Sender OK"), out);
+    }
+
+    /// The MAIL FROM parameters: whether SMTPUTF8 was given, or the reply
+    /// refusing them and whether it counts as a bad command.
+    fn mail_params(&self, params: &str) -> Result<bool, (Reply, bool)> {
+        let mut smtputf8 = false;
+        for param in params.split_whitespace() {
+            let (key, value) = match param.split_once('=') {
+                Some((k, v)) => (k, Some(v)),
+                None => (param, None),
+            };
+            match (key.to_ascii_uppercase().as_str(), value) {
+                ("SIZE", Some(v)) => match v.parse::<u64>() {
+                    Ok(size) if size > self.config.max_message_bytes as u64 => {
+                        return Err((self.too_big_reply(), false));
+                    }
+                    Ok(_) => {}
+                    Err(_) => {
+                        return Err((
+                            Reply::new(501, "5.5.4 SIZE must be a number of bytes"),
+                            true,
+                        ));
+                    }
+                },
+                ("BODY", Some(v))
+                    if v.eq_ignore_ascii_case("7BIT") || v.eq_ignore_ascii_case("8BITMIME") => {}
+                ("BODY", _) => {
+                    return Err((Reply::new(501, "5.5.4 BODY must be 7BIT or 8BITMIME"), true));
+                }
+                ("SMTPUTF8", None) => smtputf8 = true,
+                ("AUTH", Some(_)) => {}
+                _ => {
+                    let shown = shown(key);
+                    let text = format!("5.5.4 Unsupported MAIL FROM parameter: {shown}");
+                    return Err((Reply::new(555, text), true));
+                }
+            }
+        }
+        Ok(smtputf8)
     }
 
     fn rcpt(&mut self, args: &str, out: &mut Outputs, env: &mut Env<'_>) {
