@@ -22,10 +22,11 @@
 //!   so never acknowledged before it is safe, and the replies to commands
 //!   pipelined after it come after its own, in order.
 //! - **Time** is milliseconds on a monotonic scale the host chooses, passed
-//!   in as `now_ms`. The session keeps its own deadlines from
-//!   [`Config`]: the idle timer counts from the last input, one command line
-//!   must end within the command timeout of its first byte, one message's
-//!   text within the data timeout of its 354 or first BDAT.
+//!   in as `now_ms`. The session keeps its own deadlines from [`Config`]: the
+//!   idle timer counts from the last input (a host that waited on its own, for
+//!   a fault's delay, feeds no bytes to restart it), one command line must end
+//!   within the command timeout of its first byte, one message's text within
+//!   the data timeout of its 354 or first BDAT.
 //!   [`Session::poll_timeout`] gives the earliest; at that time the host calls
 //!   [`Session::handle_timeout`], which queues `421 4.4.2` and a close (a call
 //!   before the deadline does nothing).
