@@ -253,12 +253,14 @@ impl Session {
     }
 }
 
-/// The first reply queued (the rest, a close, is the host's to act on).
+/// The first reply queued, as an object; the close after it is taken too
+/// (the caller closes: `closed` says so).
 fn first_reply(session: &mut smtp::Session) -> JsValue {
+    let mut first = JsValue::UNDEFINED;
     while let Some(output) = session.poll_output() {
-        if let Output::Reply(reply) = output {
-            return reply_object(&reply);
+        if let (Output::Reply(reply), true) = (&output, first.is_undefined()) {
+            first = reply_object(reply);
         }
     }
-    JsValue::UNDEFINED
+    first
 }
