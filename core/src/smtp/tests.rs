@@ -902,6 +902,18 @@ fn timed_config() -> Config {
 }
 
 #[test]
+fn feeding_no_bytes_restarts_the_idle_timer_only() {
+    let mut session = Session::new(timed_config());
+    session.open(0, &mut NoFaults);
+    assert_eq!(at(&mut session, 10, b"NO"), Some(110));
+    // A host that waited (a fault's delay) feeds nothing: the idle timer
+    // restarts, the line keeps the deadline of its first byte.
+    assert_eq!(at(&mut session, 900, b""), Some(110));
+    assert_eq!(at(&mut session, 50, b"OP\r\n"), Some(1_050));
+    assert_eq!(at(&mut session, 900, b""), Some(1_900));
+}
+
+#[test]
 fn a_command_line_has_its_deadline_from_its_first_byte() {
     let mut session = Session::new(timed_config());
     session.open(0, &mut NoFaults);
