@@ -109,7 +109,7 @@ impl Rule {
 /// The rules of one server and the generator their probabilities roll with.
 ///
 /// Plain state the API owns: every change is a call on `&mut self`, made
-/// under the host's API lock. A session asks through [`FaultCheck`].
+/// under the host's API lock. A session asks through [`crate::smtp::FaultCheck`].
 #[derive(Debug)]
 pub struct Faults {
     /// Shared with a listing that runs outside the API lock; changed copy-on-write.
