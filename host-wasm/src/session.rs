@@ -238,7 +238,16 @@ impl Session {
             let mut stored = None;
             if let Output::Message(message) = &mut output {
                 // Time is checked only when there is a message to store.
-                let now = time_ms(now_ms, "nowMs")?;
+                let now = match time_ms(now_ms, "nowMs") {
+                    Ok(now) => now,
+                    Err(e) => {
+                        // Not stored; the session goes on (its outputs are lost with the error).
+                        self.inner
+                            .handle_stored(Err("nowMs out of range".to_owned()));
+                        self.drain();
+                        return Err(e);
+                    }
+                };
                 stored = Some(api.store(std::mem::take(message), now));
                 self.inner.handle_stored(Ok(()));
             }
