@@ -141,6 +141,8 @@ pub struct ApiConfig {
     /// The host keeps messages on disk: a `DELETE` is answered once the
     /// host reports the write ([`Api::handle_written`]).
     pub durable: bool,
+    /// Seeds the fault rules' probability rolls (host entropy, or fixed for repeatable runs).
+    pub fault_seed: u64,
 }
 
 impl Default for ApiConfig {
@@ -165,6 +167,7 @@ impl Default for ApiConfig {
             host_limits: Vec::new(),
             max_faults: crate::faults::DEFAULT_MAX_FAULTS,
             durable: false,
+            fault_seed: 0,
         }
     }
 }
@@ -295,7 +298,7 @@ pub struct Api<W = ()> {
     trash: Trash,
     /// The trash holds a client's deletion (its answer may wait for the disk).
     deleting: bool,
-    faults: crate::faults::FaultRules,
+    faults: crate::faults::Faults,
     /// `--max-age` in milliseconds: older messages are evicted (see [`Api::set_max_age`]).
     max_age_ms: Option<u64>,
     /// The last message [`Api::restore`] was given, stored or not: restores go in id order.
@@ -320,7 +323,7 @@ impl<W> Api<W> {
     pub fn new(config: ApiConfig) -> Api<W> {
         Api {
             store: Store::new(config.store),
-            faults: crate::faults::FaultRules::new(config.max_faults),
+            faults: crate::faults::Faults::new(config.max_faults, config.fault_seed),
             subscribers: Subscribers::new(config.event_buffer),
             config,
             ids: IdGenerator::new(),
@@ -345,11 +348,6 @@ impl<W> Api<W> {
     /// Lets `/health` report the host's live counts (connections, bytes in flight).
     pub fn set_live_counts(&mut self, live: LiveCounts) {
         self.live = Some(live);
-    }
-
-    /// The fault rules, shared with the SMTP sessions this API's host runs.
-    pub fn faults(&self) -> crate::faults::FaultRules {
-        self.faults.clone()
     }
 
     /// The store, to read.
@@ -598,6 +596,12 @@ impl<W> Api<W> {
     fn commit(&mut self, request: RequestId, client: Option<W>, commit: CommitKind, now_ms: u64) {
         let _ = now_ms;
         match commit {
+            CommitKind::AddFault(rule) => {
+                let response = self.faults.add_response(rule);
+                if let Some(client) = client {
+                    self.respond(request, client, response);
+                }
+            }
             CommitKind::Remove(ids) => {
                 let removed = self.store.remove_ids(&ids);
                 let count = removed.len();
@@ -730,6 +734,7 @@ fn unwritten_delete(e: &WriteError) -> String {
 
 pub use crate::view::format_rfc3339_ms;
 
+mod faults;
 mod inline;
 mod persist;
 mod routes;

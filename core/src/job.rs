@@ -88,14 +88,8 @@ pub(crate) enum JobKind {
         email: Arc<Email>,
         remote_images: bool,
     },
-    /// A request to `/api/faults`, answered from the rules' own lock.
-    Faults {
-        rules: crate::faults::FaultRules,
-        method: String,
-        id: Option<String>,
-        content_type: Option<String>,
-        body: bytes::Bytes,
-    },
+    /// The part of a request to `/api/faults` that grows with the body or the rules.
+    Faults(crate::faults::FaultWork),
 }
 
 /// The raw size past which a download's decoding counts as heavy.
@@ -148,6 +142,8 @@ pub(crate) struct Commit(pub(crate) CommitKind);
 
 #[derive(Debug)]
 pub(crate) enum CommitKind {
+    /// Add a fault rule read outside the lock.
+    AddFault(crate::faults::NewRule),
     /// Park the wait, unless messages arrived since it looked.
     Park {
         filter: Filter,
@@ -205,7 +201,7 @@ impl Job {
                 return email.raw().len() > LIGHT_DOWNLOAD_BYTES;
             }
             // At most 64 KiB of JSON, or --max-faults small rules.
-            JobKind::Faults { .. } => return false,
+            JobKind::Faults(_) => return false,
         };
         pattern || !is_light(messages)
     }
@@ -233,15 +229,12 @@ impl Job {
     fn run_checked(self, clock: &dyn Clock) -> Result<Outcome, ApiError> {
         let cached = self.cached;
         match *self.kind {
-            JobKind::Faults {
-                rules,
-                method,
-                id,
-                content_type,
-                body,
-            } => rules
-                .handle(&method, id.as_deref(), content_type.as_deref(), &body)
-                .map(Outcome::Response),
+            JobKind::Faults(work) => Ok(match work.run()? {
+                crate::faults::Worked::Response(response) => Outcome::Response(response),
+                crate::faults::Worked::Add(rule) => {
+                    Outcome::Commit(Commit(CommitKind::AddFault(rule)))
+                }
+            }),
             JobKind::List {
                 spec,
                 messages,

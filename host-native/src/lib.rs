@@ -7,6 +7,7 @@ pub mod events;
 pub mod faults;
 pub mod http1;
 pub mod http_server;
+pub mod smtp_load;
 pub mod smtp_server;
 pub mod state;
 pub mod storage;
@@ -35,7 +36,7 @@ pub struct Server {
     /// TLS, when configured.
     tls: Option<tls::Tls>,
     shared: Arc<Shared>,
-    smtp_load: Arc<smtp_server::SmtpLoad>,
+    smtp_load: Arc<smtp_load::SmtpLoad>,
     http_connections: http1::HttpConnections,
 }
 
@@ -116,7 +117,6 @@ fn listen(name: &str, addr: SocketAddr) -> std::io::Result<TcpListener> {
 
 /// The limits the host enforces, as `/health` reports them under `limits`.
 fn host_limits(settings: &Settings) -> Vec<(&'static str, u64)> {
-    let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
     vec![
         ("maxInflightBytes", settings.max_inflight_bytes as u64),
         ("maxConnections", settings.max_connections as u64),
@@ -153,7 +153,7 @@ impl Server {
         raise_fd_limit(&settings);
         // Writes --tls-cert-out before any listener is bound: once a port
         // answers, the certificate to trust is there.
-        let tls = tls::load(&settings).map_err(std::io::Error::other)?;
+        let tls = tls::load(&settings.tls_options()).map_err(std::io::Error::other)?;
         let smtp = listen(
             "SMTP",
             SocketAddr::new(settings.smtp_host, settings.smtp_port),
@@ -170,7 +170,7 @@ impl Server {
             host: a.ip().to_string(),
             port: a.port(),
         };
-        let smtp_load = Arc::new(smtp_server::SmtpLoad::new(settings.max_inflight_bytes));
+        let smtp_load = Arc::new(smtp_load::SmtpLoad::new(settings.max_inflight_bytes));
         let mut api = Api::new(ApiConfig {
             api: address(http.local_addr()?),
             smtp: address(smtp.local_addr()?),
@@ -189,8 +189,8 @@ impl Server {
             host_limits: host_limits(&settings),
             max_faults: settings.max_faults,
             durable: settings.data_dir.is_some(),
+            fault_seed: state::seed(),
         });
-        api.faults().seed(state::seed());
         let http_connections = http1::HttpConnections::new(settings.max_http_connections);
         let load = smtp_load.clone();
         let open_http = http_connections.clone();
@@ -252,7 +252,7 @@ impl Server {
     }
 
     /// The SMTP bytes in flight and open connections (`inflightBytes`, `smtpConnections`).
-    pub fn smtp_load(&self) -> Arc<smtp_server::SmtpLoad> {
+    pub fn smtp_load(&self) -> Arc<smtp_load::SmtpLoad> {
         self.smtp_load.clone()
     }
 
@@ -275,13 +275,12 @@ impl Server {
                 max_recipients: self.settings.max_recipients,
                 max_line_bytes: self.settings.max_line_bytes,
                 max_errors: self.settings.max_errors,
-                security: tls::security(&self.settings),
+                security: self.settings.security(),
+                idle_timeout_ms: ms(self.settings.idle_timeout),
+                command_timeout_ms: ms(self.settings.smtp_command_timeout),
+                data_timeout_ms: ms(self.settings.smtp_data_timeout),
             },
-            idle_timeout: self.settings.idle_timeout,
-            command_timeout: self.settings.smtp_command_timeout,
-            data_timeout: self.settings.smtp_data_timeout,
             load: self.smtp_load.clone(),
-            faults: self.shared.faults(),
             shared: self.shared.clone(),
             shutdown: shutdown_rx.clone(),
             tls: self.tls.clone(),
@@ -346,6 +345,11 @@ impl Server {
         timers.abort();
         pump.abort();
     }
+}
+
+/// A duration in whole milliseconds (the core's unit).
+fn ms(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]

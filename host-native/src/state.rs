@@ -7,7 +7,7 @@
 //! matching), responses are written after it is released, and what the core
 //! lets go of is freed after it.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -17,7 +17,7 @@ use mailjar_core::api::{
 };
 use mailjar_core::budget::Clock;
 use mailjar_core::id::{Entropy, MessageId};
-use mailjar_core::smtp::Incoming;
+use mailjar_core::smtp::{FaultEvent, Fired, Incoming};
 use mailjar_core::store::{Email, Prepared};
 use tokio::sync::{Notify, Semaphore, oneshot, watch};
 
@@ -61,6 +61,9 @@ pub struct Shared {
     runtime: Option<tokio::runtime::Handle>,
     /// With `--data-dir`: the storage writer's queue (see [`crate::storage::writer`]).
     writer: std::sync::OnceLock<std::sync::mpsc::Sender<writer::Job>>,
+    /// Whether the API holds a fault rule, as of the last call into it
+    /// ([`Shared::call`]): SMTP sessions skip the lock while it is false.
+    any_faults: AtomicBool,
 }
 
 /// Why a write was not made: the writer has stopped (mailjar is shutting down).
@@ -120,9 +123,17 @@ pub fn seed() -> u64 {
 }
 
 impl Shared {
-    /// The fault rules the SMTP sessions ask (the API's own).
-    pub fn faults(&self) -> mailjar_core::faults::FaultRules {
-        self.lock().faults()
+    /// The fault that fires for an SMTP session's `event`: asked under the
+    /// lock only while a rule is held, so sessions cost nothing without rules.
+    pub fn fire_fault(&self, event: &FaultEvent<'_>) -> Option<Fired> {
+        if !self.any_faults.load(Ordering::Acquire) {
+            return None;
+        }
+        let mut api = self.lock();
+        let fired = api.fire_fault(event);
+        self.any_faults
+            .store(api.fault_count() > 0, Ordering::Release);
+        fired
     }
 
     /// Shares this API; `workers` is how many jobs may run at once (the core count).
@@ -138,6 +149,7 @@ impl Shared {
             deadline: watch::Sender::new(deadline),
             runtime: tokio::runtime::Handle::try_current().ok(),
             writer: std::sync::OnceLock::new(),
+            any_faults: AtomicBool::new(false),
         }
     }
 
@@ -157,6 +169,9 @@ impl Shared {
         let (value, outputs, head, deadline) = {
             let mut api = self.lock();
             let value = f(&mut api);
+            // Still under the lock: no change of the rules slips in between.
+            self.any_faults
+                .store(api.fault_count() > 0, Ordering::Release);
             let outputs: Vec<Output<Client>> = std::iter::from_fn(|| api.poll_output()).collect();
             (value, outputs, api.event_head(), api.poll_timeout())
         };

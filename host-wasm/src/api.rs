@@ -2,6 +2,9 @@
 //! for JavaScript. Parked waits are in `src/waits.rs`, event streams in
 //! `src/events.rs`.
 
+use std::cell::{RefCell, RefMut};
+use std::rc::Rc;
+
 use js_sys::{Array, Object, Uint8Array};
 use mailjar_core::api::{self, Answered};
 use mailjar_core::budget::Clock;
@@ -40,7 +43,8 @@ impl Clock for DateClock {
 #[wasm_bindgen]
 pub struct Api {
     /// Each parked wait's handle is `{waitId, waiter}`.
-    pub(crate) inner: api::Api<Object>,
+    /// Shared with the sessions that ask its fault rules (`Session.useFaultsOf`).
+    pub(crate) inner: Rc<RefCell<api::Api<Object>>>,
     /// Answers to parked waits woken by `deliverRaw` and `Session.receiveInto`, for `takeWoken`.
     woken: Vec<JsValue>,
 }
@@ -52,11 +56,10 @@ impl Api {
     pub fn new(config: Option<ApiConfigObject>) -> Result<Api, JsValue> {
         crate::install_panic_hook();
         let config: ApiConfig = read_or_default(config.map(Into::into), "config")?;
-        let (config, fault_seed) = config.into_core()?;
-        let inner = api::Api::new(config);
-        crate::faults::seed(&inner, fault_seed);
+        let (mut config, fault_seed) = config.into_core()?;
+        config.fault_seed = crate::entropy::seed(fault_seed);
         Ok(Api {
-            inner,
+            inner: Rc::new(RefCell::new(api::Api::new(config))),
             woken: Vec::new(),
         })
     }
@@ -76,7 +79,9 @@ impl Api {
         // The handle the core keeps with a parked wait: `waitId` is set once it is known.
         let handle = Object::new();
         set(&handle, "waiter", waiter.unwrap_or(JsValue::UNDEFINED));
-        let answered = self.inner.answer(handle.clone(), &request, now, &DateClock);
+        let answered = self
+            .core()
+            .answer(handle.clone(), &request, now, &DateClock);
         let object = match answered {
             Answered::Ready(response) => ready_object(response),
             Answered::Waiting { id, deadline_ms } => {
@@ -99,7 +104,7 @@ impl Api {
 
     /// The stored message's bytes exactly as received; undefined when no message has this id.
     pub fn raw(&self, id: &str) -> Option<Uint8Array> {
-        let email = self.inner.store().get(id.parse().ok()?)?;
+        let email = self.core().store().get(id.parse().ok()?)?.clone();
         Some(Uint8Array::from(email.raw()))
     }
 
@@ -108,7 +113,7 @@ impl Api {
     pub fn attachment(&self, id: &str, index: f64) -> Option<Uint8Array> {
         let valid = index.fract() == 0.0 && (0.0..=u32::MAX as f64).contains(&index);
         let index = valid.then_some(index as usize)?;
-        let email = self.inner.store().get(id.parse().ok()?)?;
+        let email = self.core().store().get(id.parse().ok()?)?.clone();
         let (bytes, _) = mailjar_core::download::attachment_bytes(&email, index)?;
         Some(Uint8Array::from(bytes.as_slice()))
     }
@@ -123,7 +128,7 @@ impl Api {
         let incoming = DeliverMessage::read(message)?;
         let now = time_ms(now_ms, "nowMs")?;
         let delivered =
-            self.inner
+            self.core()
                 .deliver_and_wake(Prepared::new(incoming), now, entropy(), &DateClock);
         let object = Object::new();
         set(&object, "id", delivered.id.to_string());
@@ -177,16 +182,21 @@ impl Api {
     /// How many messages are stored.
     #[wasm_bindgen(getter, js_name = messageCount)]
     pub fn message_count(&self) -> usize {
-        self.inner.store().len()
+        self.core().store().len()
     }
 }
 
 impl Api {
+    /// The core's API, borrowed for one call (never held across another).
+    pub(crate) fn core(&self) -> RefMut<'_, api::Api<Object>> {
+        self.inner.borrow_mut()
+    }
+
     /// Stores a message received at `now`; keeps the answers to the waits it woke.
     pub(crate) fn store(&mut self, incoming: Incoming, now: u64) -> String {
         grow_ahead();
         let delivered =
-            self.inner
+            self.core()
                 .deliver_and_wake(Prepared::new(incoming), now, entropy(), &DateClock);
         self.woken.extend(
             delivered

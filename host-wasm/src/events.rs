@@ -49,18 +49,19 @@ impl Api {
     /// How many changes have been logged for event streams; idle streams have news when it moves.
     #[wasm_bindgen(getter, js_name = eventHead)]
     pub fn event_head(&self) -> f64 {
-        self.inner.event_head() as f64
+        self.core().event_head() as f64
     }
 }
 
 impl Api {
     /// The next events of a stream, whether it is idle, and whether it ended.
     fn take_events(&mut self, id: SubscriberId) -> (Vec<api::Event>, bool, bool) {
-        match self.inner.poll_events(id) {
+        let next = self.core().poll_events(id);
+        match next {
             NextEvents::Batch(batch) => {
                 let mut ran = batch.run(&DateClock);
                 if let Some(progress) = ran.progress.take() {
-                    self.inner.handle_progress(progress);
+                    self.core().handle_progress(progress);
                 }
                 (ran.events, false, false)
             }
@@ -71,7 +72,7 @@ impl Api {
     }
 
     fn unsubscribe_id(&mut self, id: SubscriberId) -> bool {
-        self.inner.handle_unsubscribe(id)
+        self.core().handle_unsubscribe(id)
     }
 }
 

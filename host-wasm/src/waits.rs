@@ -19,7 +19,7 @@ impl Api {
         #[wasm_bindgen(js_name = waitId, unchecked_param_type = "number")] wait: &JsValue,
     ) -> Result<JsValue, JsValue> {
         let wait = wait_id(wait)?;
-        self.inner.handle_expire(wait);
+        self.core().handle_expire(wait);
         Ok(self.answers().pop().unwrap_or(JsValue::UNDEFINED))
     }
 
@@ -31,7 +31,7 @@ impl Api {
         #[wasm_bindgen(js_name = nowMs)] now_ms: f64,
     ) -> Result<Array, JsValue> {
         let now = time_ms(now_ms, "nowMs")?;
-        self.inner.handle_timeout(now);
+        self.core().handle_timeout(now);
         Ok(self.answers().into_iter().collect())
     }
 
@@ -39,7 +39,7 @@ impl Api {
     /// waits (or of `maxAgeMs`); undefined when there is none.
     #[wasm_bindgen(js_name = nextDeadline)]
     pub fn next_deadline(&self) -> Option<f64> {
-        self.inner.poll_timeout().map(|d| d as f64)
+        self.core().poll_timeout().map(|d| d as f64)
     }
 
     /// Forgets a parked wait whose client went away: the `waiter` it was
@@ -51,7 +51,7 @@ impl Api {
     ) -> Result<JsValue, JsValue> {
         let wait = wait_id(wait)?;
         Ok(self
-            .inner
+            .core()
             .handle_cancel(wait)
             .map_or(JsValue::UNDEFINED, |handle| waiter(&handle)))
     }
@@ -59,11 +59,14 @@ impl Api {
     /// Ends every parked wait (the server stops): the `waiter` of each, in wait order.
     #[wasm_bindgen(js_name = drainWaits, unchecked_return_type = "unknown[]")]
     pub fn drain_waits(&mut self) -> Array {
-        self.inner.handle_shutdown();
+        self.core().handle_shutdown();
         let mut waiters = Vec::new();
-        while let Some(output) = self.inner.poll_output() {
-            if let Output::Respond(handle, _) = output {
-                waiters.push(waiter(&handle));
+        loop {
+            let output = self.core().poll_output();
+            match output {
+                Some(Output::Respond(handle, _)) => waiters.push(waiter(&handle)),
+                Some(_) => {}
+                None => break,
             }
         }
         waiters.into_iter().collect()
@@ -72,7 +75,7 @@ impl Api {
     /// How many waits are parked.
     #[wasm_bindgen(getter, js_name = pendingWaits)]
     pub fn pending_waits(&self) -> usize {
-        self.inner.pending_waits()
+        self.core().pending_waits()
     }
 }
 
@@ -81,14 +84,18 @@ impl Api {
     /// order; what left the store is freed (this host has no lock to keep short).
     fn answers(&mut self) -> Vec<JsValue> {
         let mut answers = Vec::new();
-        while let Some(output) = self.inner.poll_output() {
+        loop {
+            let output = self.core().poll_output();
             match output {
-                Output::Respond(handle, response) => answers.push(woken_object(handle, response)),
-                Output::Match(batch) => {
-                    let matches = batch.run(&crate::api::DateClock);
-                    self.inner.handle_matches(matches);
+                Some(Output::Respond(handle, response)) => {
+                    answers.push(woken_object(handle, response))
                 }
-                _ => {}
+                Some(Output::Match(batch)) => {
+                    let matches = batch.run(&crate::api::DateClock);
+                    self.core().handle_matches(matches);
+                }
+                Some(_) => {}
+                None => break,
             }
         }
         answers

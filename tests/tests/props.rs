@@ -9,7 +9,7 @@
 
 use mailjar_core::api::{Answered, Api, ApiConfig, Request};
 use mailjar_core::budget::StoppedClock;
-use mailjar_core::smtp::{Config, Output, Session};
+use mailjar_core::smtp::{Config, NoFaults, Output, Session, Unlimited};
 use mailjar_core::store::Prepared;
 use mailjar_tests::vectors::{ExpectedMessage, check_listed};
 use proptest::prelude::*;
@@ -145,7 +145,8 @@ fn host(config: Config, chunks: &[Vec<u8>]) -> Hosted {
     let mut outputs = vec![Output::Reply(session.greeting())];
     let mut stored = Vec::new();
     for (n, chunk) in chunks.iter().enumerate() {
-        for output in session.receive(chunk) {
+        session.handle_input(chunk, 0, &mut Unlimited, &mut NoFaults);
+        while let Some(output) = session.poll_output() {
             if let Output::Message(m) = &output {
                 stored.push(ExpectedMessage {
                     from: m.envelope.from.clone(),
@@ -153,6 +154,7 @@ fn host(config: Config, chunks: &[Vec<u8>]) -> Hosted {
                     raw: m.raw.clone(),
                 });
                 api.deliver(Prepared::new(m.clone()), NOW, [n as u8; 10]);
+                session.handle_stored(Ok(()));
             }
             outputs.push(output);
         }

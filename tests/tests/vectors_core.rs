@@ -11,7 +11,8 @@ use mailjar_core::api::{
     Subscription,
 };
 use mailjar_core::budget::StoppedClock;
-use mailjar_core::smtp::{Config, Envelope, Incoming, Output, Session};
+use mailjar_core::faults::DEFAULT_MAX_FAULTS;
+use mailjar_core::smtp::{Config, Envelope, Incoming, Output, Session, Unlimited};
 use mailjar_core::store::{Prepared, StoreLimits};
 use mailjar_tests::matcher::{Vars, substitute};
 use mailjar_tests::vectors::{
@@ -36,6 +37,20 @@ fn session_config(v: &SmtpVector) -> Config {
             require_auth: l.require_auth,
             ..Default::default()
         },
+        // Time stands still here: only the idle timer is run out, by hand.
+        command_timeout_ms: u64::MAX,
+        data_timeout_ms: u64::MAX,
+        ..d
+    }
+}
+
+/// Drains the session's outputs as a host does, reporting each message stored.
+fn drain(session: &mut Session, outputs: &mut Vec<Output>) {
+    while let Some(output) = session.poll_output() {
+        if matches!(output, Output::Message(_)) {
+            session.handle_stored(Ok(()));
+        }
+        outputs.push(output);
     }
 }
 
@@ -43,7 +58,7 @@ fn session_config(v: &SmtpVector) -> Config {
 fn run_smtp(v: &SmtpVector, chunks: &[Vec<u8>]) -> Result<(), String> {
     let mut session = Session::new(session_config(v));
     // Fresh rules for every replay: a rule's `times` is spent as it fires.
-    let rules = mailjar_core::faults::FaultRules::default();
+    let mut rules = mailjar_core::faults::Faults::new(DEFAULT_MAX_FAULTS, 0);
     for rule in &v.faults {
         let body = rule.to_string();
         let added = rules.handle("POST", None, Some("application/json"), body.as_bytes());
@@ -51,14 +66,16 @@ fn run_smtp(v: &SmtpVector, chunks: &[Vec<u8>]) -> Result<(), String> {
             return Err(format!("the fault rule {body} was refused"));
         }
     }
-    session.set_faults(rules);
-    let mut outputs = session.open();
+    let mut outputs = Vec::new();
+    session.open(0, &mut rules);
+    drain(&mut session, &mut outputs);
     for chunk in chunks {
-        outputs.extend(session.receive(chunk));
+        session.handle_input(chunk, 0, &mut Unlimited, &mut rules);
+        drain(&mut session, &mut outputs);
     }
     if v.idle_timeout {
-        outputs.push(Output::Reply(session.timeout()));
-        outputs.push(Output::Close);
+        session.handle_timeout(session_config(v).idle_timeout_ms);
+        drain(&mut session, &mut outputs);
     }
     let mut replies = Vec::new();
     let mut messages = Vec::new();

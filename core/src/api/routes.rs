@@ -102,15 +102,7 @@ impl<W> Api<W> {
             ("DELETE", Route::ById(id)) => ready(query.only(&[]).and_then(|_| self.delete_one(id))),
             (method, Route::Faults(id)) => {
                 query.only(&[])?;
-                // Parsing a rule and listing the rules grow with their size: outside
-                // the lock.
-                Ok(Step::Work(Box::new(JobKind::Faults {
-                    rules: self.faults.clone(),
-                    method: method.to_owned(),
-                    id: id.map(str::to_owned),
-                    content_type: request.content_type.clone(),
-                    body: request.body.clone(),
-                })))
+                self.faults_request(method, id, request)
             }
             (method, route) => Err(ApiError::MethodNotAllowed {
                 method: truncate(method, 20).to_owned(),

@@ -806,13 +806,13 @@ fn fault_rules_are_parsed_and_listed_outside_the_api_lock() {
     };
     assert!(api.poll_output().is_none(), "no answer before the job ran");
     assert!(!job.is_heavy(), "small: it runs on the async worker");
-    assert_eq!(api.faults().len(), 0, "not parsed yet");
+    assert_eq!(api.fault_count(), 0, "not parsed yet");
     api.handle_done(job.run(&StoppedClock), NOW);
     let added = responses(settle(&mut api, &StoppedClock));
     assert_eq!(added.len(), 1);
     assert_eq!(added[0].0, label);
     assert_eq!(added[0].1.status, 200);
-    assert_eq!(api.faults().len(), 1);
+    assert_eq!(api.fault_count(), 1);
     api.handle_request(label, &Request::new("GET", "/api/faults"), NOW);
     let Some(Output::Run(list)) = api.poll_output() else {
         panic!("listing the rules is a job too");
