@@ -29,6 +29,9 @@ command -v node >/dev/null
 step "cargo fmt --check"
 cargo fmt --all --check
 
+step "no import cycles between modules"
+python3 scripts/check-cycles.py core/src host-native/src host-wasm/src
+
 step "cargo clippy"
 cargo clippy --workspace --all-targets -- -D warnings
 
@@ -38,10 +41,29 @@ cargo test --workspace
 step "wasm host"
 bash scripts/test-wasm.sh
 
+# The distribution checks build in their own target directory (no wait for
+# this one's lock) and run beside the two Python suites, which mostly wait on
+# sockets; not beside the suites above, whose timing checks need the cores.
+step "static binary, image, wheel, cargo install (scripts/test-dist.sh), in the background"
+dist_log=$(mktemp)
+bash scripts/test-dist.sh >"$dist_log" 2>&1 &
+dist_pid=$!
+suites_status=0
+
 step "pytest example against the binary (examples/pytest)"
-bash scripts/test-pytest.sh
+bash scripts/test-pytest.sh || suites_status=$?
 
 step "OpenAPI document against the live server (schemathesis)"
-bash scripts/test-schemathesis.sh
+[ "$suites_status" != 0 ] || bash scripts/test-schemathesis.sh || suites_status=$?
+
+step "waiting for scripts/test-dist.sh"
+dist_status=0
+wait "$dist_pid" || dist_status=$?
+cat "$dist_log"
+rm -f "$dist_log"
+if [ "$suites_status" != 0 ] || [ "$dist_status" != 0 ]; then
+  echo "FAILED: python suites exit $suites_status, scripts/test-dist.sh exit $dist_status" >&2
+  exit 1
+fi
 
 step "all suites passed"

@@ -5,12 +5,24 @@
 use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use mailjar_core::api::{Api, ApiConfig, Outcome, Request};
+use mailjar_core::api::{Answered, Api, ApiConfig, Request};
 use mailjar_core::budget::{Budget, StoppedClock};
 use mailjar_core::filter::{Filter, FilterParams, FilterSpec};
-use mailjar_core::patterns::PatternCache;
-use mailjar_core::smtp::{Config, Envelope, Incoming, Session};
+use mailjar_core::smtp::{Config, Envelope, Incoming, NoFaults, Output, Session, Unlimited};
 use mailjar_core::store::Prepared;
+
+/// Feeds `input` as a host does; the outputs, each message reported stored.
+fn feed(session: &mut Session, input: &[u8]) -> Vec<Output> {
+    session.handle_input(input, 0, &mut Unlimited, &mut NoFaults);
+    let mut out = Vec::new();
+    while let Some(output) = session.poll_output() {
+        if matches!(output, Output::Message(_)) {
+            session.handle_stored(Ok(()));
+        }
+        out.push(output);
+    }
+    out
+}
 
 /// A 2 KiB-ish message like the ones the system benchmark sends.
 fn message(i: usize) -> Vec<u8> {
@@ -58,11 +70,14 @@ fn receive(c: &mut Criterion) {
     group.bench_function("session_receive", |b| {
         b.iter(|| {
             let mut session = Session::new(Config::default());
-            session.receive(b"EHLO c\r\nMAIL FROM:<a@b.test>\r\nRCPT TO:<c@d.test>\r\nDATA\r\n");
+            feed(
+                &mut session,
+                b"EHLO c\r\nMAIL FROM:<a@b.test>\r\nRCPT TO:<c@d.test>\r\nDATA\r\n",
+            );
             for chunk in data.chunks(64 * 1024) {
-                black_box(session.receive(chunk));
+                black_box(feed(&mut session, chunk));
             }
-            session.receive(b".\r\n")
+            feed(&mut session, b".\r\n")
         })
     });
     group.finish();
@@ -84,9 +99,11 @@ fn deliver(c: &mut Criterion) {
         b.iter(|| {
             i += 1;
             let prepared = Prepared::new(incoming(7));
-            let id = api.deliver(prepared, 1_000_000 + i, [1; 10]).id;
+            let id = api.deliver(prepared, 1_000_000 + i, [1; 10]);
             // As a host does: what the store evicted is freed, not kept.
-            drop(api.take_trash());
+            while let Some(output) = api.poll_output() {
+                drop(output);
+            }
             id
         })
     });
@@ -116,9 +133,8 @@ fn filter(c: &mut Criterion) {
             })
             .count()
     };
-    let cache = PatternCache::default();
     let compile =
-        |params: FilterParams| FilterSpec::new(params).and_then(|spec| spec.compile(&cache));
+        |params: FilterParams| FilterSpec::new(params).and_then(|spec| spec.compile(None));
     let none = compile(FilterParams::default()).expect("empty filter");
     group.bench_function("baseline_no_filter", |b| b.iter(|| count(&none)));
     let to = compile(FilterParams {
@@ -157,9 +173,9 @@ fn list(c: &mut Criterion) {
     });
     let request = Request::new("GET", "/api/emails?limit=100");
     group.bench_function("api_list_limit_100", |b| {
-        b.iter(|| match api.answer(&request, 0, &StoppedClock) {
-            Outcome::Ready(r) => r.body.collect().len(),
-            Outcome::Wait(_) | Outcome::Subscribe(_) => 0,
+        b.iter(|| match api.answer((), &request, 0, &StoppedClock) {
+            Answered::Ready(r) => r.body.collect().len(),
+            Answered::Waiting { .. } | Answered::Subscribed(_) => 0,
         })
     });
     group.finish();
@@ -176,11 +192,11 @@ fn paging(c: &mut Criterion) {
         .map(|e| e.id.to_string())
         .collect();
     let mut group = c.benchmark_group("paging_100000");
-    let mut answer = |target: &str| match api.answer(&Request::new("GET", target), 0, &StoppedClock)
-    {
-        Outcome::Ready(r) => r.body.collect().len(),
-        Outcome::Wait(_) | Outcome::Subscribe(_) => 0,
-    };
+    let mut answer =
+        |target: &str| match api.answer((), &Request::new("GET", target), 0, &StoppedClock) {
+            Answered::Ready(r) => r.body.collect().len(),
+            Answered::Waiting { .. } | Answered::Subscribed(_) => 0,
+        };
     group.bench_function("baseline_health", |b| b.iter(|| answer("/health")));
     group.bench_function("summary_limit_50", |b| {
         b.iter(|| answer("/api/emails?view=summary&limit=50"))
@@ -197,18 +213,16 @@ fn paging(c: &mut Criterion) {
 
     let mut big = b"Subject: big\r\nContent-Type: application/octet-stream\r\n\r\n".to_vec();
     big.extend((0..20 * 1024 * 1024).map(|i| b'a' + (i % 26) as u8));
-    let id = api
-        .deliver(
-            Prepared::new(Incoming {
-                envelope: Envelope::default(),
-                raw: big.clone(),
-                helo: None,
-                session: Default::default(),
-            }),
-            2_000_000,
-            [2; 10],
-        )
-        .id;
+    let id = api.deliver(
+        Prepared::new(Incoming {
+            envelope: Envelope::default(),
+            raw: big.clone(),
+            helo: None,
+            session: Default::default(),
+        }),
+        2_000_000,
+        [2; 10],
+    );
     let mut group = c.benchmark_group("raw_20mib");
     group.throughput(Throughput::Bytes(big.len() as u64));
     group.sample_size(10);
@@ -218,8 +232,8 @@ fn paging(c: &mut Criterion) {
     let target = format!("/api/emails/{id}/raw");
     group.bench_function("api_raw_chunks", |b| {
         b.iter(
-            || match api.answer(&Request::new("GET", &target), 0, &StoppedClock) {
-                Outcome::Ready(r) => match r.body {
+            || match api.answer((), &Request::new("GET", &target), 0, &StoppedClock) {
+                Answered::Ready(r) => match r.body {
                     mailjar_core::response::Body::Stream(mut source) => {
                         let mut chunk = Vec::new();
                         let mut total = 0;
@@ -231,7 +245,7 @@ fn paging(c: &mut Criterion) {
                     }
                     mailjar_core::response::Body::Full(bytes) => bytes.len(),
                 },
-                Outcome::Wait(_) | Outcome::Subscribe(_) => 0,
+                Answered::Waiting { .. } | Answered::Subscribed(_) => 0,
             },
         )
     });

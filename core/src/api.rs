@@ -1,49 +1,73 @@
 //! The JSON HTTP API as a state machine: requests in, responses out.
 //!
-//! [`Api`] owns the [`Store`] and the parked waits and is the only place that
-//! changes them. A host keeps it behind one lock and calls it for O(1) or
-//! O(log n) steps only; everything that grows with the input runs outside
-//! the lock:
+//! [`Api`] owns the [`Store`], the parked waits, the event subscribers and
+//! the fault rules, and is the only place that changes them. It reads no
+//! clock and does no IO: time comes in as milliseconds since the Unix epoch
+//! (and a [`Clock`] for pattern budgets), and the randomness of message ids
+//! as bytes from the host.
 //!
-//! - [`Api::handle`] answers a request at once ([`Step::Ready`]), or hands out
-//!   a [`Job`] (filtering, pattern matching) for the host to [`Job::run`]
-//!   outside the lock, whose [`Commit`] (if any) comes back through
-//!   [`Api::complete`]. A wait that finds nothing is parked
-//!   ([`Step::Wait`]); the host holds the client until a delivery resolves
-//!   it or [`Api::expire`] gives the 408. A client that goes away is
-//!   forgotten with [`Api::cancel`].
-//! - [`Api::deliver`] stores a message. Which parked waits it answers is
-//!   found by a [`MatchBatch`] ([`Api::match_batch`]), run outside the lock,
-//!   whose [`Matches`] [`Api::resolve`] turns into responses: so a message is
-//!   acknowledged before any pattern runs on it, and each wait is answered
-//!   once.
+//! # Calling contract
+//!
+//! The host keeps the `Api` behind one lock and, for every input, does the
+//! same four things: take the lock, call one `handle_*` method, drain
+//! [`Api::poll_output`] until it gives `None` (and read [`Api::poll_timeout`]),
+//! release the lock, then carry the outputs out. Every input is O(1) or
+//! O(log n) in the store's size; everything that grows with the input is an
+//! output to run outside the lock:
+//!
+//! - [`Api::handle_request`] takes a request with the host's handle for its
+//!   client (`W`: a channel's sender, a promise's resolver) and names it with
+//!   a [`RequestId`]. Its answer comes out as [`Output::Respond`] with that
+//!   handle, at once or later: after its [`Job`] ran
+//!   ([`Output::Run`]; the host runs it and passes the [`Done`] to
+//!   [`Api::handle_done`]), after a delivery answered its wait, at its
+//!   deadline, or after the disk took its deletion. An event stream comes out
+//!   as [`Output::Subscribed`]; its steps are pulled with
+//!   [`Api::poll_events`] and run outside the lock, and each hands its
+//!   [`Progress`] back through [`Api::handle_progress`]. A client that goes
+//!   away is forgotten with [`Api::handle_cancel`].
+//! - [`Api::handle_message`] stores a message (with an id from
+//!   [`Api::assign`]; [`Api::deliver`] does both). No pattern runs there: when
+//!   waits are parked, a [`MatchBatch`] comes out ([`Output::Match`]), one at
+//!   a time; the host runs it and passes its [`Matches`] to
+//!   [`Api::handle_matches`], which answers the waits it settled. So a
+//!   message is acknowledged before any pattern runs on it, and each wait is
+//!   answered once.
+//! - [`Api::poll_timeout`] is the next deadline (a parked wait's, or the
+//!   oldest message's `--max-age`); the host calls [`Api::handle_timeout`]
+//!   when it passes.
+//! - What leaves the store (deleted, evicted, expired) comes out as
+//!   [`Output::Removed`]: the host frees it after releasing the lock and,
+//!   when it keeps messages on disk, deletes it there. A `DELETE` on such a
+//!   host ([`ApiConfig::durable`]) is answered only once the host reports
+//!   the write with [`Api::handle_written`]: 200, or 503 when the disk refused.
 //!
 //! Hosts that run everything on one thread (the wasm host, tests) use
-//! [`Api::answer`] and [`Api::deliver_and_wake`], which do all the steps in
-//! a row.
-//!
-//! Time comes in as milliseconds since the Unix epoch (and a [`Clock`] for
-//! pattern budgets), and the randomness of message ids as bytes from the host.
+//! [`Api::answer`] and [`Api::deliver_and_wake`], which run the jobs and
+//! batches in a row.
 
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::budget::{Budget, Clock};
+use crate::budget::Budget;
+#[cfg(doc)]
+use crate::budget::Clock;
 use crate::email::Email;
 pub use crate::error::ApiError;
 use crate::events::Subscribers;
 pub use crate::events::{
-    Event, EventBatch, NextEvents, Ran, Reason, SsePieces, SubscriberId, Subscription,
+    Event, EventBatch, NextEvents, Progress, Ran, Reason, SsePieces, SubscriberId, Subscription,
 };
 use crate::id::{Entropy, IdGenerator, MessageId};
-pub use crate::job::{Commit, Done, Job};
-use crate::job::{CommitKind, JobKind, WaitFilter, WaitWork, one};
+use crate::job::{CommitKind, JobKind, Outcome as JobOutcome, WaitFilter, WaitWork, one};
+pub use crate::job::{Done, Job};
 use crate::patterns::PatternCache;
-use crate::query::{Query, percent_decode, truncate};
+pub use crate::request_id::RequestId;
 pub use crate::response::Response;
 use crate::store::{Prepared, Snapshot, Store, StoreLimits};
-pub use crate::waits::{MatchBatch, Matches, Parking, WaitId, WaitSpec};
+pub use crate::waits::{MatchBatch, Matches, WaitId};
 use crate::waits::{PendingWait, Waits};
 
 /// An HTTP request, as much of it as the API looks at.
@@ -114,6 +138,11 @@ pub struct ApiConfig {
     pub host_limits: Vec<(&'static str, u64)>,
     /// The most fault rules held at once (503 past it).
     pub max_faults: usize,
+    /// The host keeps messages on disk: a `DELETE` is answered once the
+    /// host reports the write ([`Api::handle_written`]).
+    pub durable: bool,
+    /// Seeds the fault rules' probability rolls (host entropy, or fixed for repeatable runs).
+    pub fault_seed: u64,
 }
 
 impl Default for ApiConfig {
@@ -137,6 +166,8 @@ impl Default for ApiConfig {
             event_buffer: crate::events::DEFAULT_EVENT_BUFFER,
             host_limits: Vec::new(),
             max_faults: crate::faults::DEFAULT_MAX_FAULTS,
+            durable: false,
+            fault_seed: 0,
         }
     }
 }
@@ -156,38 +187,60 @@ pub const DEFAULT_MAX_WAITS: usize = 10_000;
 /// The default of `--pattern-budget`, in milliseconds.
 pub const DEFAULT_PATTERN_BUDGET_MS: u64 = 250;
 
-/// What [`Api::handle`] and [`Api::complete`] decided.
+/// What the host is to carry out, drained with [`Api::poll_output`] after every input.
 #[derive(Debug)]
-pub enum Step {
-    /// Send this response now.
-    Ready(Response),
-    /// Run this outside the lock ([`Job::run`]), then pass a [`Commit`] to [`Api::complete`].
-    Work(Job),
-    /// Hold the request open: [`Api::park`] it with the client's handle, in
-    /// the same critical section; [`Api::resolve`] or [`Api::expire`] answers it.
-    Wait(Parking),
-    /// An event stream: send what [`Api::next_events`] gives (its replay first).
-    Subscribe(Subscription),
+pub enum Output<W> {
+    /// Send this response to this client.
+    Respond(W, Response),
+    /// This client's event stream is open: send its events
+    /// ([`Api::poll_events`]), its replay first.
+    Subscribed(W, Subscription),
+    /// Run this outside the lock ([`Job::run`], or [`Job::failed`] when it
+    /// cannot run), then pass the [`Done`] to [`Api::handle_done`].
+    Run(Job),
+    /// Try newly stored messages against the parked waits outside the lock
+    /// ([`MatchBatch::run`], or its parts), then pass every [`Matches`] to
+    /// [`Api::handle_matches`]. The next batch comes once this one is accounted for.
+    Match(MatchBatch),
+    /// Messages left the store: free them after releasing the lock and, on a
+    /// host that keeps them on disk, delete them there.
+    Removed(Removed),
 }
 
-/// What [`Api::answer`] decided: a response now, or a parked wait.
+/// Messages that left the store, and the request whose answer waits for their deletion from disk.
 #[derive(Debug)]
-pub enum Outcome {
-    /// Send this response now.
-    Ready(Response),
-    /// Hold the request open: [`Api::park`] it, and a delivery or [`Api::expire`] answers it.
-    Wait(Parking),
-    /// An event stream: send what [`Api::next_events`] gives (its replay first).
-    Subscribe(Subscription),
+pub struct Removed {
+    /// What left: drop it outside the lock; [`Trash::removals`] names it for the disk.
+    pub trash: Trash,
+    /// A `DELETE` answered only once the disk took this: report the write with
+    /// [`Api::handle_written`]. None when no answer waits (or the host keeps nothing on disk).
+    pub answer_after_write: Option<RequestId>,
 }
 
-/// What [`Api::deliver`] did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Stored {
-    /// The id the message was stored under.
-    pub id: MessageId,
-    /// Whether waits are parked: then a [`MatchBatch`] has work.
-    pub waits_parked: bool,
+/// Why a deletion the host was to write is not on disk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WriteError {
+    /// The disk refused it; the host keeps trying.
+    Failed(String),
+    /// The host is stopping and tries nothing more.
+    Stopped,
+}
+
+/// What [`Api::answer`] decided: a response now, a parked wait, or an event stream.
+#[derive(Debug)]
+pub enum Answered {
+    /// Send this response now.
+    Ready(Response),
+    /// The request waits for a delivery or its deadline (`deadline_ms`); its
+    /// answer comes out later as [`Output::Respond`].
+    Waiting {
+        /// Names the wait in [`Api::handle_cancel`] and [`Api::handle_expire`].
+        id: RequestId,
+        /// When it ends with a 408, in milliseconds since the Unix epoch.
+        deadline_ms: u64,
+    },
+    /// An event stream: send what [`Api::poll_events`] gives (its replay first).
+    Subscribed(Subscription),
 }
 
 /// What [`Api::deliver_and_wake`] did.
@@ -219,22 +272,33 @@ pub type LiveCounts = Box<dyn Fn() -> Vec<(&'static str, u64)> + Send + Sync>;
 
 /// The API: the store, the parked waits, the event subscribers, and every endpoint.
 ///
-/// `W` is the host's handle for the client of a parked wait (a channel's
-/// sender, a promise's resolver): the API keeps it with the wait and gives
-/// it back with the wait's response. See the [module documentation](self).
+/// `W` is the host's handle for a request's client (a channel's sender, a
+/// promise's resolver): the API keeps it while the request is under way and
+/// gives it back with the request's response. See the [module documentation](self).
 pub struct Api<W = ()> {
     config: ApiConfig,
     store: Store,
     ids: IdGenerator,
     waits: Waits<W>,
     subscribers: Subscribers,
-    patterns: Arc<PatternCache>,
+    patterns: PatternCache,
+    outputs: VecDeque<Output<W>>,
+    /// The number the next request is given.
+    next_request: u64,
+    /// The clients of requests whose job is running.
+    running: HashMap<RequestId, W>,
+    /// Answers to `DELETE`s waiting for the disk ([`Api::handle_written`]).
+    held: HashMap<RequestId, (W, Response)>,
     /// The newest message a [`MatchBatch`] has been made of.
     match_cursor: Option<MessageId>,
+    /// Waits of the batch that is out that are not yet accounted for.
+    matching: usize,
     last_received_ms: u64,
     live: Option<LiveCounts>,
     trash: Trash,
-    faults: crate::faults::FaultRules,
+    /// The trash holds a client's deletion (its answer may wait for the disk).
+    deleting: bool,
+    faults: crate::faults::Faults,
     /// `--max-age` in milliseconds: older messages are evicted (see [`Api::set_max_age`]).
     max_age_ms: Option<u64>,
     /// The last message [`Api::restore`] was given, stored or not: restores go in id order.
@@ -254,45 +318,27 @@ impl<W> std::fmt::Debug for Api<W> {
     }
 }
 
-/// The routes of the API.
-enum Route<'a> {
-    Health,
-    OpenApi,
-    Emails,
-    Latest,
-    Wait,
-    Events,
-    ById(&'a str),
-    Raw(&'a str),
-    Attachment(&'a str, &'a str),
-    Html(&'a str),
-    Faults(Option<&'a str>),
-}
-
-impl Route<'_> {
-    fn allow(&self) -> &'static str {
-        match self {
-            Route::Emails | Route::ById(_) => "GET, DELETE",
-            _ => "GET",
-        }
-    }
-}
-
 impl<W> Api<W> {
     /// An API over an empty store.
     pub fn new(config: ApiConfig) -> Api<W> {
         Api {
             store: Store::new(config.store),
-            faults: crate::faults::FaultRules::new(config.max_faults),
+            faults: crate::faults::Faults::new(config.max_faults, config.fault_seed),
             subscribers: Subscribers::new(config.event_buffer),
             config,
             ids: IdGenerator::new(),
             waits: Waits::default(),
-            patterns: Arc::new(PatternCache::default()),
+            patterns: PatternCache::default(),
+            outputs: VecDeque::new(),
+            next_request: 0,
+            running: HashMap::new(),
+            held: HashMap::new(),
             match_cursor: None,
+            matching: 0,
             last_received_ms: 0,
             live: None,
             trash: Trash::default(),
+            deleting: false,
             max_age_ms: None,
             last_restored: None,
             storage: None,
@@ -302,11 +348,6 @@ impl<W> Api<W> {
     /// Lets `/health` report the host's live counts (connections, bytes in flight).
     pub fn set_live_counts(&mut self, live: LiveCounts) {
         self.live = Some(live);
-    }
-
-    /// The fault rules, shared with the SMTP sessions this API's host runs.
-    pub fn faults(&self) -> crate::faults::FaultRules {
-        self.faults.clone()
     }
 
     /// The store, to read.
@@ -319,434 +360,178 @@ impl<W> Api<W> {
         self.waits.len()
     }
 
-    /// What the API let go of since the last call: drop it outside the lock.
-    ///
-    /// A host calls this after every call that can remove messages
-    /// ([`Api::handle`], [`Api::answer`], [`Api::complete`], the deliveries
-    /// and inserts, and the expiry of old messages): until it does, evicted
-    /// and deleted messages stay in memory.
-    pub fn take_trash(&mut self) -> Trash {
-        std::mem::take(&mut self.trash)
+    /// How many event streams are open.
+    pub fn subscriber_count(&self) -> usize {
+        self.subscribers.len()
     }
 
-    /// Answers a request now, hands out its work, or parks it as a wait.
-    pub fn handle(&mut self, request: &Request, now_ms: u64) -> Step {
+    /// How many changes have been logged for subscribers: when it moves, idle subscribers have news.
+    pub fn event_head(&self) -> u64 {
+        self.subscribers.head()
+    }
+
+    /// The next thing for the host to carry out; None when there is nothing.
+    pub fn poll_output(&mut self) -> Option<Output<W>> {
+        if let Some(output) = self.outputs.pop_front() {
+            return Some(output);
+        }
+        self.match_batch().map(Output::Match)
+    }
+
+    /// When the host is to call [`Api::handle_timeout`] next, in
+    /// milliseconds since the Unix epoch: the earliest deadline of a parked
+    /// wait, or when the oldest message reaches `--max-age`. O(log n).
+    pub fn poll_timeout(&self) -> Option<u64> {
+        let expiry = self.max_age_ms.and_then(|max_age| {
+            let oldest = self.store.oldest_received_ms()?;
+            Some(oldest.saturating_add(max_age))
+        });
+        match (self.waits.next_deadline(), expiry) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Takes a request from the client `client` at `now_ms`: its answer comes
+    /// out later as [`Output::Respond`] (or [`Output::Subscribed`]) with
+    /// `client`, however it ends. Returns the request's name.
+    pub fn handle_request(&mut self, client: W, request: &Request, now_ms: u64) -> RequestId {
+        let id = RequestId(self.next_request);
+        self.next_request += 1;
         self.expire_old(now_ms);
         match self.route(request, now_ms) {
-            Ok(step) => step,
-            Err(e) => Step::Ready(e.response()),
+            Ok(routes::Step::Ready(response)) => self.respond(id, client, response),
+            Ok(routes::Step::Work(kind)) => self.run(id, client, kind),
+            Err(e) => self.respond(id, client, e.response()),
+        }
+        self.flush_trash();
+        id
+    }
+
+    /// Takes what a request's [`Job`] came to: its answer, or the change it
+    /// asked for (made now, even when its client has gone: a deletion is
+    /// carried out whoever waits for it).
+    pub fn handle_done(&mut self, done: Done, now_ms: u64) {
+        let request = done.request;
+        let client = self.running.remove(&request);
+        match (done.outcome, client) {
+            (JobOutcome::Response(response), Some(client)) => {
+                self.respond(request, client, response)
+            }
+            (JobOutcome::Response(_), None) => {}
+            (JobOutcome::Commit(commit), client) => self.commit(request, client, commit.0, now_ms),
+        }
+        self.flush_trash();
+    }
+
+    /// Forgets a request whose client went away: its parked wait, its
+    /// running job's answer, or its answer waiting for the disk. Gives the
+    /// client's handle back; None when the request was already answered.
+    pub fn handle_cancel(&mut self, request: RequestId) -> Option<W> {
+        if let Some((_, client)) = self.waits.remove(request) {
+            return Some(client);
+        }
+        if let Some(client) = self.running.remove(&request) {
+            return Some(client);
+        }
+        self.held.remove(&request).map(|(client, _)| client)
+    }
+
+    /// Ends one parked wait now with its 408 (a host that keeps a timer per
+    /// wait calls it at the wait's deadline); nothing when it was answered or cancelled.
+    pub fn handle_expire(&mut self, request: RequestId) {
+        if let Some((wait, client)) = self.waits.remove(request) {
+            let response = ApiError::Timeout(wait.timeout_ms).response();
+            self.outputs.push_back(Output::Respond(client, response));
         }
     }
 
-    /// Makes the change a [`Job`] asked for.
-    pub fn complete(&mut self, commit: Commit, now_ms: u64) -> Step {
-        let _ = now_ms;
-        match commit.0 {
-            CommitKind::Remove(ids) => {
-                let removed = self.store.remove_ids(&ids);
-                let count = removed.len();
-                self.forget(removed, Reason::Deleted);
-                Step::Ready(deleted_response(count))
-            }
-            CommitKind::Subscribe { filter, budget } => {
-                if self.subscribers.len() >= self.config.max_subscribers {
-                    return Step::Ready(ApiError::TooManySubscribers.response());
-                }
-                // Replay and live events meet here: the replay ends with the
-                // newest message stored now, the cursor starts after it.
-                let id = self
-                    .subscribers
-                    .add(filter, budget.remaining_ns(), &self.store);
-                Step::Subscribe(Subscription { id })
-            }
-            CommitKind::Park {
-                filter,
-                upto,
-                timeout_ms,
-                deadline_ms,
-                budget,
-            } => {
-                let newest = self.store.newest();
-                if newest > upto {
-                    // Messages arrived while the job looked: look at them too.
-                    let from = upto.max(filter.after());
-                    return Step::Work(self.job(JobKind::Wait(WaitWork {
-                        filter: WaitFilter::Compiled(filter),
-                        messages: self.store.snapshot().after(from),
-                        upto: newest,
-                        timeout_ms,
-                        deadline_ms,
-                        budget,
-                    })));
-                }
-                if self.waits.len() >= self.config.max_waits {
-                    return Step::Ready(ApiError::TooManyWaits.response());
-                }
-                Step::Wait(Parking {
-                    wait: PendingWait {
-                        filter,
-                        timeout_ms,
-                        deadline_ms,
-                        seen: upto,
-                        budget_ns: budget.remaining_ns().into(),
-                    },
-                })
-            }
+    /// Ends the parked waits whose deadline is at or before `now_ms` with a
+    /// 408, and evicts the messages `--max-age` or older.
+    pub fn handle_timeout(&mut self, now_ms: u64) {
+        while let Some(id) = self.waits.first_due(now_ms) {
+            self.handle_expire(id);
         }
+        self.expire_old(now_ms);
+        self.flush_trash();
     }
 
-    /// Parks a wait with the host's handle for its client; call it in the
-    /// critical section that produced the [`Parking`], so no delivery comes between.
-    pub fn park(&mut self, parking: Parking, waiter: W) -> WaitSpec {
-        self.waits.park(parking.wait, waiter)
-    }
-
-    /// Answers a request, running its work on this thread: for hosts
-    /// without a lock to keep short (the wasm host, tests).
-    pub fn answer(&mut self, request: &Request, now_ms: u64, clock: &dyn Clock) -> Outcome {
-        let mut step = self.handle(request, now_ms);
-        loop {
-            step = match step {
-                Step::Ready(response) => return Outcome::Ready(response),
-                Step::Wait(parking) => return Outcome::Wait(parking),
-                Step::Subscribe(subscription) => return Outcome::Subscribe(subscription),
-                Step::Work(job) => match job.run(clock) {
-                    Done::Response(response) => return Outcome::Ready(response),
-                    Done::Commit(commit) => self.complete(commit, now_ms),
-                },
+    /// Ends every parked wait with a 503, in wait order (the host shuts down).
+    pub fn handle_shutdown(&mut self) {
+        let parked: Vec<RequestId> = self.waits.snapshot().keys().copied().collect();
+        for id in parked {
+            if let Some((_, client)) = self.waits.remove(id) {
+                let response = Response::error(503, "the server is shutting down");
+                self.outputs.push_back(Output::Respond(client, response));
             }
         }
     }
 
-    fn job(&self, kind: JobKind) -> Job {
-        Job {
-            kind: Box::new(kind),
-            patterns: self.patterns.clone(),
-        }
-    }
-
-    fn budget(&self) -> Budget {
-        Budget::new(self.config.pattern_budget_ms.saturating_mul(1_000_000))
-    }
-
-    fn route(&mut self, request: &Request, now_ms: u64) -> Result<Step, ApiError> {
-        let path = request.path.as_str();
-        let path = path
-            .strip_suffix('/')
-            .filter(|p| !p.is_empty())
-            .unwrap_or(path);
-        let segments = path
-            .split('/')
-            .skip(1)
-            .map(|s| percent_decode(s, false))
-            .collect::<Result<Vec<String>, ApiError>>()?;
-        let segments: Vec<&str> = segments.iter().map(String::as_str).collect();
-        let route = match segments.as_slice() {
-            ["health"] => Route::Health,
-            ["api", "openapi.json"] => Route::OpenApi,
-            ["api", "emails"] => Route::Emails,
-            ["api", "emails", "latest"] => Route::Latest,
-            ["api", "emails", "wait"] => Route::Wait,
-            ["api", "events"] => Route::Events,
-            ["api", "faults"] => Route::Faults(None),
-            ["api", "faults", id] => Route::Faults(Some(id)),
-            ["api", "emails", id] => Route::ById(id),
-            ["api", "emails", id, "raw"] => Route::Raw(id),
-            ["api", "emails", id, "html"] => Route::Html(id),
-            ["api", "emails", id, "attachments", index] => Route::Attachment(id, index),
-            _ => {
-                return Err(ApiError::NotFound(format!(
-                    "no such endpoint: {} {}",
-                    truncate(&request.method, 20),
-                    truncate(&request.path, 200)
-                )));
-            }
+    /// Takes the host's report of a deletion it was to write
+    /// ([`Removed::answer_after_write`]): the `DELETE` is answered now, with
+    /// its 200, or with a 503 that says what is not on disk.
+    pub fn handle_written(&mut self, request: RequestId, written: Result<(), WriteError>) {
+        let Some((client, response)) = self.held.remove(&request) else {
+            return;
         };
-        let query = Query::parse(&request.query)?;
-        let ready = |r: Result<Response, ApiError>| r.map(Step::Ready);
-        match (request.method.as_str(), route) {
-            ("GET", Route::Health) => ready(query.only(&[]).map(|_| self.health())),
-            ("GET", Route::OpenApi) => {
-                ready(query.only(&[]).map(|_| {
-                    Response::json_bytes(200, bytes::Bytes::from_static(OPENAPI.as_bytes()))
-                }))
-            }
-            ("GET", Route::Emails) => self.list(&query),
-            ("GET", Route::Latest) => self.latest(&query),
-            ("GET", Route::Wait) => self.wait(&query, now_ms),
-            ("GET", Route::Events) => self.events(&query, request.last_event_id.as_deref()),
-            ("GET", Route::ById(id)) => ready(query.only(&[]).and_then(|_| self.get(id))),
-            ("GET", Route::Raw(id)) => ready(query.only(&[]).and_then(|_| self.raw(id))),
-            ("GET", Route::Attachment(id, index)) => {
-                query.only(&[])?;
-                self.attachment(id, index)
-            }
-            ("GET", Route::Html(id)) => self.html(id, &query),
-            ("DELETE", Route::Emails) => self.delete(&query),
-            ("DELETE", Route::ById(id)) => ready(query.only(&[]).and_then(|_| self.delete_one(id))),
-            (method, Route::Faults(id)) => {
-                query.only(&[])?;
-                // Parsing a rule and listing the rules grow with their size: outside
-                // this lock (the rules have their own).
-                Ok(Step::Work(self.job(JobKind::Faults {
-                    rules: self.faults.clone(),
-                    method: method.to_owned(),
-                    id: id.map(str::to_owned),
-                    content_type: request.content_type.clone(),
-                    body: request.body.clone(),
-                })))
-            }
-            (method, route) => Err(ApiError::MethodNotAllowed {
-                method: truncate(method, 20).to_owned(),
-                allow: route.allow(),
-            }),
-        }
-    }
-
-    fn health(&self) -> Response {
-        let c = &self.config;
-        let mut limits = serde_json::Map::new();
-        let mut limit = |name: &str, value: u64| {
-            limits.insert(name.to_owned(), value.into());
+        let response = match written {
+            Ok(()) => response,
+            Err(e) => Response::error(503, &unwritten_delete(&e)),
         };
-        limit("maxMessages", c.store.max_messages as u64);
-        limit("maxStoreBytes", c.store.max_bytes as u64);
-        limit("maxMessageBytes", c.max_message_bytes as u64);
-        limit("maxRecipients", c.max_recipients as u64);
-        limit("maxWaits", c.max_waits as u64);
-        limit("patternBudgetMs", c.pattern_budget_ms);
-        limit("maxPatternChars", crate::filter::MAX_PATTERN_CHARS as u64);
-        limit("maxSubscribers", c.max_subscribers as u64);
-        limit("eventBuffer", c.event_buffer as u64);
-        limit("maxFaults", c.max_faults as u64);
-        if let Some(max_age_ms) = self.max_age_ms {
-            limit("maxAgeMs", max_age_ms);
-        }
-        for (name, value) in &c.host_limits {
-            limit(name, *value);
-        }
-        let mut body = serde_json::json!({
-            "ok": true,
-            "api": c.api,
-            "smtp": c.smtp,
-            "domain": c.domain,
-            "version": env!("CARGO_PKG_VERSION"),
-            "messages": self.store.len(),
-            "storeBytes": self.store.bytes(),
-            "evicted": self.store.evicted(),
-            "waits": self.waits.len(),
-            "subscribers": self.subscribers.len(),
-            "patterns": self.patterns.live(),
-            "faults": self.faults.len(),
-            "storage": self.storage_json(),
-        });
-        if let (Some(live), Some(object)) = (&self.live, body.as_object_mut()) {
-            for (name, value) in live() {
-                object.insert(name.to_owned(), value.into());
-            }
-            object.insert("limits".to_owned(), limits.into());
-        } else if let Some(object) = body.as_object_mut() {
-            object.insert("limits".to_owned(), limits.into());
-        }
-        Response::json(200, &body)
+        self.outputs.push_back(Output::Respond(client, response));
     }
 
-    fn list(&self, query: &Query) -> Result<Step, ApiError> {
-        query.only(&[FILTERS, &["limit", "beforeId", "view"]].concat())?;
-        let spec = query.filter()?;
-        let limit = query.integer("limit", 1, MAX_LIMIT)?;
-        let summary = match query.get("view") {
-            None | Some("full") => false,
-            Some("summary") => true,
-            Some(other) => {
-                return Err(ApiError::BadRequest(format!(
-                    "view must be full or summary, not {:?}",
-                    truncate(other, 30)
-                )));
-            }
-        };
-        let messages = self.range(&spec, query)?;
-        Ok(Step::Work(self.job(JobKind::List {
-            spec,
-            messages,
-            limit,
-            budget: self.budget(),
-            summary,
-        })))
-    }
-
-    /// The stored messages after `afterId` and before `beforeId`, in O(log n).
-    fn range(&self, spec: &crate::filter::FilterSpec, query: &Query) -> Result<Snapshot, ApiError> {
-        let before = match query.get("beforeId").filter(|v| !v.is_empty()) {
-            Some(id) => Some(
-                id.parse()
-                    .map_err(|e| ApiError::BadRequest(format!("beforeId is {e}")))?,
-            ),
-            None => None,
-        };
-        Ok(self.store.snapshot().after(spec.after()).before(before))
-    }
-
-    fn latest(&self, query: &Query) -> Result<Step, ApiError> {
-        query.only(&[FILTERS, &["beforeId"]].concat())?;
-        let spec = query.filter()?;
-        let messages = self.range(&spec, query)?;
-        Ok(Step::Work(self.job(JobKind::Latest {
-            spec,
-            messages,
-            budget: self.budget(),
-        })))
-    }
-
-    fn wait(&self, query: &Query, now_ms: u64) -> Result<Step, ApiError> {
-        query.only(&[FILTERS, &["timeoutMs"]].concat())?;
-        let spec = query.filter()?;
-        let timeout_ms = query
-            .integer("timeoutMs", 1, MAX_WAIT_MS)?
-            .unwrap_or(DEFAULT_WAIT_MS);
-        if self.waits.len() >= self.config.max_waits {
-            return Err(ApiError::TooManyWaits);
-        }
-        let messages = self.store.snapshot().after(spec.after());
-        Ok(Step::Work(self.job(JobKind::Wait(WaitWork {
-            filter: WaitFilter::Spec(spec),
-            messages,
-            upto: self.store.newest(),
-            timeout_ms,
-            deadline_ms: now_ms.saturating_add(timeout_ms),
-            budget: self.budget(),
-        }))))
-    }
-
-    fn events(&self, query: &Query, last_event_id: Option<&str>) -> Result<Step, ApiError> {
-        query.only(FILTERS)?;
-        let mut spec = query.filter()?;
-        // An EventSource reconnects to the same URL with the id it saw last:
-        // that id, not the URL's afterId, is where it resumes.
-        if let Some(last) = last_event_id.map(str::trim).filter(|s| !s.is_empty()) {
-            let id = last.parse().map_err(|_| {
-                ApiError::BadRequest(format!(
-                    "Last-Event-ID is not a message id: {}",
-                    truncate(last, 100)
-                ))
-            })?;
-            spec.resume_after(id);
-        }
-        if self.subscribers.len() >= self.config.max_subscribers {
-            return Err(ApiError::TooManySubscribers);
-        }
-        Ok(Step::Work(self.job(JobKind::Subscribe {
-            spec,
-            budget: self.budget(),
-        })))
-    }
-
-    fn get(&self, id: &str) -> Result<Response, ApiError> {
-        let email = parse_path_id(id).and_then(|id| self.store.get(id));
-        email.map(one).ok_or_else(|| not_stored(id))
-    }
-
-    /// The stored message a path names, or the 404 that says it is not stored.
-    fn stored(&self, id: &str) -> Result<Arc<Email>, ApiError> {
-        parse_path_id(id)
-            .and_then(|parsed| self.store.get(parsed))
-            .ok_or_else(|| not_stored(id))
-    }
-
-    fn raw(&self, id: &str) -> Result<Response, ApiError> {
-        self.stored(id).map(crate::download::raw_response)
-    }
-
-    fn attachment(&self, id: &str, index: &str) -> Result<Step, ApiError> {
-        let email = self.stored(id)?;
-        let index = crate::download::parse_index(index)
-            .filter(|i| *i < email.attachments().len())
-            .ok_or_else(|| {
-                ApiError::NotFound(format!(
-                    "message {} has no attachment {}",
-                    email.id,
-                    truncate(index, 30)
-                ))
-            })?;
-        Ok(Step::Work(self.job(JobKind::Attachment { email, index })))
-    }
-
-    fn html(&self, id: &str, query: &Query) -> Result<Step, ApiError> {
-        query.only(&["remoteImages"])?;
-        let remote_images = match query.get("remoteImages") {
-            None | Some("false") => false,
-            Some("true") => true,
-            Some(other) => {
-                return Err(ApiError::BadRequest(format!(
-                    "remoteImages must be true or false, not {:?}",
-                    truncate(other, 30)
-                )));
-            }
-        };
-        let email = self.stored(id)?;
-        Ok(Step::Work(self.job(JobKind::Html {
-            email,
-            remote_images,
-        })))
-    }
-
-    fn delete(&mut self, query: &Query) -> Result<Step, ApiError> {
-        query.only(&["to"])?;
-        match query.get("to") {
-            None => {
-                let all = self.store.clear();
-                let deleted = all.len();
-                self.subscribers.deleted_all();
-                self.trash.snapshots.push(all);
-                Ok(Step::Ready(deleted_response(deleted)))
-            }
-            Some(to) => {
-                let to = to.trim().to_lowercase();
-                if to.is_empty() {
-                    return Err(ApiError::BadRequest(
-                        "to must not be empty: leave it out to delete every message".to_owned(),
-                    ));
-                }
-                Ok(Step::Work(self.job(JobKind::DeleteTo {
-                    to,
-                    messages: self.store.snapshot(),
-                })))
+    /// Takes what a [`MatchBatch`] (or a part of one) found: the waits it
+    /// settled are answered, in wait order, and their patterns' budgets kept.
+    pub fn handle_matches(&mut self, matches: Matches) {
+        let mut found = matches.found;
+        found.sort_unstable_by_key(|(id, _)| *id);
+        for (id, result) in found {
+            if let Some((_, client)) = self.waits.remove(id) {
+                let response = match result {
+                    Ok(email) => one(email),
+                    Err(e) => e.response(),
+                };
+                self.outputs.push_back(Output::Respond(client, response));
             }
         }
-    }
-
-    fn delete_one(&mut self, id: &str) -> Result<Response, ApiError> {
-        let target = parse_path_id(id).ok_or_else(|| not_stored(id))?;
-        let removed = self.store.remove_ids(&[target]);
-        match removed.len() {
-            0 => Err(not_stored(id)),
-            n => {
-                self.forget(removed, Reason::Deleted);
-                Ok(deleted_response(n))
-            }
+        for (id, budget_ns) in matches.budgets {
+            self.waits.set_budget(id, budget_ns);
         }
+        self.matching = self.matching.saturating_sub(matches.covered);
     }
 
-    /// Stores a message received at `now_ms`; its id orders it after every earlier one.
-    ///
-    /// `receivedAt` never goes back in receive order, even when the host
-    /// clock does. No pattern runs here: the parked waits are tried by a
-    /// [`MatchBatch`] afterwards, outside the lock.
-    pub fn deliver(&mut self, message: Prepared, now_ms: u64, entropy: Entropy) -> Stored {
+    /// What is next for a subscriber: a step of its replay or of the log to
+    /// run outside the lock, or nothing yet (wait for [`Api::event_head`] to
+    /// move), or its end. O(log n). One step at a time: until its
+    /// [`Progress`] comes back ([`Api::handle_progress`]) the next step gives the same events.
+    pub fn poll_events(&mut self, subscriber: SubscriberId) -> NextEvents {
+        self.subscribers.next(subscriber, &self.store)
+    }
+
+    /// Moves a subscriber on by what its last step went through.
+    pub fn handle_progress(&mut self, progress: Progress) {
+        self.subscribers.progress(progress);
+    }
+
+    /// Ends a subscription; false when it was not open.
+    pub fn handle_unsubscribe(&mut self, subscriber: SubscriberId) -> bool {
+        self.subscribers.remove(subscriber)
+    }
+
+    /// Stores a message received at `now_ms`; its id orders it after every
+    /// earlier one. [`Api::assign`] then [`Api::handle_message`] in one call.
+    pub fn deliver(&mut self, message: Prepared, now_ms: u64, entropy: Entropy) -> MessageId {
         let assigned = self.assign(now_ms, entropy);
-        self.insert(assigned, message)
+        self.handle_message(Email::new(assigned.id, assigned.received_at_ms, message))
     }
 
-    /// Stores a message under an id from [`Api::assign`]: deliveries split
-    /// in two steps so a host can write the message with its id before it is stored here.
-    pub fn insert(&mut self, assigned: Assigned, message: Prepared) -> Stored {
-        let Assigned { id, received_at_ms } = assigned;
-        self.insert_email(Email::new(id, received_at_ms, message))
-    }
-
-    /// [`Api::insert`] of a message the host built with [`Email::new`] from
-    /// its [`Assigned`] id and time, outside its lock.
-    pub fn insert_email(&mut self, email: Email) -> Stored {
+    /// Stores a message under the id and time [`Api::assign`] gave it (the
+    /// host built it with [`Email::new`], outside its lock, and wrote it to
+    /// disk if it keeps messages there). What it evicts comes out as
+    /// [`Output::Removed`]; the waits it may answer are tried by a
+    /// [`MatchBatch`] ([`Output::Match`]).
+    pub fn handle_message(&mut self, email: Email) -> MessageId {
         let id = email.id;
         self.expire_old(email.received_at_ms);
         let (_, evicted) = self.store.push(email);
@@ -757,15 +542,153 @@ impl<W> Api<W> {
             // Nothing to try: later waits look at the store themselves.
             self.match_cursor = Some(id);
         }
-        Stored {
-            id,
-            waits_parked: !self.waits.is_empty(),
+        self.flush_trash();
+        id
+    }
+
+    fn job(&self, request: RequestId, kind: Box<JobKind>) -> Job {
+        let cached = kind.spec().and_then(|spec| spec.cached(&self.patterns));
+        Job {
+            kind,
+            request,
+            cached,
         }
     }
 
+    fn budget(&self) -> Budget {
+        Budget::new(self.config.pattern_budget_ms.saturating_mul(1_000_000))
+    }
+
+    /// Hands a request's work out, keeping its client until it is done.
+    fn run(&mut self, request: RequestId, client: W, kind: Box<JobKind>) {
+        let job = self.job(request, kind);
+        self.running.insert(request, client);
+        self.outputs.push_back(Output::Run(job));
+    }
+
+    /// Answers a request, after the disk when it deleted messages on a durable host.
+    fn respond(&mut self, request: RequestId, client: W, response: Response) {
+        if std::mem::take(&mut self.deleting) && self.config.durable && !self.trash.is_empty() {
+            let trash = std::mem::take(&mut self.trash);
+            self.held.insert(request, (client, response));
+            self.outputs.push_back(Output::Removed(Removed {
+                trash,
+                answer_after_write: Some(request),
+            }));
+            return;
+        }
+        self.outputs.push_back(Output::Respond(client, response));
+    }
+
+    /// Hands what left the store to the host, if anything did.
+    fn flush_trash(&mut self) {
+        self.deleting = false;
+        if !self.trash.is_empty() {
+            let trash = std::mem::take(&mut self.trash);
+            self.outputs.push_back(Output::Removed(Removed {
+                trash,
+                answer_after_write: None,
+            }));
+        }
+    }
+
+    /// Makes the change a job asked for; answers its client if it is still there.
+    fn commit(&mut self, request: RequestId, client: Option<W>, commit: CommitKind, now_ms: u64) {
+        let _ = now_ms;
+        match commit {
+            CommitKind::AddFault(rule) => {
+                let response = self.faults.add_response(rule);
+                if let Some(client) = client {
+                    self.respond(request, client, response);
+                }
+            }
+            CommitKind::Remove(ids) => {
+                let removed = self.store.remove_ids(&ids);
+                let count = removed.len();
+                self.forget(removed, Reason::Deleted);
+                if let Some(client) = client {
+                    self.respond(request, client, routes::deleted_response(count));
+                }
+            }
+            CommitKind::Subscribe { mut filter, budget } => {
+                let Some(client) = client else { return };
+                if self.subscribers.len() >= self.config.max_subscribers {
+                    let response = ApiError::TooManySubscribers.response();
+                    return self.respond(request, client, response);
+                }
+                filter.share_pattern(&mut self.patterns);
+                // Replay and live events meet here: the replay ends with the
+                // newest message stored now, the cursor starts after it.
+                let id = self
+                    .subscribers
+                    .add(filter, budget.remaining_ns(), &self.store);
+                self.outputs
+                    .push_back(Output::Subscribed(client, Subscription { id }));
+            }
+            CommitKind::Park {
+                filter,
+                upto,
+                timeout_ms,
+                deadline_ms,
+                budget,
+            } => {
+                let Some(client) = client else { return };
+                self.park(
+                    request,
+                    client,
+                    filter,
+                    upto,
+                    (timeout_ms, deadline_ms),
+                    budget,
+                );
+            }
+        }
+    }
+
+    /// Parks a wait that found nothing up to `upto`, unless messages arrived
+    /// while its job looked: then it looks at those too.
+    fn park(
+        &mut self,
+        request: RequestId,
+        client: W,
+        mut filter: crate::filter::Filter,
+        upto: Option<MessageId>,
+        (timeout_ms, deadline_ms): (u64, u64),
+        budget: Budget,
+    ) {
+        let newest = self.store.newest();
+        if newest > upto {
+            let from = upto.max(filter.after());
+            let work = WaitWork {
+                filter: WaitFilter::Compiled(filter),
+                messages: self.store.snapshot().after(from),
+                upto: newest,
+                timeout_ms,
+                deadline_ms,
+                budget,
+            };
+            return self.run(request, client, Box::new(JobKind::Wait(work)));
+        }
+        if self.waits.len() >= self.config.max_waits {
+            return self.respond(request, client, ApiError::TooManyWaits.response());
+        }
+        filter.share_pattern(&mut self.patterns);
+        let wait = PendingWait {
+            filter,
+            timeout_ms,
+            deadline_ms,
+            seen: upto,
+            budget_ns: budget.remaining_ns(),
+        };
+        self.waits.park(request, wait, client);
+    }
+
     /// The messages stored since the last batch and the waits to try them
-    /// against; None when there is nothing to try. O(1): run it outside the lock.
-    pub fn match_batch(&mut self) -> Option<MatchBatch> {
+    /// against, when no batch is out; None when there is nothing to try. O(1).
+    fn match_batch(&mut self) -> Option<MatchBatch> {
+        if self.matching > 0 {
+            return None;
+        }
         let newest = self.store.newest();
         if newest <= self.match_cursor {
             return None;
@@ -775,111 +698,21 @@ impl<W> Api<W> {
         if self.waits.is_empty() {
             return None;
         }
-        Some(MatchBatch {
+        let batch = MatchBatch {
             messages,
             waits: self.waits.snapshot(),
-        })
-    }
-
-    /// Answers the waits a [`MatchBatch`] settled that are still parked, in
-    /// wait order: each client's handle with its response.
-    pub fn resolve(&mut self, matches: Matches) -> Vec<(W, Response)> {
-        let mut found = matches.found;
-        found.sort_unstable_by_key(|(id, _)| *id);
-        found
-            .into_iter()
-            .filter_map(|(id, result)| {
-                let (_, waiter) = self.waits.remove(id)?;
-                let response = match result {
-                    Ok(email) => one(email),
-                    Err(e) => e.response(),
-                };
-                Some((waiter, response))
-            })
-            .collect()
-    }
-
-    /// Stores a message and answers the waits it matches, on this thread: for
-    /// hosts without a lock to keep short (the wasm host, tests).
-    pub fn deliver_and_wake(
-        &mut self,
-        message: Prepared,
-        now_ms: u64,
-        entropy: Entropy,
-        clock: &dyn Clock,
-    ) -> Delivered<W> {
-        let stored = self.deliver(message, now_ms, entropy);
-        let mut woken = Vec::new();
-        while let Some(batch) = self.match_batch() {
-            let matches = batch.run(clock);
-            woken.extend(self.resolve(matches));
-        }
-        Delivered {
-            id: stored.id,
-            woken,
-        }
-    }
-
-    /// Ends a parked wait at its deadline: its client's handle and the 408;
-    /// None when it was already answered or cancelled.
-    pub fn expire(&mut self, wait: WaitId) -> Option<(W, Response)> {
-        self.waits
-            .remove(wait)
-            .map(|(w, waiter)| (waiter, ApiError::Timeout(w.timeout_ms).response()))
-    }
-
-    /// Ends every parked wait whose deadline is at or before `now_ms` with a 408.
-    pub fn expire_due(&mut self, now_ms: u64) -> Vec<(W, Response)> {
-        self.waits
-            .due(now_ms)
-            .into_iter()
-            .filter_map(|id| self.expire(id))
-            .collect()
-    }
-
-    /// Ends every parked wait (the host shuts down): their clients' handles, in wait order.
-    pub fn drain_waits(&mut self) -> Vec<W> {
-        self.waits.drain().into_iter().map(|(_, w)| w).collect()
-    }
-
-    /// The earliest deadline among the parked waits.
-    pub fn next_deadline(&self) -> Option<u64> {
-        self.waits.next_deadline()
-    }
-
-    /// Forgets a parked wait whose client went away: its handle, or None
-    /// when it was not parked.
-    pub fn cancel(&mut self, wait: WaitId) -> Option<W> {
-        self.waits.remove(wait).map(|(_, waiter)| waiter)
-    }
-
-    /// What is next for a subscriber: a step of its replay or of the log to
-    /// run outside the lock, or nothing yet (wait for [`Api::event_head`] to
-    /// move), or its end. O(log n). One step at a time: a step taken before
-    /// the last one ran gives the same events again.
-    pub fn next_events(&mut self, subscriber: SubscriberId) -> NextEvents {
-        self.subscribers.next(subscriber, &self.store)
-    }
-
-    /// Ends a subscription; false when it was not open.
-    pub fn unsubscribe(&mut self, subscriber: SubscriberId) -> bool {
-        self.subscribers.remove(subscriber)
-    }
-
-    /// How many changes have been logged for subscribers: when it moves, idle subscribers have news.
-    pub fn event_head(&self) -> u64 {
-        self.subscribers.head()
-    }
-
-    /// How many event streams are open.
-    pub fn subscriber_count(&self) -> usize {
-        self.subscribers.len()
+        };
+        self.matching = batch.waits();
+        Some(batch)
     }
 
     /// Logs messages that left the store for subscribers and frees them outside the lock.
     fn forget(&mut self, emails: Vec<Arc<Email>>, reason: Reason) {
         if emails.is_empty() {
             return;
+        }
+        if reason == Reason::Deleted {
+            self.deleting = true;
         }
         if self.subscribers.len() > 0 {
             let ids: Vec<MessageId> = emails.iter().map(|e| e.id).collect();
@@ -889,25 +722,22 @@ impl<W> Api<W> {
     }
 }
 
-/// The filter parameters the list, latest and wait endpoints take.
-const FILTERS: &[&str] = &["to", "subject", "subjectPattern", "subjectFlags", "afterId"];
-
-fn deleted_response(deleted: usize) -> Response {
-    Response::json(200, &serde_json::json!({ "deleted": deleted }))
-}
-
-/// A path id that is not a UUID names no stored message: 404, like any unknown id.
-fn parse_path_id(id: &str) -> Option<MessageId> {
-    id.parse().ok()
-}
-
-fn not_stored(id: &str) -> ApiError {
-    ApiError::NotFound(format!("no stored message has id {}", truncate(id, 100)))
+/// The 503 text of a delete that left memory but not the disk.
+fn unwritten_delete(e: &WriteError) -> String {
+    match e {
+        WriteError::Failed(e) => format!(
+            "deleted from memory, but not yet from disk: {e}; mailjar retries the write until the disk takes it (a restart before that brings the messages back)"
+        ),
+        WriteError::Stopped => "deleted from memory, but not from disk: the storage writer has stopped (mailjar is stopping; the messages come back at the next start)".to_owned(),
+    }
 }
 
 pub use crate::view::format_rfc3339_ms;
 
+mod faults;
+mod inline;
 mod persist;
+mod routes;
 pub use persist::{Assigned, Removal, StorageReport};
 
 #[cfg(test)]

@@ -5,11 +5,12 @@
 //! is appended to one bounded [`EventLog`] under the host's lock. That is
 //! O(1) whatever the number of subscribers, so SMTP ingest never waits for
 //! one. Each subscriber has a cursor into the log. Its host asks for what is
-//! new ([`crate::api::Api::next_events`]) and gets an [`EventBatch`]: one
+//! new ([`crate::api::Api::poll_events`]) and gets an [`EventBatch`]: one
 //! step of at most [`STEP_ENTRIES`] log entries and a snapshot of the store,
 //! both O(log n) to take. The host runs the step outside the lock
 //! ([`EventBatch::run`]), where the subscriber's filter and pattern budget
-//! apply to `stored` events. A step ends early once its events hold
+//! apply to `stored` events, and hands back the [`Progress`] it made
+//! ([`crate::api::Api::handle_progress`]). A step ends early once its events hold
 //! [`STEP_BYTES`] of data or it has taken [`STEP_NANOS`], and before any
 //! message larger than [`LIGHT_MESSAGE_BYTES`] but its first (whose summary
 //! makes a heavy step, [`EventBatch::is_heavy`]); the cursor moves past what
@@ -34,8 +35,7 @@
 //! events meet without a gap or a duplicate.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, OnceLock};
 
 use bytes::{BufMut, Bytes, BytesMut};
 use imbl::shared_ptr::DefaultSharedPtr;
@@ -352,7 +352,7 @@ impl EventLog {
 }
 
 /// Where a subscriber has got to.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Position {
     /// Its replay, while it lasts.
     replay: Option<ReplayPosition>,
@@ -361,42 +361,46 @@ struct Position {
 }
 
 /// What is left of a replay: the messages after `after`, up to `upto`.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct ReplayPosition {
     after: MessageId,
     upto: MessageId,
 }
 
 /// A subscriber's filter, what is left of its pattern budget and where it
-/// has got to: shared with its steps, which run outside the lock one at a
-/// time and move it on by what they went through.
+/// has got to. Its steps run outside the lock on copies, one at a time, and
+/// move it on by the [`Progress`] they hand back.
 #[derive(Debug)]
 struct Follower {
     filter: Filter,
-    budget_ns: AtomicU64,
-    position: Mutex<Position>,
+    budget_ns: u64,
+    position: Position,
 }
 
-impl Follower {
-    fn position(&self) -> Position {
-        *self.position.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn update(&self, f: impl FnOnce(&mut Position)) {
-        f(&mut self.position.lock().unwrap_or_else(PoisonError::into_inner));
-    }
+/// How far one step took its subscriber, and what its pattern budget has
+/// left: pass it to [`crate::api::Api::handle_progress`]. A step whose
+/// progress never comes back is taken again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Progress {
+    subscriber: SubscriberId,
+    position: Position,
+    budget_ns: u64,
 }
 
 /// The open subscriptions and the log they read.
 #[derive(Debug)]
 pub(crate) struct Subscribers {
-    open: BTreeMap<SubscriberId, Arc<Follower>>,
+    open: BTreeMap<SubscriberId, Follower>,
     next: u64,
     log: EventLog,
 }
 
-/// What [`crate::api::Api::next_events`] has for a subscriber.
+/// What [`crate::api::Api::poll_events`] has for a subscriber.
 #[derive(Debug)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "matched at once where it is returned, never stored: a box would cost an allocation per step"
+)]
 pub enum NextEvents {
     /// A step to turn into events outside the lock ([`EventBatch::run`]).
     Batch(EventBatch),
@@ -440,11 +444,19 @@ impl Subscribers {
         };
         let follower = Follower {
             filter,
-            budget_ns: budget_ns.into(),
-            position: Mutex::new(position),
+            budget_ns,
+            position,
         };
-        self.open.insert(id, Arc::new(follower));
+        self.open.insert(id, follower);
         id
+    }
+
+    /// Moves a subscriber on by what its last step went through.
+    pub(crate) fn progress(&mut self, progress: Progress) {
+        if let Some(follower) = self.open.get_mut(&progress.subscriber) {
+            follower.position = progress.position;
+            follower.budget_ns = progress.budget_ns;
+        }
     }
 
     pub(crate) fn remove(&mut self, id: SubscriberId) -> bool {
@@ -491,10 +503,20 @@ impl Subscribers {
     /// The next step for `id`: of its replay, read from `store`, then of the log. O(log n).
     pub(crate) fn next(&mut self, id: SubscriberId, store: &Store) -> NextEvents {
         let head = self.log.head();
-        let Some(follower) = self.open.get(&id).cloned() else {
+        let Some(follower) = self.open.get_mut(&id) else {
             return NextEvents::Ended;
         };
-        let position = follower.position();
+        let mut position = follower.position;
+        let batch = |source, position| {
+            NextEvents::Batch(EventBatch {
+                source,
+                subscriber: id,
+                filter: follower.filter.clone(),
+                budget_ns: follower.budget_ns,
+                position,
+                head,
+            })
+        };
         if let Some(replay) = position.replay {
             let messages = store
                 .snapshot()
@@ -502,17 +524,18 @@ impl Subscribers {
                 .split_at(STEP_ENTRIES)
                 .0;
             if messages.iter().next().is_some_and(|e| e.id <= replay.upto) {
-                return NextEvents::Batch(EventBatch {
-                    source: Source::Replay {
+                return batch(
+                    Source::Replay {
                         messages,
                         upto: replay.upto,
                     },
-                    follower,
-                    head,
-                });
+                    position,
+                );
             }
-            // Nothing left up to where the log takes over.
-            follower.update(|p| p.replay = None);
+            // Nothing left up to where the log takes over; the step's
+            // position, handed back, must not bring the replay back.
+            position.replay = None;
+            follower.position.replay = None;
         }
         if position.cursor == head {
             return NextEvents::Idle;
@@ -522,17 +545,16 @@ impl Subscribers {
                 self.remove(id);
                 NextEvents::Overflow
             }
-            Some(start) => NextEvents::Batch(EventBatch {
-                source: Source::Log {
+            Some(start) => batch(
+                Source::Log {
                     // The whole log in O(1), and the range the step may go through.
                     log: self.log.entries.clone(),
                     range: start..self.log.entries.len().min(start + STEP_ENTRIES),
                     from: position.cursor,
                     store: store.snapshot(),
                 },
-                follower,
-                head,
-            }),
+                position,
+            ),
         }
     }
 }
@@ -556,7 +578,11 @@ enum Source {
 #[derive(Debug)]
 pub struct EventBatch {
     source: Source,
-    follower: Arc<Follower>,
+    subscriber: SubscriberId,
+    /// Copies of the subscriber's filter, budget and position when the step was taken.
+    filter: Filter,
+    budget_ns: u64,
+    position: Position,
     /// The log's head when the step was taken.
     head: u64,
 }
@@ -569,6 +595,8 @@ pub struct Ran {
     /// Whether the subscriber went through the log up to [`EventBatch::head`]: until the head
     /// moves past it there is nothing new. False while more is waiting (ask again at once).
     pub caught_up: bool,
+    /// How far it took the subscriber: pass it to [`crate::api::Api::handle_progress`].
+    pub progress: Option<Progress>,
 }
 
 impl EventBatch {
@@ -590,7 +618,7 @@ impl EventBatch {
     /// step reads no such message and ends after [`STEP_NANOS`]; a host may
     /// run it where it stands.
     pub fn is_heavy(&self) -> bool {
-        let filter = &self.follower.filter;
+        let filter = &self.filter;
         if filter.has_pattern() {
             return true;
         }
@@ -630,14 +658,15 @@ impl EventBatch {
     /// the subscriber's filter matches. When the pattern budget runs out the
     /// last event is an [`Event::Error`] and the stream is to end.
     pub fn run(self, clock: &dyn Clock) -> Ran {
-        let follower = &self.follower;
+        let mut position = self.position;
         let mut step = Step {
-            filter: &follower.filter,
-            budget: Budget::new(follower.budget_ns.load(Ordering::Relaxed)),
+            filter: &self.filter,
+            budget: Budget::new(self.budget_ns),
             clock,
             ran: Ran {
                 events: Vec::with_capacity(self.entries()),
                 caught_up: false,
+                progress: None,
             },
             bytes: 0,
             sent: false,
@@ -654,20 +683,22 @@ impl EventBatch {
                 let len = range.len();
                 let (went, all) = step.log(log.focus().narrow(range), &store);
                 step.ran.caught_up = all && from + len as u64 == self.head;
-                follower.update(|p| p.cursor = from + went as u64);
+                position.cursor = from + went as u64;
             }
             Source::Replay { messages, upto } => {
                 let (last, done) = step.replay(&messages, upto);
-                follower.update(|p| match (done, last, p.replay.as_mut()) {
-                    (true, _, _) => p.replay = None,
+                match (done, last, position.replay.as_mut()) {
+                    (true, _, _) => position.replay = None,
                     (false, Some(last), Some(replay)) => replay.after = last,
                     _ => {}
-                });
+                }
             }
         }
-        follower
-            .budget_ns
-            .store(step.budget.remaining_ns(), Ordering::Relaxed);
+        step.ran.progress = Some(Progress {
+            subscriber: self.subscriber,
+            position,
+            budget_ns: step.budget.remaining_ns(),
+        });
         step.ran
     }
 }
@@ -808,10 +839,10 @@ fn error_event(e: &ApiError) -> Event {
 }
 
 /// A new subscription: its id. Its replay, if it resumes, comes first from
-/// [`crate::api::Api::next_events`], then its live events.
+/// [`crate::api::Api::poll_events`], then its live events.
 #[derive(Debug)]
 pub struct Subscription {
-    /// Names it in [`crate::api::Api::next_events`] and [`crate::api::Api::unsubscribe`].
+    /// Names it in [`crate::api::Api::poll_events`] and [`crate::api::Api::handle_unsubscribe`].
     pub id: SubscriberId,
 }
 
@@ -845,6 +876,45 @@ mod tests {
         })));
         assert_eq!(log.entries.len(), 1);
         assert_eq!(log.weight, 1000);
+    }
+
+    #[test]
+    fn a_replay_that_ended_stays_ended_once_the_log_step_is_handed_back() {
+        use crate::filter::{FilterParams, FilterSpec};
+        use crate::smtp::{Envelope, Incoming};
+        let mut store = Store::new(crate::store::StoreLimits::default());
+        let ids = ids(2);
+        for id in &ids {
+            let prepared = crate::email::Prepared::new(Incoming {
+                envelope: Envelope::default(),
+                raw: b"Subject: s\r\n\r\nbody\r\n".to_vec(),
+                helo: None,
+                session: Default::default(),
+            });
+            store.push(Email::new(*id, 1000, prepared));
+        }
+        let mut subscribers = Subscribers::new(DEFAULT_EVENT_BUFFER);
+        let after = ids[0].to_string();
+        let filter = FilterSpec::new(FilterParams {
+            after_id: Some(&after),
+            ..FilterParams::default()
+        })
+        .and_then(|spec| spec.compile(None))
+        .unwrap();
+        let sub = subscribers.add(filter, u64::MAX, &store);
+        // What the replay was to send is deleted before its first step.
+        store.remove_ids(&ids[1..]);
+        subscribers.deleted(&ids[1..], Reason::Deleted);
+        let NextEvents::Batch(batch) = subscribers.next(sub, &store) else {
+            panic!("the deletion, from the log");
+        };
+        let ran = batch.run(&StoppedClock);
+        assert_eq!(ran.events.len(), 1);
+        let progress = ran.progress.unwrap();
+        assert_eq!(progress.position.replay, None, "the replay has ended");
+        subscribers.progress(progress);
+        assert_eq!(subscribers.open[&sub].position.replay, None);
+        assert!(matches!(subscribers.next(sub, &store), NextEvents::Idle));
     }
 
     fn joined(pieces: SsePieces) -> String {

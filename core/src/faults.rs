@@ -4,19 +4,20 @@
 //! (the envelope sender, a recipient), the stage it acts at (`connect`,
 //! `helo`, `mail`, `rcpt`, `data`, `message`), what it does (a reply with any
 //! 4xx/5xx code, a disconnect, a delay) and how often (`times`, default 1,
-//! `null` for always; a `probability`). The rules are shared by every SMTP
-//! session of one server through a [`FaultRules`] handle, which a session
-//! asks at each stage ([`FaultRules::check`]): the first rule in creation
-//! order whose stage and match fit the event decides; when it has a
-//! probability and loses its roll, nothing fires this time and the rule is
-//! kept as it was. A rule that fired its `times` goes.
+//! `null` for always; a `probability`). The rules are a [`Faults`] the API
+//! owns; an SMTP session asks them at each stage through
+//! [`crate::smtp::FaultCheck`], which the host implements over the API
+//! (under its lock): the first rule in creation order whose stage and match
+//! fit the event decides; when it has a probability and loses its roll,
+//! nothing fires this time and the rule is kept as it was. A rule that fired
+//! its `times` goes. The stage, action and event types belong to the session
+//! ([`crate::smtp`]) and are re-exported here.
 //!
 //! Deterministic: the rolls come from a small generator seeded by the host
-//! ([`FaultRules::seed`]); nothing here reads a clock or the OS. A delay is
+//! ([`Faults::new`]); nothing here reads a clock or the OS. A delay is
 //! an output the host waits on ([`crate::smtp::Output::Fault`]), never a sleep.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 
@@ -36,73 +37,14 @@ pub const MAX_REPLY_TEXT: usize = 500;
 /// The longest address a rule may match, in bytes (the SMTP path limit).
 pub const MAX_MATCH_BYTES: usize = crate::smtp::MAX_PATH_OCTETS;
 
-/// Where in an SMTP session a rule acts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stage {
-    /// The connection opens (instead of, or before, the greeting).
-    Connect,
-    /// HELO or EHLO.
-    Helo,
-    /// MAIL FROM.
-    Mail,
-    /// Each RCPT TO.
-    Rcpt,
-    /// The DATA command (or the first BDAT).
-    Data,
-    /// The end of the message text: a fault here means the message is not stored.
-    Message,
-}
+pub use crate::smtp::{Action, FaultEvent, Fired, Stage};
 
-impl Stage {
-    const ALL: [Stage; 6] = [
-        Stage::Connect,
-        Stage::Helo,
-        Stage::Mail,
-        Stage::Rcpt,
-        Stage::Data,
-        Stage::Message,
-    ];
-
-    /// The name the API uses.
-    pub fn name(self) -> &'static str {
-        match self {
-            Stage::Connect => "connect",
-            Stage::Helo => "helo",
-            Stage::Mail => "mail",
-            Stage::Rcpt => "rcpt",
-            Stage::Data => "data",
-            Stage::Message => "message",
-        }
-    }
-}
-
-/// What a rule does when it fires.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Action {
-    /// Answer with this code (400 to 599) and text instead of the normal reply;
-    /// a 421, and any reply at `connect`, closes the connection after it.
-    Reply {
-        /// The SMTP reply code.
-        code: u16,
-        /// The reply text (one line, printable ASCII).
-        text: String,
-    },
-    /// Close the connection without a reply.
-    Disconnect,
-    /// Wait this many milliseconds, then give the normal reply.
-    Delay {
-        /// How long, at most [`MAX_DELAY_MS`].
-        ms: u64,
-    },
-}
-
-impl Action {
-    fn to_json(&self) -> Value {
-        match self {
-            Action::Reply { code, text } => json!({ "reply": { "code": code, "text": text } }),
-            Action::Disconnect => json!({ "disconnect": true }),
-            Action::Delay { ms } => json!({ "delayMs": ms }),
-        }
+/// How the API shows an action.
+fn action_json(action: &Action) -> Value {
+    match action {
+        Action::Reply { code, text } => json!({ "reply": { "code": code, "text": text } }),
+        Action::Disconnect => json!({ "disconnect": true }),
+        Action::Delay { ms } => json!({ "delayMs": ms }),
     }
 }
 
@@ -141,7 +83,7 @@ impl Rule {
             "id": self.id,
             "match": matching,
             "stage": self.stage.name(),
-            "action": self.action.to_json(),
+            "action": action_json(&self.action),
             "times": self.times,
             "probability": self.probability,
             "fired": self.fired,
@@ -164,32 +106,14 @@ impl Rule {
     }
 }
 
-/// What a session is doing when it asks for faults.
-#[derive(Debug, Clone, Copy)]
-pub struct FaultEvent<'a> {
-    /// The stage it is at.
-    pub stage: Stage,
-    /// The envelope sender, once MAIL FROM gave it (at `mail` the one being given).
-    pub from: Option<&'a str>,
-    /// The recipients: the one being given at `rcpt`, all of them at `data` and `message`.
-    pub to: &'a [String],
-}
-
-/// A rule that fired: what the session does and what the host logs.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Fired {
-    /// The rule's id.
-    pub id: String,
-    /// The stage it fired at.
-    pub stage: Stage,
-    /// What it does.
-    pub action: Action,
-}
-
 /// The rules of one server and the generator their probabilities roll with.
+///
+/// Plain state the API owns: every change is a call on `&mut self`, made
+/// under the host's API lock. A session asks through [`crate::smtp::FaultCheck`].
 #[derive(Debug)]
 pub struct Faults {
-    rules: Vec<Rule>,
+    /// Shared with a listing that runs outside the API lock; changed copy-on-write.
+    rules: Arc<Vec<Rule>>,
     next_id: u64,
     max: usize,
     /// splitmix64 state.
@@ -197,19 +121,30 @@ pub struct Faults {
 }
 
 impl Faults {
-    /// No rules; at most `max` at once.
-    pub fn new(max: usize) -> Faults {
+    /// No rules; at most `max` at once. `seed` seeds the probability rolls:
+    /// the same seed and the same events give the same faults.
+    pub fn new(max: usize, seed: u64) -> Faults {
         Faults {
-            rules: Vec::new(),
+            rules: Arc::new(Vec::new()),
             next_id: 1,
             max,
-            rng: 0,
+            rng: seed,
         }
     }
 
     /// The rules, in creation order.
     pub fn rules(&self) -> &[Rule] {
         &self.rules
+    }
+
+    /// How many rules are held.
+    pub fn len(&self) -> usize {
+        self.rules.len()
+    }
+
+    /// Whether no rule is held.
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
     }
 
     /// Adds a rule (its id is assigned here); None when `max` rules are held.
@@ -219,7 +154,8 @@ impl Faults {
         }
         let id = self.next_id.to_string();
         self.next_id += 1;
-        self.rules.push(Rule {
+        let rules = Arc::make_mut(&mut self.rules);
+        rules.push(Rule {
             id,
             from: rule.from,
             to: rule.to,
@@ -229,14 +165,16 @@ impl Faults {
             probability: rule.probability,
             fired: 0,
         });
-        self.rules.last()
+        rules.last()
     }
 
     /// Removes one rule; false when there is none with this id.
     pub fn remove(&mut self, id: &str) -> bool {
-        let before = self.rules.len();
-        self.rules.retain(|r| r.id != id);
-        self.rules.len() < before
+        let Some(index) = self.rules.iter().position(|r| r.id == id) else {
+            return false;
+        };
+        Arc::make_mut(&mut self.rules).remove(index);
+        true
     }
 
     /// Removes every rule; returns how many there were.
@@ -262,7 +200,8 @@ impl Faults {
         {
             return None;
         }
-        let rule = &mut self.rules[index];
+        let rules = Arc::make_mut(&mut self.rules);
+        let rule = &mut rules[index];
         rule.fired += 1;
         let fired = Fired {
             id: rule.id.clone(),
@@ -272,129 +211,64 @@ impl Faults {
         if let Some(times) = &mut rule.times {
             *times = times.saturating_sub(1);
             if *times == 0 {
-                self.rules.remove(index);
+                rules.remove(index);
             }
         }
         Some(fired)
     }
-}
 
-#[derive(Debug)]
-struct Shared {
-    /// How many rules are held: sessions skip the lock when it is 0.
-    active: AtomicUsize,
-    faults: Mutex<Faults>,
-}
-
-/// The rules of one server, shared by its API and every SMTP session.
-///
-/// Cheap to clone (one `Arc`). Asking costs one atomic load while no rule is held.
-#[derive(Debug, Clone)]
-pub struct FaultRules(Arc<Shared>);
-
-impl Default for FaultRules {
-    fn default() -> Self {
-        FaultRules::new(DEFAULT_MAX_FAULTS)
-    }
-}
-
-impl FaultRules {
-    /// No rules; at most `max` at once.
-    pub fn new(max: usize) -> FaultRules {
-        FaultRules(Arc::new(Shared {
-            active: AtomicUsize::new(0),
-            faults: Mutex::new(Faults::new(max)),
-        }))
-    }
-
-    /// Seeds the generator probabilities roll with: the same seed and the same
-    /// events give the same faults.
-    pub fn seed(&self, seed: u64) {
-        self.lock().rng = seed;
-    }
-
-    /// The most rules held at once.
-    pub fn max(&self) -> usize {
-        self.lock().max
-    }
-
-    /// How many rules are held now.
-    pub fn len(&self) -> usize {
-        self.0.active.load(Ordering::Acquire)
-    }
-
-    /// Whether no rule is held.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Runs `f` on the rules, keeping the count sessions read in step.
-    pub fn with<T>(&self, f: impl FnOnce(&mut Faults) -> T) -> T {
-        let mut faults = self.lock();
-        let value = f(&mut faults);
-        self.0.active.store(faults.rules.len(), Ordering::Release);
-        value
-    }
-
-    /// The rule that fires for `event`, if any (see [`Faults::fire`]).
-    pub fn check(&self, event: &FaultEvent<'_>) -> Option<Fired> {
-        if self.is_empty() {
-            return None;
-        }
-        self.with(|faults| faults.fire(event))
-    }
-
-    fn lock(&self) -> MutexGuard<'_, Faults> {
-        // The rules stay consistent: every change is one call.
-        self.0.faults.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Answers `/api/faults` (`id` None) and `/api/faults/:id`.
+    /// Answers `/api/faults` (`id` None) and `/api/faults/:id` at once; see
+    /// [`Faults::route`] for the split a host under a lock uses.
     pub fn handle(
-        &self,
+        &mut self,
         method: &str,
         id: Option<&str>,
         content_type: Option<&str>,
         body: &[u8],
     ) -> Result<Response, ApiError> {
+        let body = bytes::Bytes::copy_from_slice(body);
+        match self.route(method, id, content_type, body)? {
+            Routed::Ready(response) => Ok(response),
+            Routed::Work(work) => match work.run()? {
+                Worked::Response(response) => Ok(response),
+                Worked::Add(rule) => Ok(self.add_response(rule)),
+            },
+        }
+    }
+
+    /// What a request to `/api/faults` needs, decided under the API lock in
+    /// time that does not grow with the rules: an answer now (DELETE, and
+    /// refusals), or work to run outside the lock (parsing a new rule,
+    /// listing the rules).
+    pub fn route(
+        &mut self,
+        method: &str,
+        id: Option<&str>,
+        content_type: Option<&str>,
+        body: bytes::Bytes,
+    ) -> Result<Routed, ApiError> {
+        let ready = |response| Ok(Routed::Ready(response));
         match (method, id) {
-            ("GET", None) => {
-                let list: Vec<Value> = self.with(|f| f.rules.iter().map(Rule::to_json).collect());
-                Ok(Response::json(200, &json!({ "faults": list })))
-            }
+            ("GET", None) => Ok(Routed::Work(FaultWork::List(self.rules.clone()))),
             ("POST", None) => {
                 if !is_json(content_type) {
-                    return Ok(Response::error(
+                    return ready(Response::error(
                         415,
                         "Content-Type must be application/json",
                     ));
                 }
                 if body.len() > MAX_FAULT_BODY_BYTES {
-                    return Ok(Response::error(
+                    return ready(Response::error(
                         413,
                         &format!("the body is larger than {MAX_FAULT_BODY_BYTES} bytes"),
                     ));
                 }
-                let rule = parse_rule(body).map_err(ApiError::BadRequest)?;
-                let added = self.with(|f| {
-                    let max = f.max;
-                    f.add(rule).map(Rule::to_json).ok_or(max)
-                });
-                match added {
-                    Ok(rule) => Ok(Response::json(200, &json!({ "fault": rule }))),
-                    Err(max) => Ok(Response::error(
-                        503,
-                        &format!("too many fault rules: at most {max}"),
-                    )),
-                }
+                Ok(Routed::Work(FaultWork::Parse(body)))
             }
-            ("DELETE", None) => {
-                let deleted = self.with(Faults::clear);
-                Ok(Response::json(200, &json!({ "deleted": deleted })))
-            }
+            ("DELETE", None) => ready(Response::json(200, &json!({ "deleted": self.clear() }))),
             ("DELETE", Some(id)) => {
-                if self.with(|f| f.remove(id)) {
-                    Ok(Response::json(200, &json!({ "deleted": 1 })))
+                if self.remove(id) {
+                    ready(Response::json(200, &json!({ "deleted": 1 })))
                 } else {
                     Err(ApiError::NotFound(format!(
                         "no fault rule with id {:?}",
@@ -410,6 +284,66 @@ impl FaultRules {
                     "GET, POST, DELETE"
                 },
             }),
+        }
+    }
+
+    /// Adds a rule [`FaultWork::run`] parsed: the answer to its `POST`.
+    pub fn add_response(&mut self, rule: NewRule) -> Response {
+        let max = self.max;
+        match self.add(rule) {
+            Some(rule) => Response::json(200, &json!({ "fault": rule.to_json() })),
+            None => Response::error(503, &format!("too many fault rules: at most {max}")),
+        }
+    }
+}
+
+impl crate::smtp::FaultCheck for Faults {
+    fn fire(&mut self, event: &FaultEvent<'_>) -> Option<Fired> {
+        Faults::fire(self, event)
+    }
+}
+
+/// What [`Faults::route`] decided.
+#[derive(Debug)]
+pub enum Routed {
+    /// The answer.
+    Ready(Response),
+    /// Work to run outside the lock ([`FaultWork::run`]).
+    Work(FaultWork),
+}
+
+/// The part of a request to `/api/faults` that grows with its body or the rules.
+#[derive(Debug)]
+pub enum FaultWork {
+    /// `GET`: the rules as they were.
+    List(Arc<Vec<Rule>>),
+    /// `POST`: the body to read a rule from.
+    Parse(bytes::Bytes),
+}
+
+/// What [`FaultWork::run`] gives.
+#[derive(Debug)]
+pub enum Worked {
+    /// The answer.
+    Response(Response),
+    /// A valid rule: add it under the lock with [`Faults::add_response`].
+    Add(NewRule),
+}
+
+impl FaultWork {
+    /// Lists the rules or reads the new one; a bad rule is a 400 naming the field.
+    pub fn run(self) -> Result<Worked, ApiError> {
+        match self {
+            FaultWork::List(rules) => {
+                let list: Vec<Value> = rules.iter().map(Rule::to_json).collect();
+                Ok(Worked::Response(Response::json(
+                    200,
+                    &json!({ "faults": list }),
+                )))
+            }
+            FaultWork::Parse(body) => parse_rule(&body)
+                .map(Worked::Add)
+                .map_err(ApiError::BadRequest),
         }
     }
 }

@@ -49,9 +49,17 @@ pub struct Filter {
     to: Option<String>,
     /// A subject substring, lower-cased.
     subject: Option<String>,
-    /// Shared by every request with the same pattern and flags.
-    pattern: Option<Arc<JsRegex>>,
+    /// Its source and flags, and the program shared by every request with the same ones.
+    pattern: Option<Compiled>,
     after: Option<MessageId>,
+}
+
+/// A compiled `subjectPattern` with the source and flags it was compiled from.
+#[derive(Debug, Clone)]
+struct Compiled {
+    source: String,
+    flags: String,
+    program: Arc<JsRegex>,
 }
 
 /// The value, unless it is absent or empty.
@@ -113,14 +121,30 @@ impl FilterSpec {
         self.pattern.is_some()
     }
 
-    /// Compiles the pattern, or takes it from `cache` when another request compiled it.
-    pub fn compile(&self, cache: &PatternCache) -> Result<Filter, ApiError> {
+    /// The pattern as the cache knows it (`cache.get(source, flags)`), if any.
+    pub fn cached(&self, cache: &PatternCache) -> Option<Arc<JsRegex>> {
+        let (source, flags) = self.pattern.as_ref()?;
+        cache.get(source, flags)
+    }
+
+    /// The filter with its pattern compiled, or `cached` (what [`FilterSpec::cached`] gave) when
+    /// another request compiled it. Compiling grows with the pattern: run it outside the lock.
+    pub fn compile(&self, cached: Option<Arc<JsRegex>>) -> Result<Filter, ApiError> {
         let pattern = match &self.pattern {
-            Some((source, flags)) => Some(
-                cache
-                    .get_or_compile(source, flags)
-                    .map_err(|e| ApiError::BadRequest(e.to_string()))?,
-            ),
+            Some((source, flags)) => {
+                let program = match cached {
+                    Some(program) => program,
+                    None => Arc::new(
+                        JsRegex::new(source, flags)
+                            .map_err(|e| ApiError::BadRequest(e.to_string()))?,
+                    ),
+                };
+                Some(Compiled {
+                    source: source.clone(),
+                    flags: flags.clone(),
+                    program,
+                })
+            }
             None => None,
         };
         Ok(Filter {
@@ -133,6 +157,14 @@ impl FilterSpec {
 }
 
 impl Filter {
+    /// Hands its compiled pattern to `cache` for later requests to share,
+    /// taking the cache's instead when another request kept one first.
+    pub fn share_pattern(&mut self, cache: &mut PatternCache) {
+        if let Some(p) = &mut self.pattern {
+            p.program = cache.keep(&p.source, &p.flags, p.program.clone());
+        }
+    }
+
     /// Whether it has a `subjectPattern` (whose matching has a budget).
     pub fn has_pattern(&self) -> bool {
         self.pattern.is_some()
@@ -168,7 +200,7 @@ impl Filter {
             return Ok(false);
         }
         match &self.pattern {
-            Some(re) => budget.run(re, subject, clock),
+            Some(p) => budget.run(&p.program, subject, clock),
             None => Ok(true),
         }
     }
@@ -198,10 +230,9 @@ mod tests {
 
     #[test]
     fn bad_values_are_400_with_a_reason() {
-        let cache = PatternCache::default();
         let err = |p: FilterParams| {
             FilterSpec::new(p)
-                .and_then(|spec| spec.compile(&cache))
+                .and_then(|spec| spec.compile(None))
                 .unwrap_err()
                 .to_string()
         };

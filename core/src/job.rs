@@ -1,8 +1,8 @@
 //! The work of a request that may be long: filtering, pattern matching and
-//! compiling. [`crate::api::Api::handle`] hands it out as a [`Job`]; the host
-//! runs it outside its lock (on a thread where a long computation blocks no
-//! one) and passes the [`Commit`] it may end in back to
-//! [`crate::api::Api::complete`].
+//! compiling. [`crate::api::Api`] hands it out as [`crate::api::Output::Run`];
+//! the host runs it outside its lock (on a thread where a long computation
+//! blocks no one) and passes the [`Done`] it ends in back to
+//! [`crate::api::Api::handle_done`].
 
 use std::sync::Arc;
 
@@ -11,7 +11,8 @@ use crate::email::Email;
 use crate::error::ApiError;
 use crate::filter::{Filter, FilterSpec};
 use crate::id::MessageId;
-use crate::patterns::PatternCache;
+use crate::jsregex::JsRegex;
+use crate::request_id::RequestId;
 use crate::response::Response;
 use crate::store::Snapshot;
 use crate::view::{EmailJson, ListJson};
@@ -41,7 +42,10 @@ pub fn is_light(messages: &Snapshot) -> bool {
 #[derive(Debug)]
 pub struct Job {
     pub(crate) kind: Box<JobKind>,
-    pub(crate) patterns: Arc<PatternCache>,
+    /// The request it answers.
+    pub(crate) request: RequestId,
+    /// Its pattern, compiled, when a request in progress holds it.
+    pub(crate) cached: Option<Arc<JsRegex>>,
 }
 
 /// A filter still to compile, or compiled by an earlier step of the same request.
@@ -84,14 +88,8 @@ pub(crate) enum JobKind {
         email: Arc<Email>,
         remote_images: bool,
     },
-    /// A request to `/api/faults`, answered from the rules' own lock.
-    Faults {
-        rules: crate::faults::FaultRules,
-        method: String,
-        id: Option<String>,
-        content_type: Option<String>,
-        body: bytes::Bytes,
-    },
+    /// The part of a request to `/api/faults` that grows with the body or the rules.
+    Faults(crate::faults::FaultWork),
 }
 
 /// The raw size past which a download's decoding counts as heavy.
@@ -110,21 +108,42 @@ pub(crate) struct WaitWork {
     pub(crate) budget: Budget,
 }
 
-/// How a [`Job`] ended.
+/// How a [`Job`] ended: pass it to [`crate::api::Api::handle_done`].
 #[derive(Debug)]
-pub enum Done {
-    /// The answer: send it.
+pub struct Done {
+    pub(crate) request: RequestId,
+    pub(crate) outcome: Outcome,
+}
+
+impl Done {
+    /// What the job of `request` ends in when it could not run (it panicked):
+    /// the request gets a 503.
+    pub fn failed(request: RequestId) -> Done {
+        Done {
+            request,
+            outcome: Outcome::Response(Response::error(
+                503,
+                "the request failed inside the server",
+            )),
+        }
+    }
+}
+
+/// The answer of a job, or the change it asks for under the lock.
+#[derive(Debug)]
+pub(crate) enum Outcome {
     Response(Response),
-    /// A change to make under the lock: pass it to [`crate::api::Api::complete`].
     Commit(Commit),
 }
 
-/// A change a [`Job`] asks for, made under the lock by [`crate::api::Api::complete`].
+/// A change a [`Job`] asks for, made under the lock.
 #[derive(Debug)]
-pub struct Commit(pub(crate) CommitKind);
+pub(crate) struct Commit(pub(crate) CommitKind);
 
 #[derive(Debug)]
 pub(crate) enum CommitKind {
+    /// Add a fault rule read outside the lock.
+    AddFault(crate::faults::NewRule),
     /// Park the wait, unless messages arrived since it looked.
     Park {
         filter: Filter,
@@ -142,6 +161,22 @@ pub(crate) enum CommitKind {
 /// The one-message answer `{"email": ...}`.
 pub(crate) fn one(email: Arc<Email>) -> Response {
     Response::json_stream(200, Box::new(EmailJson::new(email, b"{\"email\":", b"}")))
+}
+
+impl JobKind {
+    /// The filter it compiles, if any: its pattern may be in the cache.
+    pub(crate) fn spec(&self) -> Option<&FilterSpec> {
+        match self {
+            JobKind::List { spec, .. }
+            | JobKind::Latest { spec, .. }
+            | JobKind::Subscribe { spec, .. } => Some(spec),
+            JobKind::Wait(WaitWork {
+                filter: WaitFilter::Spec(spec),
+                ..
+            }) => Some(spec),
+            _ => None,
+        }
+    }
 }
 
 impl Job {
@@ -166,134 +201,161 @@ impl Job {
                 return email.raw().len() > LIGHT_DOWNLOAD_BYTES;
             }
             // At most 64 KiB of JSON, or --max-faults small rules.
-            JobKind::Faults { .. } => return false,
+            JobKind::Faults(_) => return false,
         };
         pattern || !is_light(messages)
     }
 
-    /// Does the work; `clock` measures what the pattern spends.
-    pub fn run(self, clock: &dyn Clock) -> Done {
-        match self.run_checked(clock) {
-            Ok(done) => done,
-            Err(e) => Done::Response(e.response()),
-        }
+    /// The request it answers.
+    pub fn request(&self) -> RequestId {
+        self.request
     }
 
-    fn run_checked(self, clock: &dyn Clock) -> Result<Done, ApiError> {
-        let patterns = &*self.patterns;
+    /// Does the work; `clock` measures what the pattern spends.
+    pub fn run(self, clock: &dyn Clock) -> Done {
+        let request = self.request;
+        let outcome = match self.run_checked(clock) {
+            Ok(outcome) => outcome,
+            Err(e) => Outcome::Response(e.response()),
+        };
+        Done { request, outcome }
+    }
+
+    /// What a job that could not run ends in: [`Done::failed`].
+    pub fn failed(self) -> Done {
+        Done::failed(self.request)
+    }
+
+    fn run_checked(self, clock: &dyn Clock) -> Result<Outcome, ApiError> {
+        let cached = self.cached;
         match *self.kind {
-            JobKind::Faults {
-                rules,
-                method,
-                id,
-                content_type,
-                body,
-            } => rules
-                .handle(&method, id.as_deref(), content_type.as_deref(), &body)
-                .map(Done::Response),
+            JobKind::Faults(work) => Ok(match work.run()? {
+                crate::faults::Worked::Response(response) => Outcome::Response(response),
+                crate::faults::Worked::Add(rule) => {
+                    Outcome::Commit(Commit(CommitKind::AddFault(rule)))
+                }
+            }),
             JobKind::List {
                 spec,
                 messages,
                 limit,
-                mut budget,
+                budget,
                 summary,
             } => {
-                let filter = spec.compile(patterns)?;
-                let mut emails = Vec::new();
-                match limit {
-                    // The newest `limit` matches, in receive order.
-                    Some(limit) => {
-                        for email in messages.iter().rev() {
-                            if emails.len() as u64 == limit {
-                                break;
-                            }
-                            if filter.matches(email, &mut budget, clock)? {
-                                emails.push(email.clone());
-                            }
-                        }
-                        emails.reverse();
-                    }
-                    None => {
-                        for email in messages.iter() {
-                            if filter.matches(email, &mut budget, clock)? {
-                                emails.push(email.clone());
-                            }
-                        }
-                    }
-                }
-                let body: Box<dyn crate::response::ChunkSource> = if summary {
-                    Box::new(crate::view::SummaryList::new(emails))
-                } else {
-                    Box::new(ListJson::new(emails))
-                };
-                Ok(Done::Response(Response::json_stream(200, body)))
+                let filter = spec.compile(cached)?;
+                list(&filter, &messages, limit, budget, clock, summary)
             }
             JobKind::Latest {
                 spec,
                 messages,
                 mut budget,
             } => {
-                let filter = spec.compile(patterns)?;
+                let filter = spec.compile(cached)?;
                 for email in messages.iter().rev() {
                     if filter.matches(email, &mut budget, clock)? {
-                        return Ok(Done::Response(one(email.clone())));
+                        return Ok(Outcome::Response(one(email.clone())));
                     }
                 }
                 Err(ApiError::NotFound("no stored message matches".to_owned()))
             }
-            JobKind::Wait(work) => {
-                let WaitWork {
-                    filter,
-                    messages,
-                    upto,
-                    timeout_ms,
-                    deadline_ms,
-                    mut budget,
-                } = work;
-                let filter = match filter {
-                    WaitFilter::Spec(spec) => spec.compile(patterns)?,
-                    WaitFilter::Compiled(filter) => filter,
-                };
-                for email in messages.iter() {
-                    if filter.matches(email, &mut budget, clock)? {
-                        return Ok(Done::Response(one(email.clone())));
-                    }
-                }
-                Ok(Done::Commit(Commit(CommitKind::Park {
-                    filter,
-                    upto,
-                    timeout_ms,
-                    deadline_ms,
-                    budget,
-                })))
-            }
+            JobKind::Wait(work) => wait(work, cached, clock),
             JobKind::DeleteTo { to, messages } => {
                 let ids = messages
                     .iter()
                     .filter(|e| e.is_addressed_to(&to))
                     .map(|e| e.id)
                     .collect();
-                Ok(Done::Commit(Commit(CommitKind::Remove(ids))))
+                Ok(Outcome::Commit(Commit(CommitKind::Remove(ids))))
             }
             JobKind::Subscribe { spec, budget } => {
-                let filter = spec.compile(patterns)?;
-                Ok(Done::Commit(Commit(CommitKind::Subscribe {
+                let filter = spec.compile(cached)?;
+                Ok(Outcome::Commit(Commit(CommitKind::Subscribe {
                     filter,
                     budget,
                 })))
             }
-            JobKind::Attachment { email, index } => Ok(Done::Response(
+            JobKind::Attachment { email, index } => Ok(Outcome::Response(
                 crate::download::attachment_response(&email, index)?,
             )),
             JobKind::Html {
                 email,
                 remote_images,
-            } => Ok(Done::Response(crate::download::html_response(
+            } => Ok(Outcome::Response(crate::download::html_response(
                 &email,
                 remote_images,
             )?)),
         }
     }
+}
+
+/// The messages `filter` takes (the newest `limit` of them, in receive order), as a list.
+fn list(
+    filter: &Filter,
+    messages: &Snapshot,
+    limit: Option<u64>,
+    mut budget: Budget,
+    clock: &dyn Clock,
+    summary: bool,
+) -> Result<Outcome, ApiError> {
+    let mut emails = Vec::new();
+    match limit {
+        Some(limit) => {
+            for email in messages.iter().rev() {
+                if emails.len() as u64 == limit {
+                    break;
+                }
+                if filter.matches(email, &mut budget, clock)? {
+                    emails.push(email.clone());
+                }
+            }
+            emails.reverse();
+        }
+        None => {
+            for email in messages.iter() {
+                if filter.matches(email, &mut budget, clock)? {
+                    emails.push(email.clone());
+                }
+            }
+        }
+    }
+    let body: Box<dyn crate::response::ChunkSource> = if summary {
+        Box::new(crate::view::SummaryList::new(emails))
+    } else {
+        Box::new(ListJson::new(emails))
+    };
+    Ok(Outcome::Response(Response::json_stream(200, body)))
+}
+
+/// A wait's look at the stored messages: the first it takes, or a wait to park.
+fn wait(
+    work: WaitWork,
+    cached: Option<Arc<JsRegex>>,
+    clock: &dyn Clock,
+) -> Result<Outcome, ApiError> {
+    let WaitWork {
+        filter,
+        messages,
+        upto,
+        timeout_ms,
+        deadline_ms,
+        mut budget,
+    } = work;
+    let filter = match filter {
+        WaitFilter::Spec(spec) => spec.compile(cached)?,
+        WaitFilter::Compiled(filter) => filter,
+    };
+    for email in messages.iter() {
+        if filter.matches(email, &mut budget, clock)? {
+            return Ok(Outcome::Response(one(email.clone())));
+        }
+    }
+    Ok(Outcome::Commit(Commit(CommitKind::Park {
+        filter,
+        upto,
+        timeout_ms,
+        deadline_ms,
+        budget,
+    })))
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@
 //! responses out.
 
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod api;
 pub mod budget;
@@ -26,6 +27,7 @@ pub mod jsregex;
 pub mod message;
 pub mod patterns;
 mod query;
+pub mod request_id;
 pub mod response;
 pub mod smtp;
 pub mod store;

@@ -1,56 +1,55 @@
 //! Compiled patterns shared by every request that asks for the same one.
 //!
 //! A thousand tests waiting for `^Your code` hold one compiled program, not a
-//! thousand. The cache holds weak references: a pattern lives as long as a
-//! request uses it.
+//! thousand. The cache belongs to the [`crate::api::Api`] and changes only
+//! under its `&mut`: a request's job takes the compiled pattern from it when
+//! one is in use ([`PatternCache::get`]), compiles it outside the lock
+//! otherwise, and a wait or subscription that keeps its compiled pattern
+//! hands it back ([`PatternCache::keep`]). The cache holds weak references:
+//! a pattern lives as long as a request uses it.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 
-use crate::jsregex::{JsRegex, JsRegexError};
+use crate::jsregex::JsRegex;
 
 /// Compiled patterns by (source, flags).
 #[derive(Debug, Default)]
 pub struct PatternCache {
-    patterns: Mutex<HashMap<(String, String), Weak<JsRegex>>>,
+    patterns: HashMap<(String, String), Weak<JsRegex>>,
 }
 
 /// Dead entries are swept when the map grows past this many.
 const SWEEP_AT: usize = 256;
 
 impl PatternCache {
-    /// The compiled pattern, shared; compiles it (outside the cache's lock) when no request holds it.
-    pub fn get_or_compile(&self, source: &str, flags: &str) -> Result<Arc<JsRegex>, JsRegexError> {
+    /// The compiled pattern for `source` and `flags` while a request holds it.
+    pub fn get(&self, source: &str, flags: &str) -> Option<Arc<JsRegex>> {
+        // Keyed by owned strings: a lookup builds the key once, O(pattern length).
         let key = (source.to_owned(), flags.to_owned());
-        if let Some(live) = self.lock().get(&key).and_then(Weak::upgrade) {
-            return Ok(live);
+        self.patterns.get(&key).and_then(Weak::upgrade)
+    }
+
+    /// Remembers a pattern a request compiled, so later requests share it;
+    /// returns the one to use (an earlier live one wins).
+    pub fn keep(&mut self, source: &str, flags: &str, compiled: Arc<JsRegex>) -> Arc<JsRegex> {
+        let key = (source.to_owned(), flags.to_owned());
+        if let Some(live) = self.patterns.get(&key).and_then(Weak::upgrade) {
+            return live;
         }
-        let compiled = Arc::new(JsRegex::new(source, flags)?);
-        let mut patterns = self.lock();
-        if let Some(live) = patterns.get(&key).and_then(Weak::upgrade) {
-            // Another request compiled it meanwhile: share theirs.
-            return Ok(live);
+        if self.patterns.len() >= SWEEP_AT {
+            self.patterns.retain(|_, weak| weak.strong_count() > 0);
         }
-        if patterns.len() >= SWEEP_AT {
-            patterns.retain(|_, weak| weak.strong_count() > 0);
-        }
-        patterns.insert(key, Arc::downgrade(&compiled));
-        Ok(compiled)
+        self.patterns.insert(key, Arc::downgrade(&compiled));
+        compiled
     }
 
     /// How many distinct patterns are compiled and in use.
     pub fn live(&self) -> usize {
-        self.lock()
+        self.patterns
             .values()
             .filter(|weak| weak.strong_count() > 0)
             .count()
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Weak<JsRegex>>> {
-        // The map is consistent after any panic: every change is one insert or retain.
-        self.patterns
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
@@ -59,16 +58,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_same_pattern_is_compiled_once_while_in_use() {
-        let cache = PatternCache::default();
-        let a = cache.get_or_compile("^x+$", "i").unwrap();
-        let b = cache.get_or_compile("^x+$", "i").unwrap();
+    fn the_same_pattern_is_kept_once_while_in_use() {
+        let mut cache = PatternCache::default();
+        assert!(cache.get("^x+$", "i").is_none());
+        let a = cache.keep("^x+$", "i", Arc::new(JsRegex::new("^x+$", "i").unwrap()));
+        let b = cache.get("^x+$", "i").unwrap();
         assert!(Arc::ptr_eq(&a, &b));
-        let other_flags = cache.get_or_compile("^x+$", "").unwrap();
-        assert!(!Arc::ptr_eq(&a, &other_flags));
+        // A second compile of a live pattern gives way to the first.
+        let again = cache.keep("^x+$", "i", Arc::new(JsRegex::new("^x+$", "i").unwrap()));
+        assert!(Arc::ptr_eq(&a, &again));
+        assert!(cache.get("^x+$", "").is_none());
+        let other = cache.keep("^x+$", "", Arc::new(JsRegex::new("^x+$", "").unwrap()));
         assert_eq!(cache.live(), 2);
-        drop((a, b, other_flags));
+        drop((a, b, again, other));
         assert_eq!(cache.live(), 0);
-        assert!(cache.get_or_compile("(", "").is_err());
+        assert!(cache.get("^x+$", "i").is_none());
     }
 }

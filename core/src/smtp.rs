@@ -1,43 +1,88 @@
 //! A sans-IO SMTP server session.
 //!
 //! [`Session`] is the whole server side of one SMTP connection as a state
-//! machine. The host feeds it the bytes it reads with [`Session::receive`] and
-//! writes out the [`Output::Reply`]s it gets back, in order; it stores each
-//! [`Output::Message`] before writing the reply that follows it, so a message
-//! is never acknowledged before it is safe. The session never reads a clock:
-//! the host keeps the timers and, when one fires, calls [`Session::expire`]
-//! with the [`Deadline`] that passed. [`Session::line_in_progress`] and
-//! [`Session::message_in_progress`] tell it which deadlines run: one command
-//! line must arrive within a time counted from its first byte, one message's
-//! text within a time counted from the 354 or the first BDAT, and the idle
-//! timer counts from the last read.
+//! machine that reads no socket and no clock. Its calling contract follows
+//! quinn-proto's `Connection`: the host hands it *inputs* with the `handle_*`
+//! methods and then drains *one queue of outputs* with
+//! [`Session::poll_output`], in order, until it gives `None`.
 //!
-//! Memory: what a session holds (message text and envelope paths) is asked of
-//! a [`Budget`] before it grows, when the host feeds bytes with
-//! [`Session::receive_within`]. A refused message is read to its end without
-//! being kept and answered `452 4.3.1`; a refused MAIL or RCPT gets `452 4.3.1`
-//! at once; a message acknowledged with 250 is always whole. Message text is
-//! counted by the capacity it occupies, so the count is what it costs. A message
-//! handed out stays counted until the host calls [`Session::settle`] after
-//! storing it. [`Session::receive`] uses an unlimited budget.
+//! - **Inputs.** [`Session::open`] when the connection opens (it queues the
+//!   greeting); [`Session::handle_input`] with every chunk of bytes the client
+//!   sends; [`Session::handle_stored`] with the outcome of storing a message;
+//!   [`Session::handle_timeout`] when the deadline passed;
+//!   [`Session::tls_started`] after a handshake; [`Session::handle_shutdown`]
+//!   when the host stops.
+//! - **Outputs.** [`Output::Reply`] is written to the client, [`Output::Close`]
+//!   closes the connection after the replies before it, [`Output::StartTls`]
+//!   asks for a handshake, [`Output::Fault`] is logged (and a delay waited
+//!   before going on), [`Output::Message`] is stored.
+//! - **Storage is an input.** After an [`Output::Message`], `poll_output`
+//!   gives nothing more until the host calls [`Session::handle_stored`]: with
+//!   `Ok` the session writes the 250, with `Err` a `452 4.3.1`. A message is
+//!   so never acknowledged before it is safe, and the replies to commands
+//!   pipelined after it come after its own, in order.
+//! - **Time** is milliseconds on a monotonic scale the host chooses, passed
+//!   in as `now_ms`. The session keeps its own deadlines from [`Config`]: the
+//!   idle timer counts from the last input (a host that waited on its own, for
+//!   a fault's delay, feeds no bytes to restart it), one command line must end
+//!   within the command timeout of its first byte, one message's text within
+//!   the data timeout of its 354 or first BDAT.
+//!   [`Session::poll_timeout`] gives the earliest; at that time the host calls
+//!   [`Session::handle_timeout`], which queues `421 4.4.2` and a close (a call
+//!   before the deadline does nothing).
+//! - **Memory.** What a session holds (message text and envelope paths) is
+//!   asked of the [`Budget`] passed to `handle_input` before it grows. A
+//!   refused message is read to its end without being kept and answered
+//!   `452 4.3.1`; a refused MAIL or RCPT gets `452 4.3.1` at once; a message
+//!   acknowledged with 250 is always whole. Message text is counted by the
+//!   capacity it occupies. A message handed out stays counted until its
+//!   `handle_stored`; [`Session::settle`] then tells the budget.
+//! - **Faults.** At each stage the session asks the [`FaultCheck`] passed to
+//!   `open` and `handle_input` (see [`FaultEvent`]).
 //!
 //! Feeding the same bytes in any chunking gives the same outputs.
 //!
 //! ```
-//! use mailjar_core::smtp::{Config, Output, Session};
+//! use mailjar_core::smtp::{Config, NoFaults, Output, Session, Unlimited};
 //!
 //! let mut session = Session::new(Config::default());
-//! assert_eq!(session.greeting().code, 220);
-//! let outputs = session.receive(
+//! session.open(0, &mut NoFaults);
+//! session.handle_input(
 //!     b"EHLO client\r\nMAIL FROM:<a@example.com>\r\nRCPT TO:<b@example.com>\r\n\
 //!       DATA\r\nSubject: hi\r\n\r\nHello\r\n.\r\nQUIT\r\n",
+//!     10,
+//!     &mut Unlimited,
+//!     &mut NoFaults,
 //! );
-//! let message = outputs.iter().find_map(|o| match o {
-//!     Output::Message(m) => Some(m),
-//!     _ => None,
-//! });
-//! assert_eq!(message.unwrap().raw, b"Subject: hi\r\n\r\nHello\r\n");
-//! assert!(matches!(outputs.last(), Some(Output::Close)));
+//! let (mut wire, mut stored, mut closed) = (Vec::new(), Vec::new(), false);
+//! while let Some(output) = session.poll_output() {
+//!     match output {
+//!         Output::Reply(reply) => reply.write_to(&mut wire),
+//!         // Store it, then say so: the session writes the 250 (or a 452).
+//!         Output::Message(message) => {
+//!             stored.push(message.raw);
+//!             session.handle_stored(Ok(()));
+//!         }
+//!         Output::Close => closed = true,
+//!         Output::Fault(_) | Output::StartTls => {}
+//!     }
+//! }
+//! assert_eq!(stored, [b"Subject: hi\r\n\r\nHello\r\n".to_vec()]);
+//! let wire = String::from_utf8(wire).unwrap();
+//! assert!(wire.starts_with("220 mailjar ESMTP mailjar ready\r\n"));
+//! assert!(wire.ends_with("250 2.0.0 Message accepted (22 bytes)\r\n221 2.0.0 Bye\r\n"));
+//! assert!(closed);
+//!
+//! // A client that sends nothing: the idle deadline passes.
+//! let mut idle = Session::new(Config::default());
+//! idle.open(1_000, &mut NoFaults);
+//! let greeting = idle.poll_output();
+//! assert!(matches!(greeting, Some(Output::Reply(r)) if r.code == 220));
+//! let deadline = idle.poll_timeout().unwrap();
+//! assert_eq!(deadline, 1_000 + Config::default().idle_timeout_ms);
+//! idle.handle_timeout(deadline);
+//! assert!(matches!(idle.poll_output(), Some(Output::Reply(r)) if r.code == 421));
+//! assert_eq!(idle.poll_output(), Some(Output::Close));
 //! ```
 
 mod auth;
@@ -47,10 +92,12 @@ mod path;
 mod reply;
 mod security;
 
+use std::collections::VecDeque;
+
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 
-/// Limits and names a [`Session`] works with.
+/// Limits, names and timeouts a [`Session`] works with.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
     /// The name the server gives itself in the greeting and the EHLO reply.
@@ -65,6 +112,12 @@ pub struct Config {
     pub max_errors: usize,
     /// STARTTLS offered, TLS or AUTH required, the credentials AUTH checks.
     pub security: Security,
+    /// How long the client may send nothing, in milliseconds, before 421.
+    pub idle_timeout_ms: u64,
+    /// How long one command line may take from its first byte, in milliseconds.
+    pub command_timeout_ms: u64,
+    /// How long one message's text may take from its 354 or first BDAT, in milliseconds.
+    pub data_timeout_ms: u64,
 }
 
 impl Default for Config {
@@ -76,20 +129,24 @@ impl Default for Config {
             max_line_bytes: 4096,
             max_errors: 20,
             security: Security::default(),
+            idle_timeout_ms: 5 * 60 * 1000,
+            command_timeout_ms: 60 * 1000,
+            data_timeout_ms: 10 * 60 * 1000,
         }
     }
 }
 
 pub use budget::{Budget, Unlimited};
+pub use faults::{Action, FaultCheck, FaultEvent, Fired, NoFaults, Stage};
 pub use path::MAX_PATH_OCTETS;
 use path::{parse_path, refuse_mailbox, strip_prefix_ignore_case};
 pub use reply::Reply;
 use reply::{MAX_ECHOED_DOMAIN, printable, shown};
 pub use security::{AuthInfo, Credentials, Security, SessionFacts, SmtpFacts, TlsInfo};
 
-/// A timer of the host that can end a session (see [`Session::expire`]).
+/// A deadline of the session (see [`Session::poll_timeout`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Deadline {
+enum Deadline {
     /// Nothing was read for too long.
     Idle,
     /// A command line did not end in time, counted from its first byte.
@@ -120,20 +177,66 @@ pub struct Incoming {
     pub session: SessionFacts,
 }
 
-/// What the host must do after feeding bytes to a [`Session`].
+/// What the host must do, as [`Session::poll_output`] gives it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Output {
     /// Write this reply to the client.
     Reply(Reply),
-    /// Store this message; the reply that follows acknowledges it.
+    /// Store this message, then call [`Session::handle_stored`]; nothing more
+    /// comes out until then.
     Message(Incoming),
     /// Close the connection after writing the replies before this.
     Close,
     /// A fault rule fired (log it); for a delay, wait that long before going on.
-    Fault(crate::faults::Fired),
+    Fault(Fired),
     /// Write the replies before this, run the TLS handshake, then call
     /// [`Session::tls_started`]; input until then is dropped.
     StartTls,
+}
+
+/// One entry of the output queue.
+#[derive(Debug, Clone)]
+enum Queued {
+    Output(Output),
+    /// The reply to the message handed out just before: 250 once the host
+    /// says it is stored, 452 when it could not be; `held` is its budget charge.
+    Stored {
+        size: usize,
+        held: usize,
+    },
+}
+
+/// The outputs a session has queued for the host.
+#[derive(Debug, Clone, Default)]
+struct Outputs(VecDeque<Queued>);
+
+impl Outputs {
+    fn push(&mut self, output: Output) {
+        self.0.push_back(Queued::Output(output));
+    }
+
+    fn push_stored(&mut self, size: usize, held: usize) {
+        self.0.push_back(Queued::Stored { size, held });
+    }
+}
+
+/// What the host lends a session while it reads input.
+struct Env<'a> {
+    budget: &'a mut dyn Budget,
+    faults: &'a mut dyn FaultCheck,
+}
+
+/// The line or message a deadline runs for (its sequence number) and when it began.
+type Timer = Option<(u64, u64)>;
+
+/// Keeps the timer of the line or message the session names, starting a new
+/// one at `now_ms` when it names another, and none when it names none.
+fn follow(timer: Timer, current: Option<u64>, now_ms: u64) -> Timer {
+    match (timer, current) {
+        (_, None) => None,
+        (Some((seq, at)), Some(current)) if seq == current => Some((seq, at)),
+        (_, Some(current)) => Some((current, now_ms)),
+    }
 }
 
 /// How the session reads the bytes it is fed.
@@ -214,7 +317,7 @@ struct Transaction {
 pub struct Session {
     config: Config,
     mode: Mode,
-    /// The partial command line carried over between calls to `receive`.
+    /// The partial command line carried over between inputs.
     line: Vec<u8>,
     helo: Option<String>,
     authenticated: bool,
@@ -222,20 +325,26 @@ pub struct Session {
     errors_in_a_row: usize,
     /// The reply to a refused BDAT, written once its chunk has been read and dropped.
     pending_bdat_reply: Option<Reply>,
-    /// Bytes of the messages handed out since the last [`Session::settle`].
+    /// Bytes of the messages handed out and not yet reported stored.
     handed_out: usize,
     /// How many command lines have ended: names the line in progress.
     lines_ended: u64,
     /// How many message texts have begun: names the message in progress.
     messages_begun: u64,
-    /// The fault rules this session asks at each stage, if any.
-    faults: Option<crate::faults::FaultRules>,
+    /// What the host has yet to do, in order.
+    queue: Outputs,
+    /// When the last input came: the idle timer counts from it.
+    idle_since: u64,
+    /// The line in progress and when its first byte came.
+    line_timer: Timer,
+    /// The message in progress and when its 354 or first BDAT came.
+    data_timer: Timer,
     /// TLS, AUTH and the connection's facts.
     security: security::SecurityState,
 }
 
 impl Session {
-    /// A session that has not yet greeted the client.
+    /// A session that has not yet greeted the client (see [`Session::open`]).
     pub fn new(config: Config) -> Session {
         Session {
             config,
@@ -249,37 +358,122 @@ impl Session {
             handed_out: 0,
             lines_ended: 0,
             messages_begun: 0,
-            faults: None,
+            queue: Outputs::default(),
+            idle_since: 0,
+            line_timer: None,
+            data_timer: None,
             security: security::SecurityState::default(),
         }
     }
 
-    /// The 220 greeting the host writes as soon as the connection opens.
+    /// The 220 greeting, which [`Session::open`] queues unless a fault replaces it.
     pub fn greeting(&self) -> Reply {
         Reply::new(220, format!("{} ESMTP mailjar ready", self.config.hostname))
     }
 
-    /// The 421 the host writes when the client was idle too long; the session is closed after it.
-    pub fn timeout(&mut self) -> Reply {
-        self.expire(Deadline::Idle)
+    /// The next thing the host must do; None when there is nothing, or while a
+    /// message handed out waits for [`Session::handle_stored`].
+    pub fn poll_output(&mut self) -> Option<Output> {
+        if let Queued::Stored { .. } = self.queue.0.front()? {
+            return None;
+        }
+        match self.queue.0.pop_front() {
+            Some(Queued::Output(output)) => Some(output),
+            _ => None,
+        }
     }
 
-    /// The 421 the host writes when one of its deadlines passed; the session is closed after it.
-    pub fn expire(&mut self, deadline: Deadline) -> Reply {
-        self.mode = Mode::Closed;
-        self.transaction = Transaction::default();
-        let text = match deadline {
+    /// The outcome of storing the message last handed out as
+    /// [`Output::Message`]: `Ok` queues its 250, `Err` a `452 4.3.1` (the
+    /// reason stays with the host, which logs it; the client gets the
+    /// standard text). Its room is released at the next [`Session::settle`].
+    pub fn handle_stored(&mut self, outcome: Result<(), String>) {
+        let slot = self
+            .queue
+            .0
+            .iter_mut()
+            .find(|q| matches!(q, Queued::Stored { .. }));
+        let Some(slot) = slot else {
+            return;
+        };
+        let Queued::Stored { size, held } = *slot else {
+            return;
+        };
+        self.handed_out = self.handed_out.saturating_sub(held);
+        let reply = match outcome {
+            Ok(()) => Reply::new(250, format!("2.0.0 Message accepted ({size} bytes)")),
+            Err(_) => Reply::new(
+                452,
+                "4.3.1 Insufficient system storage: the message could not be written to disk",
+            ),
+        };
+        *slot = Queued::Output(Output::Reply(reply));
+    }
+
+    /// The time (in the host's milliseconds) at which [`Session::handle_timeout`]
+    /// must be called if no input comes first; None once the session is closed
+    /// or while it waits for a TLS handshake (the host times that itself).
+    pub fn poll_timeout(&self) -> Option<u64> {
+        self.next_deadline().map(|(at, _)| at)
+    }
+
+    /// The earliest deadline and which it is; on a tie the narrower one names it.
+    fn next_deadline(&self) -> Option<(u64, Deadline)> {
+        if matches!(self.mode, Mode::Closed | Mode::StartingTls) {
+            return None;
+        }
+        let c = &self.config;
+        let mut next = (
+            self.idle_since.saturating_add(c.idle_timeout_ms),
+            Deadline::Idle,
+        );
+        for (timer, limit, which) in [
+            (self.line_timer, c.command_timeout_ms, Deadline::Command),
+            (self.data_timer, c.data_timeout_ms, Deadline::Data),
+        ] {
+            if let Some((_, started)) = timer
+                && started.saturating_add(limit) <= next.0
+            {
+                next = (started.saturating_add(limit), which);
+            }
+        }
+        Some(next)
+    }
+
+    /// The time is `now_ms`: when a deadline has passed, queues its `421 4.4.2`
+    /// and a close; before that it does nothing.
+    pub fn handle_timeout(&mut self, now_ms: u64) {
+        let Some((at, which)) = self.next_deadline() else {
+            return;
+        };
+        if now_ms < at {
+            return;
+        }
+        let text = match which {
             Deadline::Idle => "4.4.2 Idle timeout, closing connection",
             Deadline::Command => "4.4.2 Command line took too long, closing connection",
             Deadline::Data => "4.4.2 Message data took too long, closing connection",
         };
-        Reply::new(421, text)
+        let mut out = std::mem::take(&mut self.queue);
+        out.push(Output::Reply(Reply::new(421, text)));
+        self.close_now(&mut out);
+        self.queue = out;
+    }
+
+    /// The host shuts down: queues the 421 and a close.
+    pub fn handle_shutdown(&mut self) {
+        let mut out = std::mem::take(&mut self.queue);
+        out.push(Output::Reply(Reply::new(
+            421,
+            "4.3.2 Service shutting down, try again later",
+        )));
+        self.close_now(&mut out);
+        self.queue = out;
     }
 
     /// Some(n) while part of a command line (or an AUTH answer) has been read
-    /// and not its end; `n` changes with every new line, so the host can start
-    /// the line's deadline at its first byte.
-    pub fn line_in_progress(&self) -> Option<u64> {
+    /// and not its end; `n` changes with every new line.
+    fn line_in_progress(&self) -> Option<u64> {
         match self.mode {
             Mode::Command | Mode::Auth(_) if !self.line.is_empty() => Some(self.lines_ended),
             Mode::Overlong => Some(self.lines_ended),
@@ -289,29 +483,22 @@ impl Session {
 
     /// Some(n) while a message's text is being received (from the 354 or the
     /// first BDAT to the final reply); `n` changes with every message.
-    pub fn message_in_progress(&self) -> Option<u64> {
+    fn message_in_progress(&self) -> Option<u64> {
         self.is_receiving_message().then_some(self.messages_begun)
     }
 
     /// The bytes the session holds now against its [`Budget`]: the text and
-    /// envelope of the transaction under way, and the messages handed out since
-    /// the last [`Session::settle`].
+    /// envelope of the transaction under way, and the messages handed out
+    /// and not yet reported stored.
     pub fn held_bytes(&self) -> usize {
         let t = &self.transaction;
         t.body.capacity() + t.envelope_bytes + self.handed_out
     }
 
-    /// Tells the budget what the session still holds, once the host has stored
-    /// the messages it was handed: their room is released.
+    /// Tells the budget what the session holds now, once the host has
+    /// reported the messages it was handed stored: their room is released.
     pub fn settle(&mut self, budget: &mut dyn Budget) {
-        self.handed_out = 0;
         budget.hold(self.held_bytes());
-    }
-
-    /// The 421 the host writes when it shuts down; the session is closed after it.
-    pub fn shutdown(&mut self) -> Reply {
-        self.mode = Mode::Closed;
-        Reply::new(421, "4.3.2 Service shutting down, try again later")
     }
 
     /// Whether the session is in the middle of receiving a message (DATA or BDAT).
@@ -324,73 +511,81 @@ impl Session {
         self.mode == Mode::Closed
     }
 
-    /// Feeds bytes read from the client with no bound on what the session
-    /// holds; returns what the host must do, in order.
-    pub fn receive(&mut self, input: &[u8]) -> Vec<Output> {
-        let out = self.receive_within(input, &mut Unlimited);
-        self.handed_out = 0;
-        out
+    /// Bytes read from the client at `now_ms`: the session asks `budget` for
+    /// room before it holds more and `faults` at each stage, and queues what
+    /// the host must do (drain it with [`Session::poll_output`]). Any input,
+    /// even none, restarts the idle timer.
+    pub fn handle_input(
+        &mut self,
+        input: &[u8],
+        now_ms: u64,
+        budget: &mut dyn Budget,
+        faults: &mut dyn FaultCheck,
+    ) {
+        self.idle_since = now_ms;
+        let mut out = std::mem::take(&mut self.queue);
+        self.consume(input, &mut out, &mut Env { budget, faults });
+        self.queue = out;
+        self.line_timer = follow(self.line_timer, self.line_in_progress(), now_ms);
+        self.data_timer = follow(self.data_timer, self.message_in_progress(), now_ms);
     }
 
-    /// Feeds bytes read from the client, asking `budget` for room before
-    /// holding more; returns what the host must do, in order. The host stores
-    /// the messages handed out (before writing the replies after them) and
-    /// then calls [`Session::settle`].
-    pub fn receive_within(&mut self, mut input: &[u8], budget: &mut dyn Budget) -> Vec<Output> {
-        // The host stores what it was handed before it feeds more.
-        self.handed_out = 0;
-        let mut out = Vec::new();
+    /// Reads `input` in the current mode, mode after mode.
+    fn consume(&mut self, mut input: &[u8], out: &mut Outputs, env: &mut Env<'_>) {
         while !input.is_empty() {
             let used = match self.mode {
                 Mode::Closed | Mode::StartingTls => break,
-                Mode::Command | Mode::Auth(_) => self.receive_line_bytes(input, &mut out, budget),
+                Mode::Command | Mode::Auth(_) => self.receive_line_bytes(input, out, env),
                 Mode::Overlong => match memchr::memchr(b'\n', input) {
                     Some(lf) => {
                         self.lines_ended += 1;
                         self.mode = Mode::Command;
                         let reply = Reply::new(500, "5.5.6 Line too long");
-                        self.error(reply, &mut out);
+                        self.error(reply, out);
                         lf + 1
                     }
                     None => input.len(),
                 },
-                Mode::Data(scan) => self.receive_data(scan, input, &mut out, budget),
+                Mode::Data(scan) => self.receive_data(scan, input, out, env),
                 Mode::Bdat {
                     remaining,
                     last,
                     keep,
-                } => {
-                    let take =
-                        usize::try_from(remaining).map_or(input.len(), |r| r.min(input.len()));
-                    if keep {
-                        self.append_body(&input[..take], budget);
-                    }
-                    let remaining = remaining - take as u64;
-                    if remaining == 0 {
-                        self.mode = Mode::Command;
-                        self.finish_chunk(last, keep, &mut out);
-                    } else {
-                        self.mode = Mode::Bdat {
-                            remaining,
-                            last,
-                            keep,
-                        };
-                    }
-                    take
-                }
+                } => self.receive_chunk(input, remaining, last, keep, out, env),
             };
             input = &input[used..];
         }
-        out
     }
 
-    /// Collects command-line bytes; handles each complete line. Returns the bytes used.
-    fn receive_line_bytes(
+    /// Reads BDAT chunk bytes. Returns the bytes used.
+    fn receive_chunk(
         &mut self,
         input: &[u8],
-        out: &mut Vec<Output>,
-        budget: &mut dyn Budget,
+        remaining: u64,
+        last: bool,
+        keep: bool,
+        out: &mut Outputs,
+        env: &mut Env<'_>,
     ) -> usize {
+        let take = usize::try_from(remaining).map_or(input.len(), |r| r.min(input.len()));
+        if keep {
+            self.append_body(&input[..take], env);
+        }
+        let remaining = remaining - take as u64;
+        if remaining == 0 {
+            self.mode = Mode::Command;
+            self.finish_chunk(last, keep, out, env);
+        } else {
+            self.mode = Mode::Bdat {
+                remaining,
+                last,
+                keep,
+            };
+        }
+        take
+    }
+    /// Collects command-line bytes; handles each complete line. Returns the bytes used.
+    fn receive_line_bytes(&mut self, input: &[u8], out: &mut Outputs, env: &mut Env<'_>) -> usize {
         match memchr::memchr(b'\n', input) {
             Some(lf) => {
                 self.lines_ended += 1;
@@ -403,7 +598,7 @@ impl Session {
                     self.mode = Mode::Command;
                     self.error(Reply::new(500, "5.5.6 Line too long"), out);
                 } else {
-                    self.handle_line(&line, out, budget);
+                    self.handle_line(&line, out, env);
                 }
                 line.clear();
                 if self.line.is_empty() {
@@ -429,8 +624,8 @@ impl Session {
         &mut self,
         mut scan: DataScan,
         input: &[u8],
-        out: &mut Vec<Output>,
-        budget: &mut dyn Budget,
+        out: &mut Outputs,
+        env: &mut Env<'_>,
     ) -> usize {
         let mut i = 0;
         let mut kept_from = 0;
@@ -453,7 +648,7 @@ impl Session {
                 }
                 DataScan::LineStart => {
                     if input[i] == b'.' {
-                        self.append_body(&input[kept_from..i], budget);
+                        self.append_body(&input[kept_from..i], env);
                         i += 1;
                         kept_from = i;
                         scan = DataScan::Dot;
@@ -479,22 +674,22 @@ impl Session {
                 DataScan::DotCr => {
                     if input[i] == b'\n' {
                         self.mode = Mode::Command;
-                        self.finish_message(out);
+                        self.finish_message(out, env);
                         return i + 1;
                     }
                     // The dot is dropped, the CR is text and this byte is read after it.
-                    self.append_body(b"\r", budget);
+                    self.append_body(b"\r", env);
                     scan = DataScan::Cr;
                 }
             }
         }
-        self.append_body(&input[kept_from..], budget);
+        self.append_body(&input[kept_from..], env);
         self.mode = Mode::Data(scan);
         input.len()
     }
 
     /// Keeps message text, growing the body only with room from the budget.
-    fn append_body(&mut self, bytes: &[u8], budget: &mut dyn Budget) {
+    fn append_body(&mut self, bytes: &[u8], env: &mut Env<'_>) {
         let held = self.held_bytes();
         let max = self.config.max_message_bytes;
         let t = &mut self.transaction;
@@ -518,7 +713,7 @@ impl Session {
                 target += target / 2;
             }
             let target = target.min(max);
-            if !budget.hold(held + (target - capacity)) {
+            if !env.budget.hold(held + (target - capacity)) {
                 t.over_budget = true;
                 t.body = Vec::new();
                 return;
@@ -534,7 +729,7 @@ impl Session {
     }
 
     /// DATA ended with CRLF.CRLF: hand out the message and acknowledge it, or refuse it.
-    fn finish_message(&mut self, out: &mut Vec<Output>) {
+    fn finish_message(&mut self, out: &mut Outputs, env: &mut Env<'_>) {
         let t = std::mem::take(&mut self.transaction);
         if t.too_big {
             out.push(Output::Reply(self.too_big_reply()));
@@ -544,16 +739,17 @@ impl Session {
             out.push(Output::Reply(Session::no_room_reply()));
             return;
         }
-        self.deliver(t, out);
+        self.deliver(t, out, env);
     }
 
-    fn deliver(&mut self, mut t: Transaction, out: &mut Vec<Output>) {
-        let fired = self.fault_for(crate::faults::Stage::Message, t.from.as_deref(), &t.to);
+    fn deliver(&mut self, mut t: Transaction, out: &mut Outputs, env: &mut Env<'_>) {
+        let fired = Session::fault_for(env.faults, Stage::Message, t.from.as_deref(), &t.to);
         if !self.go_on(fired, out) {
             return;
         }
-        // Counted until the host settles, as the capacity it had.
-        self.handed_out += t.body.capacity() + t.envelope_bytes;
+        // Counted until the host says it is stored, as the capacity it had.
+        let held = t.body.capacity() + t.envelope_bytes;
+        self.handed_out += held;
         // Within the capacity: in place, and the store keeps no slack.
         t.body.shrink_to_fit();
         let size = t.body.len();
@@ -566,10 +762,7 @@ impl Session {
             helo: self.helo.clone(),
             session: self.security.facts.clone(),
         }));
-        out.push(Output::Reply(Reply::new(
-            250,
-            format!("2.0.0 Message accepted ({size} bytes)"),
-        )));
+        out.push_stored(size, held);
     }
 
     fn too_big_reply(&self) -> Reply {
@@ -583,7 +776,7 @@ impl Session {
     }
 
     /// A BDAT chunk has been read in full.
-    fn finish_chunk(&mut self, last: bool, keep: bool, out: &mut Vec<Output>) {
+    fn finish_chunk(&mut self, last: bool, keep: bool, out: &mut Outputs, env: &mut Env<'_>) {
         if !keep {
             // The reply was decided when the BDAT command was read.
             if let Some(reply) = self.pending_bdat_reply.take() {
@@ -603,7 +796,7 @@ impl Session {
         }
         if last {
             let t = std::mem::take(&mut self.transaction);
-            self.deliver(t, out);
+            self.deliver(t, out, env);
         } else {
             let size = self.transaction.body.len();
             out.push(Output::Reply(Reply::new(
@@ -616,7 +809,7 @@ impl Session {
 
 /// Command handling: one complete line at a time.
 impl Session {
-    fn handle_line(&mut self, line: &[u8], out: &mut Vec<Output>, budget: &mut dyn Budget) {
+    fn handle_line(&mut self, line: &[u8], out: &mut Outputs, env: &mut Env<'_>) {
         if let Mode::Auth(step) = self.mode {
             self.mode = Mode::Command;
             self.auth_answer(step, line, out);
@@ -634,12 +827,12 @@ impl Session {
             None => (line, ""),
         };
         match verb.to_ascii_uppercase().as_str() {
-            "HELO" => self.helo(args, false, out),
-            "EHLO" => self.helo(args, true, out),
-            "MAIL" => self.mail(args, out, budget),
-            "RCPT" => self.rcpt(args, out, budget),
-            "DATA" => self.data(args, out),
-            "BDAT" => self.bdat(args, out),
+            "HELO" => self.helo(args, false, out, env),
+            "EHLO" => self.helo(args, true, out, env),
+            "MAIL" => self.mail(args, out, env),
+            "RCPT" => self.rcpt(args, out, env),
+            "DATA" => self.data(args, out, env),
+            "BDAT" => self.bdat(args, out, env),
             "RSET" => {
                 self.transaction = Transaction::default();
                 self.ok(Reply::new(250, "2.0.0 OK"), out);
@@ -680,19 +873,19 @@ impl Session {
     }
 
     /// A reply to a command that was understood: the run of bad commands ends.
-    fn ok(&mut self, reply: Reply, out: &mut Vec<Output>) {
+    fn ok(&mut self, reply: Reply, out: &mut Outputs) {
         self.errors_in_a_row = 0;
         out.push(Output::Reply(reply));
     }
 
     /// A 334 AUTH challenge: not a success, so it does not forgive earlier
     /// failures (failed logins in a row still close the session).
-    fn challenge(&mut self, reply: Reply, out: &mut Vec<Output>) {
+    fn challenge(&mut self, reply: Reply, out: &mut Outputs) {
         out.push(Output::Reply(reply));
     }
 
     /// A reply to a bad command; too many in a row close the session.
-    fn error(&mut self, reply: Reply, out: &mut Vec<Output>) {
+    fn error(&mut self, reply: Reply, out: &mut Outputs) {
         out.push(Output::Reply(reply));
         self.errors_in_a_row += 1;
         if self.errors_in_a_row >= self.config.max_errors {
@@ -705,7 +898,7 @@ impl Session {
         }
     }
 
-    fn helo(&mut self, args: &str, extended: bool, out: &mut Vec<Output>) {
+    fn helo(&mut self, args: &str, extended: bool, out: &mut Outputs, env: &mut Env<'_>) {
         let Some(client) = args.split_whitespace().next() else {
             let verb = if extended { "EHLO" } else { "HELO" };
             self.error(
@@ -714,7 +907,7 @@ impl Session {
             );
             return;
         };
-        let fired = self.fault_for(crate::faults::Stage::Helo, None, &[]);
+        let fired = Session::fault_for(env.faults, Stage::Helo, None, &[]);
         if !self.go_on(fired, out) {
             return;
         }
@@ -750,7 +943,7 @@ impl Session {
         self.ok(reply, out);
     }
 
-    fn mail(&mut self, args: &str, out: &mut Vec<Output>, budget: &mut dyn Budget) {
+    fn mail(&mut self, args: &str, out: &mut Outputs, env: &mut Env<'_>) {
         if let Some(reply) = self.mail_refused() {
             self.error(reply, out);
             return;
@@ -776,58 +969,24 @@ impl Session {
                 return;
             }
         };
-        let mut smtputf8 = false;
-        for param in params.split_whitespace() {
-            let (key, value) = match param.split_once('=') {
-                Some((k, v)) => (k, Some(v)),
-                None => (param, None),
-            };
-            match (key.to_ascii_uppercase().as_str(), value) {
-                ("SIZE", Some(v)) => match v.parse::<u64>() {
-                    Ok(size) if size > self.config.max_message_bytes as u64 => {
-                        out.push(Output::Reply(self.too_big_reply()));
-                        return;
-                    }
-                    Ok(_) => {}
-                    Err(_) => {
-                        self.error(Reply::new(501, "5.5.4 SIZE must be a number of bytes"), out);
-                        return;
-                    }
-                },
-                ("BODY", Some(v))
-                    if v.eq_ignore_ascii_case("7BIT") || v.eq_ignore_ascii_case("8BITMIME") => {}
-                ("BODY", _) => {
-                    self.error(Reply::new(501, "5.5.4 BODY must be 7BIT or 8BITMIME"), out);
-                    return;
-                }
-                ("SMTPUTF8", None) => smtputf8 = true,
-                ("AUTH", Some(_)) => {}
-                _ => {
-                    let shown = shown(key);
-                    self.error(
-                        Reply::new(
-                            555,
-                            format!("5.5.4 Unsupported MAIL FROM parameter: {shown}"),
-                        ),
-                        out,
-                    );
-                    return;
-                }
-            }
-        }
+        let smtputf8 = match self.mail_params(params) {
+            Ok(smtputf8) => smtputf8,
+            Err((reply, true)) => return self.error(reply, out),
+            Err((reply, false)) => return out.push(Output::Reply(reply)),
+        };
         if !path.is_empty()
             && let Some(reply) = refuse_mailbox(&path, smtputf8, "5.1.7 Bad sender address")
         {
             self.error(reply, out);
             return;
         }
-        let fired = self.fault_for(crate::faults::Stage::Mail, Some(&path), &[]);
+        let fired = Session::fault_for(env.faults, Stage::Mail, Some(&path), &[]);
         if !self.go_on(fired, out) {
             return;
         }
         self.transaction = Transaction::default();
         let envelope_bytes = path.len();
-        if !budget.hold(self.held_bytes() + envelope_bytes) {
+        if !env.budget.hold(self.held_bytes() + envelope_bytes) {
             out.push(Output::Reply(Session::no_room_reply()));
             return;
         }
@@ -840,7 +999,46 @@ impl Session {
         self.ok(Reply::new(250, "2.1.0 Sender OK"), out);
     }
 
-    fn rcpt(&mut self, args: &str, out: &mut Vec<Output>, budget: &mut dyn Budget) {
+    /// The MAIL FROM parameters: whether SMTPUTF8 was given, or the reply
+    /// refusing them and whether it counts as a bad command.
+    fn mail_params(&self, params: &str) -> Result<bool, (Reply, bool)> {
+        let mut smtputf8 = false;
+        for param in params.split_whitespace() {
+            let (key, value) = match param.split_once('=') {
+                Some((k, v)) => (k, Some(v)),
+                None => (param, None),
+            };
+            match (key.to_ascii_uppercase().as_str(), value) {
+                ("SIZE", Some(v)) => match v.parse::<u64>() {
+                    Ok(size) if size > self.config.max_message_bytes as u64 => {
+                        return Err((self.too_big_reply(), false));
+                    }
+                    Ok(_) => {}
+                    Err(_) => {
+                        return Err((
+                            Reply::new(501, "5.5.4 SIZE must be a number of bytes"),
+                            true,
+                        ));
+                    }
+                },
+                ("BODY", Some(v))
+                    if v.eq_ignore_ascii_case("7BIT") || v.eq_ignore_ascii_case("8BITMIME") => {}
+                ("BODY", _) => {
+                    return Err((Reply::new(501, "5.5.4 BODY must be 7BIT or 8BITMIME"), true));
+                }
+                ("SMTPUTF8", None) => smtputf8 = true,
+                ("AUTH", Some(_)) => {}
+                _ => {
+                    let shown = shown(key);
+                    let text = format!("5.5.4 Unsupported MAIL FROM parameter: {shown}");
+                    return Err((Reply::new(555, text), true));
+                }
+            }
+        }
+        Ok(smtputf8)
+    }
+
+    fn rcpt(&mut self, args: &str, out: &mut Outputs, env: &mut Env<'_>) {
         if self.transaction.from.is_none() {
             self.error(Reply::new(503, "5.5.1 Send MAIL FROM first"), out);
             return;
@@ -892,13 +1090,13 @@ impl Session {
             )));
             return;
         }
-        let (stage, from) = (crate::faults::Stage::Rcpt, self.transaction.from.as_deref());
-        let fired = self.fault_for(stage, from, std::slice::from_ref(&path));
+        let from = self.transaction.from.as_deref();
+        let fired = Session::fault_for(env.faults, Stage::Rcpt, from, std::slice::from_ref(&path));
         if !self.go_on(fired, out) {
             return;
         }
         let bytes = path.len() + std::mem::size_of::<String>();
-        if !budget.hold(self.held_bytes() + bytes) {
+        if !env.budget.hold(self.held_bytes() + bytes) {
             out.push(Output::Reply(Session::no_room_reply()));
             return;
         }
@@ -918,21 +1116,21 @@ impl Session {
         }
     }
 
-    fn data(&mut self, args: &str, out: &mut Vec<Output>) {
+    fn data(&mut self, args: &str, out: &mut Outputs, env: &mut Env<'_>) {
         if !args.is_empty() {
             self.error(Reply::new(501, "5.5.4 DATA takes no arguments"), out);
         } else if let Some(reply) = self.transaction_not_ready() {
             self.error(reply, out);
         } else if self.transaction.chunking {
             self.error(Reply::new(503, "5.5.1 DATA cannot follow BDAT"), out);
-        } else if self.go_on(self.data_fault(), out) {
+        } else if self.go_on(self.data_fault(env.faults), out) {
             self.mode = Mode::Data(DataScan::LineStart);
             self.messages_begun += 1;
             self.ok(Reply::new(354, "End data with <CR><LF>.<CR><LF>"), out);
         }
     }
 
-    fn bdat(&mut self, args: &str, out: &mut Vec<Output>) {
+    fn bdat(&mut self, args: &str, out: &mut Outputs, env: &mut Env<'_>) {
         let mut words = args.split_whitespace();
         let size = words.next().and_then(|w| w.parse::<u64>().ok());
         let last = match words.next() {
@@ -957,7 +1155,7 @@ impl Session {
                     self.messages_begun += 1;
                 }
                 let refused = (!self.transaction.chunking)
-                    .then(|| self.bdat_fault(out))
+                    .then(|| self.bdat_fault(out, env.faults))
                     .flatten();
                 if self.is_closed() {
                     return;
@@ -972,7 +1170,7 @@ impl Session {
             }
         };
         if size == 0 {
-            self.finish_chunk(last, keep, out);
+            self.finish_chunk(last, keep, out, env);
         } else {
             self.mode = Mode::Bdat {
                 remaining: size,
@@ -982,7 +1180,7 @@ impl Session {
         }
     }
 
-    fn auth(&mut self, args: &str, out: &mut Vec<Output>) {
+    fn auth(&mut self, args: &str, out: &mut Outputs) {
         if self.authenticated {
             self.error(Reply::new(503, "5.5.1 Already authenticated"), out);
             return;
@@ -1023,7 +1221,7 @@ impl Session {
     }
 
     /// The client's answer to an AUTH challenge (or its initial response).
-    fn auth_answer(&mut self, step: AuthStep, answer: &[u8], out: &mut Vec<Output>) {
+    fn auth_answer(&mut self, step: AuthStep, answer: &[u8], out: &mut Outputs) {
         let answer = answer.trim_ascii();
         if answer == b"*" {
             self.error(Reply::new(501, "5.7.0 Authentication cancelled"), out);

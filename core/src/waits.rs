@@ -1,11 +1,13 @@
 //! Parked waits, and the matching of newly stored messages against them.
 //!
 //! The waits sit behind [`Arc`] in a persistent map, so a [`MatchBatch`]
-//! takes them in O(1) under the host's lock and tries them outside it. Each
-//! wait is resolved at most once, by id, under the lock ([`crate::api::Api::resolve`]).
+//! takes them in O(1) under the host's lock and tries them outside it. What
+//! it found, and what the waits' patterns spent, come back as [`Matches`]
+//! ([`crate::api::Api::handle_matches`]); each wait is resolved at most once,
+//! by id, under the lock. Deadlines are indexed, so the next one is O(log n).
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use imbl::OrdMap;
 
@@ -14,46 +16,22 @@ use crate::email::Email;
 use crate::error::ApiError;
 use crate::filter::Filter;
 use crate::id::MessageId;
+pub use crate::request_id::RequestId;
 use crate::store::Snapshot;
 
-/// The name of one parked wait.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct WaitId(pub u64);
-
-/// A parked wait.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct WaitSpec {
-    /// Names the wait in [`crate::api::Api::expire`], [`crate::api::Api::cancel`] and the responses that resolve it.
-    pub id: WaitId,
-    /// When to call [`crate::api::Api::expire`], in milliseconds since the Unix epoch.
-    pub deadline_ms: u64,
-}
+/// A parked wait is named by the request that parked it.
+pub type WaitId = RequestId;
 
 /// One parked wait: its filter, its deadline, what it has seen and what is left of its budget.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct PendingWait {
     pub(crate) filter: Filter,
     pub(crate) timeout_ms: u64,
     pub(crate) deadline_ms: u64,
     /// The newest message id it has been tried against (newer ones are the matcher's).
     pub(crate) seen: Option<MessageId>,
-    /// Nanoseconds of matching left; only the matcher spends it once parked.
-    pub(crate) budget_ns: AtomicU64,
-}
-
-/// A wait ready to park: hand it to [`crate::api::Api::park`] with the
-/// host's handle for its client, in the same critical section.
-#[derive(Debug)]
-#[must_use = "park it, or the request is never answered"]
-pub struct Parking {
-    pub(crate) wait: PendingWait,
-}
-
-impl Parking {
-    /// When the wait is to end with a 408, in milliseconds since the Unix epoch.
-    pub fn deadline_ms(&self) -> u64 {
-        self.wait.deadline_ms
-    }
+    /// Nanoseconds of matching left; a [`MatchBatch`] spends from a copy and reports what is left.
+    pub(crate) budget_ns: u64,
 }
 
 /// The parked waits with their hosts' handles, bounded in number.
@@ -64,7 +42,8 @@ impl Parking {
 pub(crate) struct Waits<W> {
     parked: OrdMap<WaitId, Arc<PendingWait>>,
     handles: std::collections::HashMap<WaitId, W>,
-    next: u64,
+    /// Every parked wait by its deadline.
+    deadlines: BTreeSet<(u64, WaitId)>,
 }
 
 impl<W> Default for Waits<W> {
@@ -72,7 +51,7 @@ impl<W> Default for Waits<W> {
         Waits {
             parked: OrdMap::new(),
             handles: std::collections::HashMap::new(),
-            next: 0,
+            deadlines: BTreeSet::new(),
         }
     }
 }
@@ -82,27 +61,17 @@ impl<W> Waits<W> {
         self.parked.len()
     }
 
-    pub(crate) fn park(&mut self, wait: PendingWait, handle: W) -> WaitSpec {
-        let id = WaitId(self.next);
-        self.next += 1;
-        let deadline_ms = wait.deadline_ms;
+    pub(crate) fn park(&mut self, id: WaitId, wait: PendingWait, handle: W) {
+        self.deadlines.insert((wait.deadline_ms, id));
         self.parked.insert(id, Arc::new(wait));
         self.handles.insert(id, handle);
-        WaitSpec { id, deadline_ms }
     }
 
     pub(crate) fn remove(&mut self, id: WaitId) -> Option<(Arc<PendingWait>, W)> {
         let wait = self.parked.remove(&id)?;
+        self.deadlines.remove(&(wait.deadline_ms, id));
         let handle = self.handles.remove(&id)?;
         Some((wait, handle))
-    }
-
-    /// Every parked wait's handle, removing them all (the host shuts down).
-    pub(crate) fn drain(&mut self) -> Vec<(WaitId, W)> {
-        self.parked = OrdMap::new();
-        let mut all: Vec<(WaitId, W)> = self.handles.drain().collect();
-        all.sort_unstable_by_key(|(id, _)| *id);
-        all
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -113,17 +82,28 @@ impl<W> Waits<W> {
         self.parked.clone()
     }
 
-    /// The waits whose deadline is at or before `now_ms`, in id order (O(n): for hosts without timers).
-    pub(crate) fn due(&self, now_ms: u64) -> Vec<WaitId> {
-        self.parked
-            .iter()
-            .filter(|(_, w)| w.deadline_ms <= now_ms)
-            .map(|(id, _)| *id)
-            .collect()
+    /// Sets what is left of a parked wait's pattern budget. O(log n).
+    pub(crate) fn set_budget(&mut self, id: WaitId, budget_ns: u64) {
+        if let Some(wait) = self.parked.get_mut(&id) {
+            Arc::make_mut(wait).budget_ns = budget_ns;
+        }
+    }
+
+    /// The first wait whose deadline is at or before `now_ms`. O(log n).
+    pub(crate) fn first_due(&self, now_ms: u64) -> Option<WaitId> {
+        self.deadlines
+            .first()
+            .filter(|(deadline, _)| *deadline <= now_ms)
+            .map(|(_, id)| *id)
+    }
+
+    /// A parked wait's deadline; None when it is not parked.
+    pub(crate) fn deadline(&self, id: WaitId) -> Option<u64> {
+        self.parked.get(&id).map(|w| w.deadline_ms)
     }
 
     pub(crate) fn next_deadline(&self) -> Option<u64> {
-        self.parked.values().map(|w| w.deadline_ms).min()
+        self.deadlines.first().map(|(deadline, _)| *deadline)
     }
 }
 
@@ -137,10 +117,14 @@ pub struct MatchBatch {
     pub(crate) waits: OrdMap<WaitId, Arc<PendingWait>>,
 }
 
-/// What a [`MatchBatch`] found: for each wait it settles, the message or the error.
+/// What a [`MatchBatch`] (or a part of one) found: for each wait it settles,
+/// the message or the error; what the waits' patterns have left of their
+/// budgets; and how many of the batch's waits it accounts for.
 #[derive(Debug, Default)]
 pub struct Matches {
     pub(crate) found: Vec<(WaitId, Result<Arc<Email>, ApiError>)>,
+    pub(crate) budgets: Vec<(WaitId, u64)>,
+    pub(crate) covered: usize,
 }
 
 impl Matches {
@@ -159,6 +143,11 @@ impl MatchBatch {
     /// How many messages it tries.
     pub fn messages(&self) -> usize {
         self.messages.len()
+    }
+
+    /// How many waits it tries them against.
+    pub fn waits(&self) -> usize {
+        self.waits.len()
     }
 
     /// Whether trying it may take long: a wait has a pattern, or there are
@@ -192,33 +181,36 @@ impl MatchBatch {
     /// budget running out. Pure computation: run it outside the lock.
     pub fn run(self, clock: &dyn Clock) -> Matches {
         let mut found = Vec::new();
-        self.run_each(clock, &mut |id, result| found.push((id, result)));
-        Matches { found }
+        let mut rest = self.run_each(clock, &mut |id, result| found.push((id, result)));
+        rest.found = found;
+        rest
     }
 
     /// As [`MatchBatch::run`], but hands each wait to `settled` as soon as it
     /// is settled, so one costly wait does not hold back the answers of the
-    /// others (pass them to [`crate::api::Api::resolve`] one at a time).
+    /// others (pass each to [`crate::api::Api::handle_matches`] as
+    /// [`Matches::one`]); returns the rest: the budgets, and how many waits it covered.
     pub fn run_each(
         self,
         clock: &dyn Clock,
         settled: &mut dyn FnMut(WaitId, Result<Arc<Email>, ApiError>),
-    ) {
-        let mut open: Vec<(WaitId, &PendingWait)> =
-            self.waits.iter().map(|(id, w)| (*id, &**w)).collect();
+    ) -> Matches {
+        let covered = self.waits.len();
+        let mut open: Vec<(WaitId, &PendingWait, Budget)> = self
+            .waits
+            .iter()
+            .map(|(id, w)| (*id, &**w, Budget::new(w.budget_ns)))
+            .collect();
+        let mut budgets = Vec::new();
         for email in self.messages.iter() {
             if open.is_empty() {
                 break;
             }
-            open.retain(|(id, wait)| {
+            open.retain_mut(|(id, wait, budget)| {
                 if wait.seen.is_some_and(|seen| email.id <= seen) {
                     return true;
                 }
-                let mut budget = Budget::new(wait.budget_ns.load(Ordering::Relaxed));
-                let result = wait.filter.matches(email, &mut budget, clock);
-                wait.budget_ns
-                    .store(budget.remaining_ns(), Ordering::Relaxed);
-                match result {
+                match wait.filter.matches(email, budget, clock) {
                     Ok(false) => true,
                     Ok(true) => {
                         settled(*id, Ok(email.clone()));
@@ -231,14 +223,36 @@ impl MatchBatch {
                 }
             });
         }
+        for (id, wait, budget) in open {
+            if budget.remaining_ns() != wait.budget_ns {
+                budgets.push((id, budget.remaining_ns()));
+            }
+        }
+        Matches {
+            found: Vec::new(),
+            budgets,
+            covered,
+        }
     }
 }
 
 impl Matches {
-    /// What one settled wait found, to resolve it on its own.
+    /// What one settled wait found, to resolve it on its own (it covers no
+    /// wait of the count: the batch's [`MatchBatch::run_each`] result does).
     pub fn one(id: WaitId, found: Result<Arc<Email>, ApiError>) -> Matches {
         Matches {
             found: vec![(id, found)],
+            budgets: Vec::new(),
+            covered: 0,
+        }
+    }
+
+    /// Accounts for `covered` waits of a batch that found nothing (a part
+    /// that failed: its waits stay parked until their deadline).
+    pub fn nothing(covered: usize) -> Matches {
+        Matches {
+            covered,
+            ..Matches::default()
         }
     }
 }

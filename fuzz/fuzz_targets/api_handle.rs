@@ -1,9 +1,9 @@
-//! `Api::handle` with arbitrary methods, paths and queries: never panics,
+//! `Api::answer` (`handle_request` and its job) with arbitrary methods, paths and queries: never panics,
 //! always answers JSON, and every error is `{"error": ...}` with a 4xx.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use mailjar_core::api::{Api, ApiConfig, Outcome, Request};
+use mailjar_core::api::{Answered, Api, ApiConfig, Output, Request};
 use mailjar_core::budget::StoppedClock;
 use mailjar_core::smtp::{Envelope, Incoming};
 use mailjar_core::store::Prepared;
@@ -34,8 +34,8 @@ fuzz_target!(|data: &[u8]| {
         );
     }
     let request = Request { path: format!("/{path}"), query: query.into(), ..Request::new(method, "/") };
-    match api.answer(&request, 5_000, &StoppedClock) {
-        Outcome::Ready(response) => {
+    match api.answer((), &request, 5_000, &StoppedClock) {
+        Answered::Ready(response) => {
             let status = response.status;
             let body: serde_json::Value = serde_json::from_str(&response.into_text()).expect("JSON body");
             if status != 200 {
@@ -43,15 +43,19 @@ fuzz_target!(|data: &[u8]| {
                 assert!(body["error"].is_string());
             }
         }
-        Outcome::Wait(parking) => {
-            assert!(parking.deadline_ms() > 5_000);
-            let spec = api.park(parking, ());
-            let ((), expired) = api.expire(spec.id).expect("parked wait expires");
+        Answered::Waiting { id, deadline_ms } => {
+            assert!(deadline_ms > 5_000);
+            assert_eq!(api.poll_timeout(), Some(deadline_ms));
+            api.handle_expire(id);
+            let Some(Output::Respond((), expired)) = api.poll_output() else {
+                panic!("parked wait expires");
+            };
             assert_eq!(expired.status, 408);
+            assert!(api.poll_output().is_none());
         }
-        Outcome::Subscribe(subscription) => {
+        Answered::Subscribed(subscription) => {
             // A stream was accepted: it must be unsubscribable.
-            assert!(api.unsubscribe(subscription.id));
+            assert!(api.handle_unsubscribe(subscription.id));
         }
     }
 });

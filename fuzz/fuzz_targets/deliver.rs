@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use mailjar_core::api::{Api, ApiConfig, Outcome, Request};
+use mailjar_core::api::{Answered, Api, ApiConfig, Request};
 use mailjar_core::budget::StoppedClock;
 use mailjar_core::smtp::{Envelope, Incoming};
 use mailjar_core::store::Prepared;
@@ -20,7 +20,7 @@ fuzz_target!(|data: &[u8]| {
         1_000,
         [7; 10],
     );
-    let Outcome::Ready(response) = api.answer(&Request::new("GET", &format!("/api/emails/{}", delivered.id)), 2_000, &StoppedClock) else {
+    let Answered::Ready(response) = api.answer((), &Request::new("GET", &format!("/api/emails/{delivered}")), 2_000, &StoppedClock) else {
         panic!("get by id parked");
     };
     assert_eq!(response.status, 200);

@@ -1,10 +1,10 @@
-//! `Session::receive` with arbitrary bytes in arbitrary chunks: never panics,
+//! `Session::handle_input` with arbitrary bytes in arbitrary chunks: never panics,
 //! gives the same outputs however the bytes are split, every reply is one
 //! well-formed SMTP reply, and every message is followed by its 250.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use mailjar_core::smtp::{Config, Credentials, Output, Security, Session};
+use mailjar_core::smtp::{Config, Credentials, NoFaults, Output, Security, Session, Unlimited};
 
 fn config() -> Config {
     Config {
@@ -19,7 +19,21 @@ fn config() -> Config {
             credentials: Credentials::new(vec![("u".into(), "p".into())]),
             ..Security::default()
         },
+        ..Config::default()
     }
+}
+
+/// Feeds `input` as a host does and drains the outputs, each message reported stored.
+fn receive(session: &mut Session, input: &[u8]) -> Vec<Output> {
+    session.handle_input(input, 0, &mut Unlimited, &mut NoFaults);
+    let mut out = Vec::new();
+    while let Some(output) = session.poll_output() {
+        if matches!(output, Output::Message(_)) {
+            session.handle_stored(Ok(()));
+        }
+        out.push(output);
+    }
+    out
 }
 
 fuzz_target!(|data: &[u8]| {
@@ -27,14 +41,14 @@ fuzz_target!(|data: &[u8]| {
     let Some((&seed, input)) = data.split_first() else {
         return;
     };
-    let whole = Session::new(config()).receive(input);
+    let whole = receive(&mut Session::new(config()), input);
     let mut session = Session::new(config());
     let mut chunked = Vec::new();
     let mut rest = input;
     let mut step = usize::from(seed % 17) + 1;
     while !rest.is_empty() {
         let (chunk, tail) = rest.split_at(step.min(rest.len()));
-        chunked.extend(session.receive(chunk));
+        chunked.extend(receive(&mut session, chunk));
         rest = tail;
         step = step * 7 % 23 + 1;
     }

@@ -10,7 +10,8 @@
 //! Environment: `ROUNDS` (default 3), `MESSAGES` (default 5000),
 //! `WAIT_SAMPLES` (default 1000), `MANY_WAITS` (default 10000), `MAILJAR_BIN`
 //! (another build to measure); `ONLY` runs one section: `idle`, `many-waits`,
-//! `streams-ingest` (`STREAMS`), `event-latency`, `persist`.
+//! `streams-ingest` (`STREAMS`), `event-latency`, `persist`; `ONLY=ingest`
+//! stops after the ingest table.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -644,6 +645,9 @@ fn main() {
                 rss_m / budget,
             );
         }
+    }
+    if std::env::var("ONLY").as_deref() == Ok("ingest") {
+        return;
     }
 
     println!(

@@ -4,10 +4,18 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use clap::{CommandFactory, FromArgMatches, Parser};
+use mailjar_core::smtp::{Credentials, Security};
+
+use crate::tls::TlsOptions;
 
 /// Capture email from applications under test and read it back over a JSON HTTP API.
 #[derive(Debug, Clone, Parser)]
-#[command(name = "mailjar", version, about)]
+#[command(
+    name = "mailjar",
+    version,
+    about,
+    after_help = "Commands:\n  health  exit 0 when the /health of the mailjar at --http-host/--http-port answers 200 (see `mailjar health --help`)"
+)]
 pub struct Settings {
     /// Address the SMTP listener binds to. Loopback unless you ask otherwise.
     #[arg(long, env = "MAILJAR_SMTP_HOST", default_value = "127.0.0.1")]
@@ -243,13 +251,69 @@ impl Settings {
         if self.http_body_timeout.is_zero() {
             return Err("--http-body-timeout must be greater than 0".to_owned());
         }
-        crate::tls::validate(self)?;
+        self.validate_tls()?;
         if self.max_age.is_some_and(|d| d.as_millis() == 0) {
             return Err("--max-age must be at least 1ms".to_owned());
         }
         if self.fsync && self.data_dir.is_none() {
             return Err("--fsync needs --data-dir".to_owned());
         }
+        Ok(())
+    }
+}
+
+/// The TLS and AUTH flags.
+impl Settings {
+    /// What the TLS flags say, for [`crate::tls::load`].
+    pub fn tls_options(&self) -> TlsOptions {
+        TlsOptions {
+            self_signed: self.tls_self_signed,
+            cert: self.tls_cert.clone(),
+            key: self.tls_key.clone(),
+            cert_out: self.tls_cert_out.clone(),
+            domain: self.domain.clone(),
+            handshake_timeout: self.tls_handshake_timeout,
+        }
+    }
+
+    /// What the SMTP sessions offer and demand (STARTTLS, `--require-tls`, `--auth`, `--require-auth`).
+    pub fn security(&self) -> Security {
+        Security {
+            starttls: self.tls_options().enabled(),
+            require_tls: self.require_tls,
+            require_auth: self.require_auth,
+            // Checked by validate() before the server is built.
+            credentials: Credentials::parse(&self.auth).unwrap_or_default(),
+        }
+    }
+
+    /// Checks the TLS and AUTH flags together (part of [`Settings::validate`]).
+    fn validate_tls(&self) -> Result<(), String> {
+        match (&self.tls_cert, &self.tls_key) {
+            (Some(_), None) => return Err("--tls-cert needs --tls-key".to_owned()),
+            (None, Some(_)) => return Err("--tls-key needs --tls-cert".to_owned()),
+            _ => {}
+        }
+        if self.tls_self_signed && self.tls_cert.is_some() {
+            return Err("--tls-self-signed and --tls-cert exclude each other".to_owned());
+        }
+        if !self.tls_options().enabled() {
+            for (flag, set) in [
+                ("--require-tls", self.require_tls),
+                ("--smtps-port", self.smtps_port.is_some()),
+                ("--tls-cert-out", self.tls_cert_out.is_some()),
+            ] {
+                if set {
+                    return Err(format!(
+                        "{flag} needs TLS configured: add --tls-self-signed or --tls-cert FILE --tls-key FILE"
+                    ));
+                }
+            }
+        }
+        if self.tls_handshake_timeout.is_zero() {
+            return Err("--tls-handshake-timeout must be greater than 0".to_owned());
+        }
+        Credentials::parse(&self.auth)?;
         Ok(())
     }
 }

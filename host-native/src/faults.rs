@@ -8,25 +8,37 @@
 
 use std::time::Duration;
 
-use mailjar_core::faults::{Action, Fired};
-use mailjar_core::smtp::Output;
+use mailjar_core::smtp::{Action, FaultCheck, FaultEvent, Fired};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+use crate::state::Shared;
 
 /// The most a client's bytes sent during a delay that are kept; past it the
 /// socket is not read (nor watched) until the delay ends. One read buffer.
-const MAX_EARLY_BYTES: usize = crate::smtp_server::FREE_BYTES_PER_CONNECTION;
+const MAX_EARLY_BYTES: usize = crate::smtp_load::FREE_BYTES_PER_CONNECTION;
+
+/// A session asks the API's fault rules, under the API lock only while a rule
+/// is held (see [`Shared::fire_fault`]).
+pub struct ApiFaults<'a>(pub &'a Shared);
+
+impl FaultCheck for ApiFaults<'_> {
+    fn fire(&mut self, event: &FaultEvent<'_>) -> Option<Fired> {
+        self.0.fire_fault(event)
+    }
+}
 
 /// Logs a fired rule; for a delay, writes the replies gathered in `out` so
 /// far (the client sees them on time; a client that reads nothing for
 /// `write_timeout` ends the connection) and then waits, until the client
-/// leaves at the latest; what it sends meanwhile goes to `early`.
+/// leaves at the latest; what it sends meanwhile goes to `early`. True when
+/// it waited a delay.
 pub async fn fired<S: AsyncRead + AsyncWrite + Unpin>(
     stream: &mut S,
     out: &mut Vec<u8>,
     fired: &Fired,
     write_timeout: Duration,
     early: &mut Vec<u8>,
-) -> std::io::Result<()> {
+) -> std::io::Result<bool> {
     let stage = fired.stage.name();
     match &fired.action {
         Action::Reply { code, text } => {
@@ -47,9 +59,10 @@ pub async fn fired<S: AsyncRead + AsyncWrite + Unpin>(
             }
             // Boxed: a connection's task carries the watch's buffer only while it waits.
             Box::pin(delay(stream, Duration::from_millis(*ms), early)).await;
+            return Ok(true);
         }
     }
-    Ok(())
+    Ok(false)
 }
 
 /// Waits `length`, or until the client closes or fails; keeps what it sends meanwhile.
@@ -71,31 +84,4 @@ async fn delay<S: AsyncRead + Unpin>(stream: &mut S, length: Duration, early: &m
         }
     }
     sleep.await;
-}
-
-/// Carries out what the session said when the connection opened (the greeting,
-/// or what a `connect` rule says instead) and writes it; true when the
-/// connection is to close.
-pub async fn carry_out<S: AsyncRead + AsyncWrite + Unpin>(
-    stream: &mut S,
-    out: &mut Vec<u8>,
-    outputs: Vec<Output>,
-    write_timeout: Duration,
-    early: &mut Vec<u8>,
-) -> std::io::Result<bool> {
-    let mut close = false;
-    for output in outputs {
-        match output {
-            Output::Reply(reply) => reply.write_to(out),
-            Output::Fault(f) => fired(stream, out, &f, write_timeout, early).await?,
-            Output::Close => close = true,
-            // Nothing is received before the greeting.
-            Output::Message(_) | Output::StartTls => {}
-        }
-    }
-    tokio::time::timeout(write_timeout, stream.write_all(out))
-        .await
-        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "greeting not read"))??;
-    out.clear();
-    Ok(close)
 }

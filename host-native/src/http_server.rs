@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use mailjar_core::api::{Request, Response, Subscription, WaitId};
+use mailjar_core::api::{Request, Response, Subscription};
 use mailjar_core::response::Body;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -15,7 +15,7 @@ use warp::http::{self, StatusCode};
 
 use crate::events::EventStream;
 use crate::http1::{self, LiveBody};
-use crate::state::{Handled, Shared, now_ms};
+use crate::state::{Answer, Shared};
 
 /// What the HTTP side needs.
 #[derive(Clone)]
@@ -107,7 +107,7 @@ pub fn routes(
                             };
                             match respond(&context, &request).await {
                                 Answer::Response(response) => json(response),
-                                Answer::Events(subscription) => {
+                                Answer::Subscribe(subscription) => {
                                     event_stream(&context, subscription)
                                 }
                             }
@@ -225,12 +225,6 @@ fn host_name(host: &str) -> Option<&str> {
     }
 }
 
-/// What a request comes to: a response, or an event stream to open.
-enum Answer {
-    Response(Response),
-    Events(Subscription),
-}
-
 /// Opens an event stream: `text/event-stream`, written as events happen.
 fn event_stream(context: &HttpContext, subscription: Subscription) -> http::Response<Bytes> {
     let stream = EventStream::new(context.shared.clone(), subscription);
@@ -252,63 +246,22 @@ fn event_stream(context: &HttpContext, subscription: Subscription) -> http::Resp
     response
 }
 
-/// Answers a request, waiting for a delivery or the deadline when the core parks it.
+/// Answers a request, waiting for a delivery or the deadline when the core parks
+/// it; dropped (the client left, the server stops), the request is cancelled.
 async fn respond(context: &HttpContext, request: &Request) -> Answer {
-    // Boxed apart: the work a request may run is not carried by a parked wait.
-    let handled = Box::pin(context.shared.handle(request)).await;
-    let (id, deadline_ms, receiver) = match handled {
-        Handled::Ready(response) => return Answer::Response(response),
-        Handled::Subscribe(subscription) => return Answer::Events(subscription),
-        Handled::Wait {
-            id,
-            deadline_ms,
-            receiver,
-        } => (id, deadline_ms, receiver),
-    };
-    // Dropped without `done` when the client goes away mid-wait: the wait is cancelled.
-    let mut guard = WaitGuard {
-        shared: &context.shared,
-        id,
-        done: false,
-    };
-    let timeout = Duration::from_millis(deadline_ms.saturating_sub(now_ms()));
     let mut shutdown = context.shutdown.clone();
-    let mut receiver = receiver;
-    let response = tokio::select! {
-        delivered = &mut receiver => delivered.ok(),
-        _ = tokio::time::sleep(timeout) => match context.shared.expire(id) {
-            Some(timed_out) => Some(timed_out),
-            // A delivery won the race: its response is on the way.
-            None => receiver.await.ok(),
-        },
+    tokio::select! {
+        // Boxed apart: the work a request may run is not carried by a parked wait.
+        answer = Box::pin(context.shared.handle(request)) => answer,
         _ = stopped(&mut shutdown) => {
-            context.shared.cancel(id);
-            Some(Response::error(503, "the server is shutting down"))
+            Answer::Response(Response::error(503, "the server is shutting down"))
         }
-    };
-    guard.done = true;
-    Answer::Response(
-        response.unwrap_or_else(|| Response::error(503, "the wait ended without an answer")),
-    )
+    }
 }
 
 /// Resolves once the server shuts down (or is gone).
 pub async fn stopped(shutdown: &mut watch::Receiver<bool>) {
     let _ = shutdown.wait_for(|down| *down).await;
-}
-
-struct WaitGuard<'a> {
-    shared: &'a Shared,
-    id: WaitId,
-    done: bool,
-}
-
-impl Drop for WaitGuard<'_> {
-    fn drop(&mut self) {
-        if !self.done {
-            self.shared.cancel(self.id);
-        }
-    }
 }
 
 fn json(response: Response) -> http::Response<Bytes> {

@@ -8,6 +8,7 @@ pub mod events;
 pub mod faults;
 pub mod http1;
 pub mod http_server;
+pub mod smtp_load;
 pub mod smtp_server;
 pub mod state;
 pub mod storage;
@@ -36,7 +37,7 @@ pub struct Server {
     /// TLS, when configured.
     tls: Option<tls::Tls>,
     shared: Arc<Shared>,
-    smtp_load: Arc<smtp_server::SmtpLoad>,
+    smtp_load: Arc<smtp_load::SmtpLoad>,
     http_connections: http1::HttpConnections,
 }
 
@@ -117,7 +118,6 @@ fn listen(name: &str, addr: SocketAddr) -> std::io::Result<TcpListener> {
 
 /// The limits the host enforces, as `/health` reports them under `limits`.
 fn host_limits(settings: &Settings) -> Vec<(&'static str, u64)> {
-    let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
     vec![
         ("maxInflightBytes", settings.max_inflight_bytes as u64),
         ("maxConnections", settings.max_connections as u64),
@@ -154,7 +154,7 @@ impl Server {
         raise_fd_limit(&settings);
         // Writes --tls-cert-out before any listener is bound: once a port
         // answers, the certificate to trust is there.
-        let tls = tls::load(&settings).map_err(std::io::Error::other)?;
+        let tls = tls::load(&settings.tls_options()).map_err(std::io::Error::other)?;
         let smtp = listen(
             "SMTP",
             SocketAddr::new(settings.smtp_host, settings.smtp_port),
@@ -171,7 +171,7 @@ impl Server {
             host: a.ip().to_string(),
             port: a.port(),
         };
-        let smtp_load = Arc::new(smtp_server::SmtpLoad::new(settings.max_inflight_bytes));
+        let smtp_load = Arc::new(smtp_load::SmtpLoad::new(settings.max_inflight_bytes));
         let mut api = Api::new(ApiConfig {
             api: address(http.local_addr()?),
             smtp: address(smtp.local_addr()?),
@@ -189,8 +189,9 @@ impl Server {
                 .unwrap_or(u64::MAX),
             host_limits: host_limits(&settings),
             max_faults: settings.max_faults,
+            durable: settings.data_dir.is_some(),
+            fault_seed: state::seed(),
         });
-        api.faults().seed(state::seed());
         let http_connections = http1::HttpConnections::new(settings.max_http_connections);
         let load = smtp_load.clone();
         let open_http = http_connections.clone();
@@ -252,7 +253,7 @@ impl Server {
     }
 
     /// The SMTP bytes in flight and open connections (`inflightBytes`, `smtpConnections`).
-    pub fn smtp_load(&self) -> Arc<smtp_server::SmtpLoad> {
+    pub fn smtp_load(&self) -> Arc<smtp_load::SmtpLoad> {
         self.smtp_load.clone()
     }
 
@@ -280,13 +281,12 @@ impl Server {
                 max_recipients: self.settings.max_recipients,
                 max_line_bytes: self.settings.max_line_bytes,
                 max_errors: self.settings.max_errors,
-                security: tls::security(&self.settings),
+                security: self.settings.security(),
+                idle_timeout_ms: ms(self.settings.idle_timeout),
+                command_timeout_ms: ms(self.settings.smtp_command_timeout),
+                data_timeout_ms: ms(self.settings.smtp_data_timeout),
             },
-            idle_timeout: self.settings.idle_timeout,
-            command_timeout: self.settings.smtp_command_timeout,
-            data_timeout: self.settings.smtp_data_timeout,
             load: self.smtp_load.clone(),
-            faults: self.shared.faults(),
             shared: self.shared.clone(),
             shutdown: shutdown_rx.clone(),
             tls: self.tls.clone(),
@@ -324,18 +324,7 @@ impl Server {
                 &listening,
             )),
         };
-        let matcher = tokio::spawn(self.shared.clone().match_deliveries());
-        let expiry = self.settings.max_age.map(|_| {
-            let shared = self.shared.clone();
-            tokio::spawn(async move {
-                // --max-age: expired messages leave memory and disk within a second.
-                let mut tick = tokio::time::interval(std::time::Duration::from_millis(250));
-                loop {
-                    tick.tick().await;
-                    shared.expire_old();
-                }
-            })
-        });
+        let timers = tokio::spawn(self.shared.clone().run_timers());
         let pump = tokio::spawn(self.shared.clone().pump_events());
         let smtp_task = tokio::spawn(smtp_server::serve(self.smtp, slots.clone(), smtp_context));
         let http_options = http1::HttpOptions {
@@ -364,12 +353,14 @@ impl Server {
         // Parked waits see the shutdown and answer 503; give them a moment to be written.
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         self.shared.stop_writer().await;
-        matcher.abort();
+        timers.abort();
         pump.abort();
-        if let Some(expiry) = expiry {
-            expiry.abort();
-        }
     }
+}
+
+/// A duration in whole milliseconds (the core's unit).
+fn ms(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]

@@ -3,7 +3,15 @@
 use mailjar::{Server, Settings};
 use tracing_subscriber::EnvFilter;
 
+mod health_cmd;
+
 fn main() -> std::process::ExitCode {
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|first| first == "health")
+    {
+        return health_cmd::main(std::env::args_os().skip(1));
+    }
     let settings = Settings::from_command_line();
     let filter = EnvFilter::try_new(&settings.log).unwrap_or_else(|e| {
         eprintln!(

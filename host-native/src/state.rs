@@ -7,17 +7,17 @@
 //! matching), responses are written after it is released, and what the core
 //! lets go of is freed after it.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use mailjar_core::api::{
-    Api, Done, Event, Job, Matches, NextEvents, Ran, Request, Response, Step, SubscriberId,
-    Subscription, WaitId,
+    Api, Done, Event, Job, MatchBatch, Matches, NextEvents, Output, Ran, Removed, Request,
+    RequestId, Response, SubscriberId, Subscription, WriteError,
 };
 use mailjar_core::budget::Clock;
 use mailjar_core::id::{Entropy, MessageId};
-use mailjar_core::smtp::Incoming;
+use mailjar_core::smtp::{FaultEvent, Fired, Incoming};
 use mailjar_core::store::{Email, Prepared};
 use tokio::sync::{Notify, Semaphore, oneshot, watch};
 
@@ -26,16 +26,25 @@ use crate::storage::{self, StorageError, writer};
 /// Messages at least this large are parsed on the blocking pool, not on an async worker.
 const PARSE_INLINE_BYTES: usize = 64 * 1024;
 
-/// The API, which keeps each parked wait with the sender its answer goes to.
-type WaitingApi = Api<oneshot::Sender<Response>>;
+/// What a request comes to: a response, or an event stream to open.
+pub enum Answer {
+    /// Send this.
+    Response(Response),
+    /// Open this event stream: send its replay, then its live events ([`Shared::next_events`]).
+    Subscribe(Subscription),
+}
 
-/// The API and its parked waits, shared by every connection.
+/// Where the core sends a request's answer.
+type Client = oneshot::Sender<Answer>;
+
+/// The API, which keeps each request's client until it is answered.
+type ClientApi = Api<Client>;
+
+/// The API and its clients, shared by every connection.
 pub struct Shared {
-    inner: Mutex<WaitingApi>,
+    inner: Mutex<ClientApi>,
     /// One permit per core: how many jobs and match batches run at once.
     workers: Semaphore,
-    /// Wakes the matcher when a message is stored while waits are parked.
-    stored: Notify,
     /// The event log's head as published to event streams: idle streams wait for it to move.
     event_head: watch::Sender<u64>,
     /// The event log's head as the core has it (the pump publishes it).
@@ -46,43 +55,15 @@ pub struct Shared {
     /// streams have events to send, the async workers' queue holds one of
     /// them, and `/health`, SMTP and the API never wait behind more.
     event_steps: Semaphore,
+    /// The core's next deadline ([`Api::poll_timeout`]) as last read: the timer task sleeps until it.
+    deadline: watch::Sender<Option<u64>>,
+    /// Where work started off an async worker (the storage writer's thread) is spawned.
+    runtime: Option<tokio::runtime::Handle>,
     /// With `--data-dir`: the storage writer's queue (see [`crate::storage::writer`]).
     writer: std::sync::OnceLock<std::sync::mpsc::Sender<writer::Job>>,
-}
-
-/// What a request turned into: a response now, or one to wait for.
-pub enum Handled {
-    /// Send this now.
-    Ready(Response),
-    /// A parked wait: its response arrives on `receiver` unless the deadline comes first.
-    Wait {
-        /// Names the wait for [`Shared::expire`] and [`Shared::cancel`].
-        id: WaitId,
-        /// When the wait ends with a 408, in milliseconds since the Unix epoch.
-        deadline_ms: u64,
-        /// Where a delivery sends the response.
-        receiver: oneshot::Receiver<Response>,
-    },
-    /// An event stream: send its replay, then its live events ([`Shared::next_events`]).
-    Subscribe(Subscription),
-}
-
-/// Hears whether the writer committed the removals a request caused.
-type Persisting = oneshot::Receiver<Result<(), StorageError>>;
-
-/// The 503 text of a delete that left memory but not the disk: the writer
-/// keeps trying (`Some` error), and until it succeeds a restart would bring
-/// the message back; a stopped writer (`None`: shutting down) tries nothing more.
-fn unwritten_delete(e: Option<&StorageError>) -> String {
-    match e {
-        Some(e) => format!(
-            "deleted from memory, but not yet from disk: {e}; mailjar retries the write until the disk takes it (a restart before that brings the messages back)"
-        ),
-        None => format!(
-            "deleted from memory, but not from disk: {} (mailjar is stopping; the messages come back at the next start)",
-            writer_stopped()
-        ),
-    }
+    /// Whether the API holds a fault rule, as of the last call into it
+    /// ([`Shared::call`]): SMTP sessions skip the lock while it is false.
+    any_faults: AtomicBool,
 }
 
 /// Why a write was not made: the writer has stopped (mailjar is shutting down).
@@ -142,31 +123,99 @@ pub fn seed() -> u64 {
 }
 
 impl Shared {
-    /// The fault rules the SMTP sessions ask (the API's own).
-    pub fn faults(&self) -> mailjar_core::faults::FaultRules {
-        self.lock().faults()
+    /// The fault that fires for an SMTP session's `event`: asked under the
+    /// lock only while a rule is held, so sessions cost nothing without rules.
+    pub fn fire_fault(&self, event: &FaultEvent<'_>) -> Option<Fired> {
+        if !self.any_faults.load(Ordering::Acquire) {
+            return None;
+        }
+        let mut api = self.lock();
+        let fired = api.fire_fault(event);
+        self.any_faults
+            .store(api.fault_count() > 0, Ordering::Release);
+        fired
     }
 
     /// Shares this API; `workers` is how many jobs may run at once (the core count).
-    pub fn new(api: WaitingApi, workers: usize) -> Shared {
+    pub fn new(api: ClientApi, workers: usize) -> Shared {
+        let deadline = api.poll_timeout();
         Shared {
             inner: Mutex::new(api),
             workers: Semaphore::new(workers.max(1)),
-            stored: Notify::new(),
             event_head: watch::Sender::new(0),
             logged_head: AtomicU64::new(0),
             logged: Notify::new(),
             event_steps: Semaphore::new(1),
+            deadline: watch::Sender::new(deadline),
+            runtime: tokio::runtime::Handle::try_current().ok(),
             writer: std::sync::OnceLock::new(),
+            any_faults: AtomicBool::new(false),
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, WaitingApi> {
+    fn lock(&self) -> MutexGuard<'_, ClientApi> {
         // A panic elsewhere must not stop mail from being stored: the data is still consistent
         // because every mutation happens inside the core in one call.
         self.inner
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The one way into the core: takes the lock, gives `f` one input,
+    /// drains the outputs and the next deadline, releases the lock, and then
+    /// carries the outputs out (answers sent, jobs started, what left the
+    /// store freed and written to disk).
+    fn call<T>(self: &Arc<Self>, f: impl FnOnce(&mut ClientApi) -> T) -> T {
+        let (value, outputs, head, deadline) = {
+            let mut api = self.lock();
+            let value = f(&mut api);
+            // Still under the lock: no change of the rules slips in between.
+            self.any_faults
+                .store(api.fault_count() > 0, Ordering::Release);
+            let outputs: Vec<Output<Client>> = std::iter::from_fn(|| api.poll_output()).collect();
+            (value, outputs, api.event_head(), api.poll_timeout())
+        };
+        self.deadline.send_if_modified(|armed| {
+            let changed = *armed != deadline;
+            *armed = deadline;
+            changed
+        });
+        self.publish(head);
+        for output in outputs {
+            self.carry_out(output);
+        }
+        value
+    }
+
+    fn carry_out(self: &Arc<Self>, output: Output<Client>) {
+        match output {
+            // A client that left between its request and now cancels nothing: fine to drop.
+            Output::Respond(client, response) => drop(client.send(Answer::Response(response))),
+            Output::Subscribed(client, subscription) => {
+                if let Err(Answer::Subscribe(subscription)) =
+                    client.send(Answer::Subscribe(subscription))
+                {
+                    self.unsubscribe(subscription.id);
+                }
+            }
+            Output::Run(job) => self.start_job(job),
+            Output::Match(batch) => self.spawn({
+                let shared = self.clone();
+                async move { shared.match_batch(batch).await }
+            }),
+            Output::Removed(removed) => self.remove(removed),
+        }
+    }
+
+    /// Runs `task` on the runtime, from an async worker or the writer's thread.
+    fn spawn(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
+        match tokio::runtime::Handle::try_current()
+            .ok()
+            .or_else(|| self.runtime.clone())
+        {
+            Some(runtime) => drop(runtime.spawn(task)),
+            None => tracing::error!("no runtime to run work on"),
+        }
     }
 
     /// Runs `f` on the blocking pool while holding a worker permit.
@@ -181,39 +230,124 @@ impl Shared {
             .ok()
     }
 
-    /// Parses a message (off the async workers when it is large), stores it,
-    /// and wakes the matcher when waits are parked; returns its id once it is stored.
-    pub fn deliver(&self, incoming: Incoming) -> MessageId {
-        let multi_thread = multi_thread();
-        let prepared = if incoming.raw.len() >= PARSE_INLINE_BYTES && multi_thread {
+    /// Runs a job where it stands when it is light, else on the blocking
+    /// pool; its result goes back to the core.
+    fn start_job(self: &Arc<Self>, job: Job) {
+        if !job.is_heavy() {
+            let done = job.run(&MonotonicClock(Instant::now()));
+            return self.call(|api| api.handle_done(done, now_ms()));
+        }
+        let shared = self.clone();
+        self.spawn(async move {
+            let request = job.request();
+            let done = shared.on_worker(move |clock| job.run(clock)).await;
+            let done = done.unwrap_or_else(|| Done::failed(request));
+            shared.call(|api| api.handle_done(done, now_ms()));
+        });
+    }
+
+    /// Tries newly stored messages against the parked waits: split over the
+    /// workers when heavy, each wait answered as soon as it is settled.
+    async fn match_batch(self: Arc<Self>, batch: MatchBatch) {
+        if !batch.is_heavy() {
+            let matches = batch.run(&MonotonicClock(Instant::now()));
+            return self.call(|api| api.handle_matches(matches));
+        }
+        let parts = batch.split(self.workers.available_permits().max(1));
+        let runs: Vec<_> = parts
+            .into_iter()
+            .map(|part| {
+                let shared = self.clone();
+                tokio::spawn(async move {
+                    let waits = part.waits();
+                    let answering = shared.clone();
+                    let rest = shared
+                        .on_worker(move |clock| {
+                            part.run_each(clock, &mut |id, found| {
+                                answering.call(|api| api.handle_matches(Matches::one(id, found)));
+                            })
+                        })
+                        .await;
+                    // A part that failed leaves its waits parked until their deadline.
+                    let rest = rest.unwrap_or_else(|| Matches::nothing(waits));
+                    shared.call(|api| api.handle_matches(rest));
+                })
+            })
+            .collect();
+        for run in runs {
+            let _ = run.await;
+        }
+    }
+
+    /// Frees what left the store and, with `--data-dir`, has the writer
+    /// delete it from disk; a `DELETE` waiting for that is answered once it is written.
+    fn remove(self: &Arc<Self>, removed: Removed) {
+        let Removed {
+            trash,
+            answer_after_write,
+        } = removed;
+        let Some(writer) = self.writer.get() else {
+            if let Some(request) = answer_after_write {
+                self.call(|api| api.handle_written(request, Ok(())));
+            }
+            return;
+        };
+        let removals = trash.removals();
+        drop(trash);
+        let Some(request) = answer_after_write else {
+            let _ = writer.send(writer::Job::Remove(removals, None));
+            return;
+        };
+        let (done, written) = oneshot::channel();
+        // A stopped writer (shutting down) drops the job, and `done` with it:
+        // the answer says that the delete is not on disk.
+        let _ = writer.send(writer::Job::Remove(removals, Some(done)));
+        let shared = self.clone();
+        self.spawn(async move {
+            let written = match written.await {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(e)) => Err(WriteError::Failed(e.to_string())),
+                Err(_) => Err(WriteError::Stopped),
+            };
+            shared.call(|api| api.handle_written(request, written));
+        });
+    }
+
+    /// Parses a message (off the async workers when it is large) and stores
+    /// it; returns its id once it is stored.
+    pub fn deliver(self: &Arc<Self>, incoming: Incoming) -> MessageId {
+        let prepared = if incoming.raw.len() >= PARSE_INLINE_BYTES && multi_thread() {
             // Other connections' tasks move to another worker while this one parses.
             tokio::task::block_in_place(|| Prepared::new(incoming))
         } else {
             Prepared::new(incoming)
         };
-        self.store(prepared)
+        let entropy = entropy();
+        // The time is read under the lock that orders deliveries, so receivedAt follows receive order.
+        self.call(|api| api.deliver(prepared, now_ms(), entropy))
     }
 
     /// With `--data-dir`: assigns the message its id and has the writer
     /// commit it, then it is stored in the core; returns its id once all that
     /// is done, or the write's error (nothing is stored then). Without
     /// `--data-dir` it is [`Shared::deliver`].
-    pub async fn deliver_durable(&self, incoming: Incoming) -> Result<MessageId, StorageError> {
+    pub async fn deliver_durable(
+        self: &Arc<Self>,
+        incoming: Incoming,
+    ) -> Result<MessageId, StorageError> {
         let Some(writer) = self.writer.get() else {
             return Ok(self.deliver(incoming));
         };
-        let multi_thread = multi_thread();
         // Parsed and built outside the lock; its id and time are set under it.
         let build = |incoming| Email::new(MessageId::from_u128(0), 0, Prepared::new(incoming));
-        let mut email = if incoming.raw.len() >= PARSE_INLINE_BYTES && multi_thread {
+        let mut email = if incoming.raw.len() >= PARSE_INLINE_BYTES && multi_thread() {
             tokio::task::block_in_place(|| build(incoming))
         } else {
             build(incoming)
         };
         let entropy = entropy();
         let (reply, receiver) = oneshot::channel();
-        {
-            let mut api = self.lock();
+        self.call(|api| {
             // Assigned and queued under one lock: the writer sees messages in id order.
             let assigned = api.assign(now_ms(), entropy);
             email.id = assigned.id;
@@ -221,8 +355,8 @@ impl Shared {
             let pending = writer::Pending { email, reply };
             writer
                 .send(writer::Job::Store(Box::new(pending)))
-                .map_err(|_| writer_stopped())?;
-        }
+                .map_err(|_| writer_stopped())
+        })?;
         receiver.await.unwrap_or_else(|_| Err(writer_stopped()))
     }
 
@@ -244,194 +378,62 @@ impl Shared {
     /// after the server stops, and the database's lock with them.
     pub fn start_writer(self: &Arc<Self>, storage: storage::Opened) -> std::io::Result<()> {
         let inserting = Arc::downgrade(self);
-        let sender = storage.spawn(Box::new(move |batch| match inserting.upgrade() {
-            Some(shared) => shared.insert_committed(batch),
-            None => Vec::new(),
+        let sender = storage.spawn(Box::new(move |batch| {
+            if let Some(shared) = inserting.upgrade() {
+                shared.insert_committed(batch);
+            }
+            // What the messages evicted reaches the writer's queue as its own removal.
+            Vec::new()
         }))?;
         let _ = self.writer.set(sender);
         Ok(())
     }
 
-    /// Stores messages the writer committed, in id order; returns what that
-    /// evicted, for the writer to delete from disk.
-    pub fn insert_committed(&self, emails: Vec<Email>) -> Vec<mailjar_core::api::Removal> {
-        let (trash, head, parked) = {
-            let mut api = self.lock();
-            let mut parked = false;
+    /// Stores messages the writer committed, in id order.
+    pub fn insert_committed(self: &Arc<Self>, emails: Vec<Email>) {
+        self.call(|api| {
             for email in emails {
-                parked |= api.insert_email(email).waits_parked;
+                api.handle_message(email);
             }
-            (api.take_trash(), api.event_head(), parked)
-        };
-        let removals = trash.removals();
-        drop(trash);
-        self.publish(head);
-        if parked {
-            self.stored.notify_one();
-        }
-        removals
+        });
     }
 
-    /// Evicts what `--max-age` expired (a timer calls it) and has it deleted from disk.
-    pub fn expire_old(&self) {
-        let (trash, head) = {
-            let mut api = self.lock();
-            if api.expire_old(now_ms()) == 0 {
-                return;
-            }
-            (api.take_trash(), api.event_head())
-        };
-        drop(self.persist_removals(&trash));
-        drop(trash);
-        self.publish(head);
-    }
-
-    /// Queues what left the store for the writer to delete from disk; the
-    /// receiver hears whether that committed. None without `--data-dir` or removals.
-    fn persist_removals(&self, trash: &mailjar_core::api::Trash) -> Option<Persisting> {
-        let writer = self.writer.get()?;
-        if trash.is_empty() {
-            return None;
-        }
-        let removals = trash.removals();
-        if removals.is_empty() {
-            return None;
-        }
-        let (done, receiver) = oneshot::channel();
-        // A stopped writer (shutting down) drops the job, and `done` with it:
-        // the receiver hears that the delete is not on disk.
-        let _ = writer.send(writer::Job::Remove(removals, Some(done)));
-        Some(receiver)
-    }
-
-    /// Stores a parsed message; returns its id.
-    pub fn store(&self, prepared: Prepared) -> MessageId {
-        let entropy = entropy();
-        let (stored, trash, head) = {
-            let mut api = self.lock();
-            // Read under the lock that orders deliveries, so receivedAt follows receive order.
-            let stored = api.deliver(prepared, now_ms(), entropy);
-            (stored, api.take_trash(), api.event_head())
-        };
-        drop(trash);
-        self.publish(head);
-        if stored.waits_parked {
-            self.stored.notify_one();
-        }
-        stored.id
-    }
-
-    /// Tries newly stored messages against the parked waits, forever: one
-    /// batch at a time, outside the lock, split over the workers, each wait
-    /// answered once and as soon as it is settled.
-    pub async fn match_deliveries(self: Arc<Self>) {
+    /// Sleeps until the core's next deadline and hands it the time, forever:
+    /// parked waits end with their 408, and `--max-age` expires messages, on time.
+    pub async fn run_timers(self: Arc<Self>) {
+        let mut armed = self.deadline.subscribe();
         loop {
-            self.stored.notified().await;
-            loop {
-                let batch = self.lock().match_batch();
-                let Some(batch) = batch else { break };
-                if !batch.is_heavy() {
-                    let matches = batch.run(&MonotonicClock(Instant::now()));
-                    self.answer(matches);
-                    continue;
+            let next = *armed.borrow_and_update();
+            let Some(at) = next else {
+                if armed.changed().await.is_err() {
+                    return;
                 }
-                let parts = batch.split(self.workers.available_permits().max(1));
-                let runs: Vec<_> = parts
-                    .into_iter()
-                    .map(|part| {
-                        let shared = self.clone();
-                        tokio::spawn(async move {
-                            let answering = shared.clone();
-                            shared
-                                .on_worker(move |clock| {
-                                    part.run_each(clock, &mut |id, found| {
-                                        answering.answer(Matches::one(id, found));
-                                    });
-                                })
-                                .await
-                        })
-                    })
-                    .collect();
-                for run in runs {
-                    // A part that failed leaves its waits parked until their deadline.
-                    let _ = run.await;
-                }
+                continue;
+            };
+            let sleep = Duration::from_millis(at.saturating_sub(now_ms()));
+            tokio::select! {
+                _ = tokio::time::sleep(sleep) => self.call(|api| api.handle_timeout(now_ms())),
+                changed = armed.changed() => if changed.is_err() { return },
             }
         }
     }
 
-    /// Resolves settled waits under the lock and sends their answers after it.
-    fn answer(&self, matches: Matches) {
-        let woken = self.lock().resolve(matches);
-        for (sender, response) in woken {
-            // A client that left between its wake-up and now cancels nothing: fine to drop.
-            let _ = sender.send(response);
-        }
-    }
-
-    /// Answers a request, running its work outside the lock, or parks it as a
-    /// wait whose sender is registered atomically with it.
-    pub async fn handle(&self, request: &Request) -> Handled {
-        let now = now_ms();
-        let mut next = self.step(|api| api.handle(request, now));
-        loop {
-            let job = match next {
-                Ok((handled, persisted)) => {
-                    // A DELETE is answered once it is on disk, or with the disk's
-                    // error. Any other request may have expired messages too
-                    // (`--max-age`): those are written, or retried, on their own.
-                    if let Some(persisted) = persisted
-                        && request.method == "DELETE"
-                    {
-                        let unwritten = match persisted.await {
-                            Ok(Ok(())) => None,
-                            Ok(Err(e)) => Some(unwritten_delete(Some(&e))),
-                            Err(_) => Some(unwritten_delete(None)),
-                        };
-                        if let Some(text) = unwritten {
-                            return Handled::Ready(Response::error(503, &text));
-                        }
-                    }
-                    return handled;
-                }
-                Err(job) => job,
-            };
-            next = match self.run(job).await {
-                Done::Response(response) => Ok((Handled::Ready(response), None)),
-                Done::Commit(commit) => self.step(|api| api.complete(commit, now)),
-            };
-        }
-    }
-
-    /// Calls the core under the lock: a response, a parked wait (registered in
-    /// the same critical section), or a job to run. What the core let go of is
-    /// freed after the lock is released.
-    fn step(
-        &self,
-        f: impl FnOnce(&mut WaitingApi) -> Step,
-    ) -> Result<(Handled, Option<Persisting>), Job> {
-        let (next, trash, head) = {
-            let mut api = self.lock();
-            let next = match f(&mut api) {
-                Step::Ready(response) => Ok(Handled::Ready(response)),
-                Step::Work(job) => Err(job),
-                Step::Wait(parking) => {
-                    let (sender, receiver) = oneshot::channel();
-                    let spec = api.park(parking, sender);
-                    Ok(Handled::Wait {
-                        id: spec.id,
-                        deadline_ms: spec.deadline_ms,
-                        receiver,
-                    })
-                }
-                Step::Subscribe(subscription) => Ok(Handled::Subscribe(subscription)),
-            };
-            (next, api.take_trash(), api.event_head())
+    /// Answers a request: the core's answer, once it has one (a parked wait
+    /// is answered by a delivery or its deadline). Dropped before that (the
+    /// client left), the request is cancelled.
+    pub async fn handle(self: &Arc<Self>, request: &Request) -> Answer {
+        let (client, answer) = oneshot::channel();
+        let id = self.call(|api| api.handle_request(client, request, now_ms()));
+        let mut guard = Cancel {
+            shared: self,
+            id,
+            armed: true,
         };
-        let persisted = self.persist_removals(&trash);
-        drop(trash);
-        self.publish(head);
-        next.map(|handled| (handled, persisted))
+        let answer = answer.await;
+        guard.armed = false;
+        answer.unwrap_or_else(|_| {
+            Answer::Response(Response::error(503, "the request ended without an answer"))
+        })
     }
 
     /// Tells the event pump that the event log moved (outside the lock).
@@ -462,13 +464,14 @@ impl Shared {
 
     /// The next step of a subscriber: taken under the lock and run outside
     /// it, light steps one at a time on the async workers, heavy ones (a
-    /// pattern, a large message to read) on the blocking pool.
-    pub async fn next_events(&self, id: SubscriberId) -> Sendable {
+    /// pattern, a large message to read) on the blocking pool; what it went
+    /// through is handed back to the core.
+    pub async fn next_events(self: &Arc<Self>, id: SubscriberId) -> Sendable {
         // Taken before the step, so that a step waiting for its turn holds no snapshot.
         let Ok(turn) = self.event_steps.acquire().await else {
             return Sendable::End(None);
         };
-        let next = self.lock().next_events(id);
+        let next = self.call(|api| api.poll_events(id));
         let batch = match next {
             NextEvents::Batch(batch) => batch,
             NextEvents::Idle => return Sendable::Idle,
@@ -476,54 +479,50 @@ impl Shared {
             NextEvents::Ended => return Sendable::End(None),
         };
         let head = batch.head();
-        if !batch.is_heavy() {
-            return Sendable::Events(batch.run(&MonotonicClock(Instant::now())), head);
+        let ran = if batch.is_heavy() {
+            drop(turn);
+            self.on_worker(move |clock| batch.run(clock)).await
+        } else {
+            Some(batch.run(&MonotonicClock(Instant::now())))
+        };
+        let Some(mut ran) = ran else {
+            let error = br#"{"error":"the event stream failed inside the server"}"#;
+            let ran = Ran {
+                events: vec![Event::Error(bytes::Bytes::from_static(error))],
+                caught_up: false,
+                progress: None,
+            };
+            return Sendable::Events(ran, head);
+        };
+        if let Some(progress) = ran.progress.take() {
+            self.call(|api| api.handle_progress(progress));
         }
-        drop(turn);
-        let ran = self.on_worker(move |clock| batch.run(clock)).await;
-        Sendable::Events(
-            ran.unwrap_or_else(|| {
-                let error = br#"{"error":"the event stream failed inside the server"}"#;
-                Ran {
-                    events: vec![Event::Error(bytes::Bytes::from_static(error))],
-                    caught_up: false,
-                }
-            }),
-            head,
-        )
+        Sendable::Events(ran, head)
     }
 
     /// Ends a subscription.
-    pub fn unsubscribe(&self, id: SubscriberId) {
-        self.lock().unsubscribe(id);
-    }
-
-    /// Runs a job where it stands when it is light, else on the blocking pool.
-    async fn run(&self, job: Job) -> Done {
-        if !job.is_heavy() {
-            return job.run(&MonotonicClock(Instant::now()));
-        }
-        self.on_worker(move |clock| job.run(clock))
-            .await
-            .unwrap_or_else(|| {
-                Done::Response(Response::error(503, "the request failed inside the server"))
-            })
-    }
-
-    /// Ends a wait at its deadline: the 408, or None when a delivery answered it first.
-    pub fn expire(&self, id: WaitId) -> Option<Response> {
-        let expired = self.lock().expire(id);
-        expired.map(|(_, response)| response)
-    }
-
-    /// Forgets a wait whose client went away.
-    pub fn cancel(&self, id: WaitId) {
-        let sender = self.lock().cancel(id);
-        drop(sender);
+    pub fn unsubscribe(self: &Arc<Self>, id: SubscriberId) {
+        self.call(|api| api.handle_unsubscribe(id));
     }
 
     /// A stored message, for the checks: the lock is held only to clone its `Arc`.
     pub fn email(&self, id: MessageId) -> Option<Arc<Email>> {
         self.lock().store().get(id)
+    }
+}
+
+/// Cancels a request whose answer was not awaited to the end.
+struct Cancel<'a> {
+    shared: &'a Arc<Shared>,
+    id: RequestId,
+    armed: bool,
+}
+
+impl Drop for Cancel<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            let id = self.id;
+            self.shared.call(|api| api.handle_cancel(id));
+        }
     }
 }

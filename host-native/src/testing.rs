@@ -28,7 +28,7 @@ use serde::Deserialize;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use crate::state::{Handled, Shared, now_ms};
+use crate::state::{Answer, Shared};
 use crate::{Server, Settings};
 
 /// The longest one wait the API holds (README, "HTTP API": `timeoutMs` 1–60000); longer waits are several.
@@ -280,25 +280,13 @@ impl TestServer {
     /// Answers a request as the HTTP API would, waiting out a parked wait.
     async fn answer(&self, request: Request) -> Result<Response, TestError> {
         match self.shared.handle(&request).await {
-            Handled::Ready(response) => Ok(response),
-            Handled::Subscribe(_) => Err(TestError::Refused(
-                400,
-                "event streams are not served here".to_owned(),
-            )),
-            Handled::Wait {
-                id,
-                deadline_ms,
-                mut receiver,
-            } => {
-                let timeout = Duration::from_millis(deadline_ms.saturating_sub(now_ms()));
-                tokio::select! {
-                    delivered = &mut receiver => delivered.map_err(|_| TestError::Stopped),
-                    _ = tokio::time::sleep(timeout) => match self.shared.expire(id) {
-                        Some(timed_out) => Ok(timed_out),
-                        // A delivery won the race: its response is on the way.
-                        None => receiver.await.map_err(|_| TestError::Stopped),
-                    },
-                }
+            Answer::Response(response) => Ok(response),
+            Answer::Subscribe(subscription) => {
+                self.shared.unsubscribe(subscription.id);
+                Err(TestError::Refused(
+                    400,
+                    "event streams are not served here".to_owned(),
+                ))
             }
         }
     }

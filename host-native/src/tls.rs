@@ -17,7 +17,9 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use mailjar_core::smtp::{Credentials, Security, TlsInfo};
+use std::path::PathBuf;
+
+use mailjar_core::smtp::TlsInfo;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -25,51 +27,27 @@ use tokio::net::TcpStream;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
-use crate::config::Settings;
-
-/// Whether the settings turn TLS on.
-pub fn enabled(settings: &Settings) -> bool {
-    settings.tls_self_signed || settings.tls_cert.is_some()
+/// What the TLS flags say (see `Settings::tls_options`).
+#[derive(Debug, Clone, Default)]
+pub struct TlsOptions {
+    /// `--tls-self-signed`.
+    pub self_signed: bool,
+    /// `--tls-cert`.
+    pub cert: Option<PathBuf>,
+    /// `--tls-key`.
+    pub key: Option<PathBuf>,
+    /// `--tls-cert-out`.
+    pub cert_out: Option<PathBuf>,
+    /// `--domain`: a self-signed certificate names it.
+    pub domain: String,
+    /// `--tls-handshake-timeout`.
+    pub handshake_timeout: Duration,
 }
 
-/// Checks the TLS and AUTH flags together (called by [`Settings::validate`]).
-pub fn validate(settings: &Settings) -> Result<(), String> {
-    match (&settings.tls_cert, &settings.tls_key) {
-        (Some(_), None) => return Err("--tls-cert needs --tls-key".to_owned()),
-        (None, Some(_)) => return Err("--tls-key needs --tls-cert".to_owned()),
-        _ => {}
-    }
-    if settings.tls_self_signed && settings.tls_cert.is_some() {
-        return Err("--tls-self-signed and --tls-cert exclude each other".to_owned());
-    }
-    if !enabled(settings) {
-        for (flag, set) in [
-            ("--require-tls", settings.require_tls),
-            ("--smtps-port", settings.smtps_port.is_some()),
-            ("--tls-cert-out", settings.tls_cert_out.is_some()),
-        ] {
-            if set {
-                return Err(format!(
-                    "{flag} needs TLS configured: add --tls-self-signed or --tls-cert FILE --tls-key FILE"
-                ));
-            }
-        }
-    }
-    if settings.tls_handshake_timeout.is_zero() {
-        return Err("--tls-handshake-timeout must be greater than 0".to_owned());
-    }
-    Credentials::parse(&settings.auth)?;
-    Ok(())
-}
-
-/// What the SMTP sessions offer and demand (STARTTLS, `--require-tls`, `--auth`, `--require-auth`).
-pub fn security(settings: &Settings) -> Security {
-    Security {
-        starttls: enabled(settings),
-        require_tls: settings.require_tls,
-        require_auth: settings.require_auth,
-        // Checked by validate() before the server is built.
-        credentials: Credentials::parse(&settings.auth).unwrap_or_default(),
+impl TlsOptions {
+    /// Whether these options turn TLS on.
+    pub fn enabled(&self) -> bool {
+        self.self_signed || self.cert.is_some()
     }
 }
 
@@ -81,16 +59,16 @@ pub struct Tls {
     pub handshake_timeout: Duration,
 }
 
-/// Builds the TLS configuration from the settings (None when TLS is off) and
+/// Builds the TLS configuration from the options (None when TLS is off) and
 /// writes `--tls-cert-out`.
-pub fn load(settings: &Settings) -> Result<Option<Tls>, String> {
-    if !enabled(settings) {
+pub fn load(options: &TlsOptions) -> Result<Option<Tls>, String> {
+    if !options.enabled() {
         return Ok(None);
     }
-    let (chain, key, pem) = if settings.tls_self_signed {
-        self_signed(&settings.domain)?
+    let (chain, key, pem) = if options.self_signed {
+        self_signed(&options.domain)?
     } else {
-        let (Some(cert_path), Some(key_path)) = (&settings.tls_cert, &settings.tls_key) else {
+        let (Some(cert_path), Some(key_path)) = (&options.cert, &options.key) else {
             return Err("--tls-cert needs --tls-key".to_owned());
         };
         let pem = std::fs::read(cert_path)
@@ -124,13 +102,13 @@ pub fn load(settings: &Settings) -> Result<Option<Tls>, String> {
         .with_no_client_auth()
         .with_single_cert(chain, key)
         .map_err(|e| format!("TLS: the certificate and key do not work together: {e}"))?;
-    if let Some(out) = &settings.tls_cert_out {
+    if let Some(out) = &options.cert_out {
         std::fs::write(out, &pem)
             .map_err(|e| format!("cannot write --tls-cert-out {}: {e}", out.display()))?;
     }
     Ok(Some(Tls {
         acceptor: TlsAcceptor::from(Arc::new(config)),
-        handshake_timeout: settings.tls_handshake_timeout,
+        handshake_timeout: options.handshake_timeout,
     }))
 }
 
@@ -170,6 +148,8 @@ pub enum SmtpStream {
     Plain(TcpStream),
     /// TLS over TCP (after STARTTLS, or on the implicit-TLS listener).
     Tls(Box<TlsStream<TcpStream>>),
+    /// Taken for a handshake that did not give it back: reads end, writes fail.
+    Gone,
 }
 
 /// The TLS version and cipher suite a handshake agreed on.
@@ -214,44 +194,16 @@ impl Tls {
         match stream {
             SmtpStream::Plain(tcp) => self.accept(tcp).await,
             SmtpStream::Tls(_) => Err(io::Error::other("STARTTLS on a TLS connection")),
+            SmtpStream::Gone => Err(gone()),
         }
     }
 }
 
-/// A new connection's stream: the handshake first on an implicit-TLS
-/// listener. Tells the session the client's address, some entropy and the TLS.
-pub async fn open(
-    tcp: TcpStream,
-    context: &crate::smtp_server::SmtpContext,
-    session: &mut mailjar_core::smtp::Session,
-) -> io::Result<SmtpStream> {
-    if let Ok(peer) = tcp.peer_addr() {
-        // "127.0.0.1:50123", "[::1]:50123".
-        session.set_remote_addr(peer.to_string());
-    }
-    session.set_entropy(getrandom::u64().unwrap_or(0));
-    match (&context.tls, context.implicit_tls) {
-        (Some(tls), true) => {
-            let (stream, info) = tls.accept(tcp).await?;
-            session.tls_started(info);
-            Ok(stream)
-        }
-        _ => Ok(SmtpStream::Plain(tcp)),
-    }
-}
-
-/// STARTTLS was answered 220: the handshake, then the session goes on under TLS.
-pub async fn starttls(
-    stream: SmtpStream,
-    context: &crate::smtp_server::SmtpContext,
-    session: &mut mailjar_core::smtp::Session,
-) -> io::Result<SmtpStream> {
-    let Some(tls) = &context.tls else {
-        return Err(io::Error::other("STARTTLS without TLS configured"));
-    };
-    let (stream, info) = tls.upgrade(stream).await?;
-    session.tls_started(info);
-    Ok(stream)
+fn gone() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::NotConnected,
+        "the stream was taken for a handshake",
+    )
 }
 
 impl AsyncRead for SmtpStream {
@@ -263,6 +215,7 @@ impl AsyncRead for SmtpStream {
         match self.get_mut() {
             SmtpStream::Plain(s) => Pin::new(s).poll_read(cx, buf),
             SmtpStream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+            SmtpStream::Gone => Poll::Ready(Ok(())),
         }
     }
 }
@@ -276,6 +229,7 @@ impl AsyncWrite for SmtpStream {
         match self.get_mut() {
             SmtpStream::Plain(s) => Pin::new(s).poll_write(cx, buf),
             SmtpStream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+            SmtpStream::Gone => Poll::Ready(Err(gone())),
         }
     }
 
@@ -283,6 +237,7 @@ impl AsyncWrite for SmtpStream {
         match self.get_mut() {
             SmtpStream::Plain(s) => Pin::new(s).poll_flush(cx),
             SmtpStream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+            SmtpStream::Gone => Poll::Ready(Err(gone())),
         }
     }
 
@@ -290,6 +245,7 @@ impl AsyncWrite for SmtpStream {
         match self.get_mut() {
             SmtpStream::Plain(s) => Pin::new(s).poll_shutdown(cx),
             SmtpStream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+            SmtpStream::Gone => Poll::Ready(Ok(())),
         }
     }
 }
@@ -297,6 +253,7 @@ impl AsyncWrite for SmtpStream {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Settings;
     use clap::Parser;
 
     fn settings(args: &[&str]) -> Settings {
@@ -308,7 +265,7 @@ mod tests {
     #[test]
     fn tls_flags_are_checked_together() {
         assert_eq!(settings(&[]).validate(), Ok(()));
-        assert!(!security(&settings(&[])).starttls);
+        assert!(!settings(&[]).security().starttls);
         for (args, named) in [
             (&["--require-tls"][..], "--require-tls"),
             (&["--smtps-port", "0"][..], "--smtps-port"),
@@ -335,7 +292,7 @@ mod tests {
         ]);
         assert_eq!(s.validate(), Ok(()));
         assert_eq!(s.tls_handshake_timeout, Duration::from_secs(10));
-        let policy = security(&s);
+        let policy = s.security();
         assert!(policy.starttls && policy.require_tls && policy.require_auth);
         assert!(policy.credentials.check(b"u", b"p:q"));
     }
@@ -371,7 +328,7 @@ mod tests {
         let out = dir.join("cert.pem");
         let out_arg = out.to_string_lossy().into_owned();
         let s = settings(&["--tls-self-signed", "--tls-cert-out", &out_arg]);
-        assert!(load(&s).expect("loads").is_some());
+        assert!(load(&s.tls_options()).expect("loads").is_some());
         let pem = std::fs::read(&out).expect("written");
         assert_eq!(CertificateDer::pem_slice_iter(&pem).count(), 1);
         // A certificate and key from PEM files work as --tls-cert/--tls-key.
@@ -381,10 +338,10 @@ mod tests {
         std::fs::write(&key_file, made.signing_key.serialize_pem()).expect("write");
         let (c, k) = (cert_file.to_string_lossy(), key_file.to_string_lossy());
         let s = settings(&["--tls-cert", &c, "--tls-key", &k]);
-        assert!(load(&s).expect("loads").is_some());
+        assert!(load(&s.tls_options()).expect("loads").is_some());
         // A file that is not PEM is refused with its name.
         let s = settings(&["--tls-cert", &k, "--tls-key", &k]);
-        let why = load(&s).err().expect("refused");
+        let why = load(&s.tls_options()).err().expect("refused");
         assert!(why.contains("--tls-cert"), "{why}");
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -2,19 +2,22 @@
 //! for JavaScript. Parked waits are in `src/waits.rs`, event streams in
 //! `src/events.rs`.
 
+use std::cell::{RefCell, RefMut};
+use std::rc::Rc;
+
 use js_sys::{Array, Object, Uint8Array};
-use mailjar_core::api::{self, Outcome};
+use mailjar_core::api::{self, Answered};
 use mailjar_core::budget::Clock;
 use mailjar_core::smtp::{Envelope, Incoming};
 use mailjar_core::store::Prepared;
 use wasm_bindgen::prelude::*;
 
+use crate::answers::woken_object;
 use crate::config::ApiConfig;
 use crate::entropy::entropy;
 use crate::inputs::{ApiRequest, DeliverMessage, SmtpFacts};
 use crate::js::{input_bytes, set, time_ms};
 use crate::read::{Strings, read, read_or_default};
-use crate::waits::woken_object;
 
 #[wasm_bindgen]
 extern "C" {
@@ -40,7 +43,8 @@ impl Clock for DateClock {
 #[wasm_bindgen]
 pub struct Api {
     /// Each parked wait's handle is `{waitId, waiter}`.
-    pub(crate) inner: api::Api<Object>,
+    /// Shared with the sessions that ask its fault rules (`Session.useFaultsOf`).
+    pub(crate) inner: Rc<RefCell<api::Api<Object>>>,
     /// Answers to parked waits woken by `deliverRaw` and `Session.receiveInto`, for `takeWoken`.
     woken: Vec<JsValue>,
 }
@@ -52,11 +56,10 @@ impl Api {
     pub fn new(config: Option<ApiConfigObject>) -> Result<Api, JsValue> {
         crate::install_panic_hook();
         let config: ApiConfig = read_or_default(config.map(Into::into), "config")?;
-        let (config, fault_seed) = config.into_core()?;
-        let inner = api::Api::new(config);
-        crate::faults::seed(&inner, fault_seed);
+        let (mut config, fault_seed) = config.into_core()?;
+        config.fault_seed = crate::entropy::seed(fault_seed);
         Ok(Api {
-            inner,
+            inner: Rc::new(RefCell::new(api::Api::new(config))),
             woken: Vec::new(),
         })
     }
@@ -73,22 +76,23 @@ impl Api {
     ) -> Result<JsValue, JsValue> {
         let request = read::<ApiRequest>(request, "request")?.into_core();
         let now = time_ms(now_ms, "nowMs")?;
-        let outcome = self.inner.answer(&request, now, &DateClock);
-        self.free_trash();
-        let object = match outcome {
-            Outcome::Ready(response) => ready_object(response),
-            Outcome::Wait(parking) => {
-                let handle = Object::new();
-                set(&handle, "waiter", waiter.unwrap_or(JsValue::UNDEFINED));
-                let spec = self.inner.park(parking, handle.clone());
-                set(&handle, "waitId", spec.id.0 as f64);
+        // The handle the core keeps with a parked wait: `waitId` is set once it is known.
+        let handle = Object::new();
+        set(&handle, "waiter", waiter.unwrap_or(JsValue::UNDEFINED));
+        let answered = self
+            .core()
+            .answer(handle.clone(), &request, now, &DateClock);
+        let object = match answered {
+            Answered::Ready(response) => ready_object(response),
+            Answered::Waiting { id, deadline_ms } => {
+                set(&handle, "waitId", id.0 as f64);
                 let object = Object::new();
                 set(&object, "kind", "wait");
-                set(&object, "waitId", spec.id.0 as f64);
-                set(&object, "deadline", spec.deadline_ms as f64);
+                set(&object, "waitId", id.0 as f64);
+                set(&object, "deadline", deadline_ms as f64);
                 object
             }
-            Outcome::Subscribe(subscription) => {
+            Answered::Subscribed(subscription) => {
                 let object = Object::new();
                 set(&object, "kind", "subscribe");
                 set(&object, "subscriberId", subscription.id.0 as f64);
@@ -100,7 +104,7 @@ impl Api {
 
     /// The stored message's bytes exactly as received; undefined when no message has this id.
     pub fn raw(&self, id: &str) -> Option<Uint8Array> {
-        let email = self.inner.store().get(id.parse().ok()?)?;
+        let email = self.core().store().get(id.parse().ok()?)?.clone();
         Some(Uint8Array::from(email.raw()))
     }
 
@@ -109,7 +113,7 @@ impl Api {
     pub fn attachment(&self, id: &str, index: f64) -> Option<Uint8Array> {
         let valid = index.fract() == 0.0 && (0.0..=u32::MAX as f64).contains(&index);
         let index = valid.then_some(index as usize)?;
-        let email = self.inner.store().get(id.parse().ok()?)?;
+        let email = self.core().store().get(id.parse().ok()?)?.clone();
         let (bytes, _) = mailjar_core::download::attachment_bytes(&email, index)?;
         Some(Uint8Array::from(bytes.as_slice()))
     }
@@ -124,9 +128,8 @@ impl Api {
         let incoming = DeliverMessage::read(message)?;
         let now = time_ms(now_ms, "nowMs")?;
         let delivered =
-            self.inner
+            self.core()
                 .deliver_and_wake(Prepared::new(incoming), now, entropy(), &DateClock);
-        self.free_trash();
         let object = Object::new();
         set(&object, "id", delivered.id.to_string());
         let woken: Array = delivered
@@ -179,18 +182,22 @@ impl Api {
     /// How many messages are stored.
     #[wasm_bindgen(getter, js_name = messageCount)]
     pub fn message_count(&self) -> usize {
-        self.inner.store().len()
+        self.core().store().len()
     }
 }
 
 impl Api {
+    /// The core's API, borrowed for one call (never held across another).
+    pub(crate) fn core(&self) -> RefMut<'_, api::Api<Object>> {
+        self.inner.borrow_mut()
+    }
+
     /// Stores a message received at `now`; keeps the answers to the waits it woke.
     pub(crate) fn store(&mut self, incoming: Incoming, now: u64) -> String {
         grow_ahead();
         let delivered =
-            self.inner
+            self.core()
                 .deliver_and_wake(Prepared::new(incoming), now, entropy(), &DateClock);
-        self.free_trash();
         self.woken.extend(
             delivered
                 .woken
@@ -203,14 +210,6 @@ impl Api {
     /// Whether answers to woken waits wait for `takeWoken()`.
     pub(crate) fn has_woken(&self) -> bool {
         !self.woken.is_empty()
-    }
-
-    /// Frees what the core let go of (evicted, deleted, expired messages):
-    /// the core keeps it for the host to drop outside its lock, and this host
-    /// has no lock, so it drops it at once. Called after every call that can
-    /// remove messages; without it they stayed in memory for good.
-    pub(crate) fn free_trash(&mut self) {
-        drop(self.inner.take_trash());
     }
 }
 

@@ -47,3 +47,9 @@ pub fn entropy() -> Entropy {
     });
     out
 }
+
+/// The seed of the fault rules' probability rolls: `faultSeed` from the
+/// config when given (repeatable runs), else `Math.random()`.
+pub(crate) fn seed(seed: Option<u64>) -> u64 {
+    seed.unwrap_or_else(|| (js_sys::Math::random() * 9_007_199_254_740_992.0) as u64)
+}

@@ -49,15 +49,22 @@ impl Api {
     /// How many changes have been logged for event streams; idle streams have news when it moves.
     #[wasm_bindgen(getter, js_name = eventHead)]
     pub fn event_head(&self) -> f64 {
-        self.inner.event_head() as f64
+        self.core().event_head() as f64
     }
 }
 
 impl Api {
     /// The next events of a stream, whether it is idle, and whether it ended.
     fn take_events(&mut self, id: SubscriberId) -> (Vec<api::Event>, bool, bool) {
-        match self.inner.next_events(id) {
-            NextEvents::Batch(batch) => (batch.run(&DateClock).events, false, false),
+        let next = self.core().poll_events(id);
+        match next {
+            NextEvents::Batch(batch) => {
+                let mut ran = batch.run(&DateClock);
+                if let Some(progress) = ran.progress.take() {
+                    self.core().handle_progress(progress);
+                }
+                (ran.events, false, false)
+            }
             NextEvents::Idle => (Vec::new(), true, false),
             NextEvents::Overflow => (vec![api::Event::Overflow], false, true),
             NextEvents::Ended => (Vec::new(), false, true),
@@ -65,7 +72,7 @@ impl Api {
     }
 
     fn unsubscribe_id(&mut self, id: SubscriberId) -> bool {
-        self.inner.unsubscribe(id)
+        self.core().handle_unsubscribe(id)
     }
 }
 

@@ -18,6 +18,7 @@ use std::sync::Once;
 
 use wasm_bindgen::prelude::*;
 
+mod answers;
 mod api;
 mod checks;
 mod config;

@@ -1,6 +1,11 @@
 //! `Session`: the server side of one SMTP connection, for JavaScript.
 
-use mailjar_core::smtp::{self, Output};
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use js_sys::Object;
+use mailjar_core::api;
+use mailjar_core::smtp::{self, FaultCheck, FaultEvent, Fired, Output, Unlimited};
 use wasm_bindgen::prelude::*;
 
 use crate::api::Api;
@@ -18,6 +23,18 @@ extern "C" {
     pub type SessionConfigObject;
 }
 
+/// The core API a session asks for faults, shared with its `Api`.
+pub(crate) type Rules = Rc<RefCell<api::Api<Object>>>;
+
+/// Asks the linked API's rules, if the session has one; borrowed only for the question.
+pub(crate) struct Linked<'a>(pub Option<&'a Rules>);
+
+impl FaultCheck for Linked<'_> {
+    fn fire(&mut self, event: &FaultEvent<'_>) -> Option<Fired> {
+        self.0?.borrow_mut().fire_fault(event)
+    }
+}
+
 /// The server side of one SMTP connection, as a state machine.
 ///
 /// Write `greeting()` when the client connects; pass every chunk the client
@@ -27,6 +44,8 @@ extern "C" {
 #[wasm_bindgen]
 pub struct Session {
     pub(crate) inner: smtp::Session,
+    /// The API whose fault rules this session asks (`useFaultsOf`).
+    pub(crate) faults: Option<Rules>,
     /// Where JavaScript writes the bytes of the next `receiveInput` (`inputBuffer`).
     input: Vec<u8>,
 }
@@ -41,13 +60,19 @@ impl Session {
     pub fn new(config: Option<SessionConfigObject>) -> Result<Session, JsValue> {
         crate::install_panic_hook();
         let config: SessionConfig = read_or_default(config.map(Into::into), "config")?;
-        let mut inner = smtp::Session::new(config.into_core()?);
+        let mut config = config.into_core()?;
+        // JavaScript keeps the timers: time stands still in here (0), and
+        // `timeout()` runs out the idle one.
+        config.command_timeout_ms = u64::MAX;
+        config.data_timeout_ms = u64::MAX;
+        let mut inner = smtp::Session::new(config);
         let seed = entropy();
         let mut word = [0u8; 8];
         word.copy_from_slice(&seed[..8]);
         inner.set_entropy(u64::from_le_bytes(word));
         Ok(Session {
             inner,
+            faults: None,
             input: Vec::new(),
         })
     }
@@ -65,8 +90,8 @@ impl Session {
         #[wasm_bindgen(unchecked_param_type = "Uint8Array")] bytes: &JsValue,
     ) -> Result<js_sys::Array, JsValue> {
         let bytes = bytes_of(bytes, "receive(bytes): bytes")?;
-        let outputs = self.inner.receive(&bytes);
-        Ok(outputs_of(&outputs))
+        self.feed(&bytes);
+        Ok(outputs_of(&self.drain()))
     }
 
     /// Like `receive` (a string is fed as UTF-8), but each message the session
@@ -131,13 +156,21 @@ impl Session {
     /// The 421 to write when the client was idle too long; the session is closed after it.
     #[wasm_bindgen(unchecked_return_type = "ReplyOutput")]
     pub fn timeout(&mut self) -> JsValue {
-        reply_object(&self.inner.timeout())
+        if self.inner.is_closed() {
+            // Closed already: the reply a session gives at its idle deadline.
+            let mut fresh = Session::core_session();
+            fresh.handle_timeout(u64::MAX);
+            return first_reply(&mut fresh);
+        }
+        self.inner.handle_timeout(u64::MAX);
+        first_reply(&mut self.inner)
     }
 
     /// The 421 to write when the host shuts down; the session is closed after it.
     #[wasm_bindgen(unchecked_return_type = "ReplyOutput")]
     pub fn shutdown(&mut self) -> JsValue {
-        reply_object(&self.inner.shutdown())
+        self.inner.handle_shutdown();
+        first_reply(&mut self.inner)
     }
 
     /// Tells the session the client's address, reported as `smtp.remoteAddr`.
@@ -179,6 +212,35 @@ impl Session {
 }
 
 impl Session {
+    /// A core session with no limits of its own (for the reply it gives at a deadline).
+    fn core_session() -> smtp::Session {
+        smtp::Session::new(smtp::Config {
+            command_timeout_ms: u64::MAX,
+            data_timeout_ms: u64::MAX,
+            ..smtp::Config::default()
+        })
+    }
+
+    /// Feeds `bytes`, asking the linked API's fault rules.
+    fn feed(&mut self, bytes: &[u8]) {
+        let mut faults = Linked(self.faults.as_ref());
+        self.inner
+            .handle_input(bytes, 0, &mut Unlimited, &mut faults);
+    }
+
+    /// Every queued output; a message is reported stored at once (JavaScript
+    /// stores it before it writes the reply that follows).
+    pub(crate) fn drain(&mut self) -> Vec<Output> {
+        let mut outputs = Vec::new();
+        while let Some(output) = self.inner.poll_output() {
+            if matches!(output, Output::Message(_)) {
+                self.inner.handle_stored(Ok(()));
+            }
+            outputs.push(output);
+        }
+        outputs
+    }
+
     /// Feeds `bytes` to the session and stores the messages it completes; the outputs in wire form.
     fn receive_and_store(
         &mut self,
@@ -186,27 +248,26 @@ impl Session {
         api: &mut Api,
         now_ms: f64,
     ) -> Result<String, JsValue> {
-        let mut outputs = self.inner.receive(bytes);
-        // Time is checked only when there is a message to store.
-        let now = if outputs.iter().any(|o| matches!(o, Output::Message(_))) {
-            Some(time_ms(now_ms, "nowMs")?)
-        } else {
-            None
-        };
-        let mut ids = Vec::new();
-        for output in &mut outputs {
-            if let (Output::Message(message), Some(now)) = (output, now) {
-                ids.push(api.store(std::mem::take(message), now));
+        self.feed(bytes);
+        let mut wire = Vec::new();
+        while let Some(mut output) = self.inner.poll_output() {
+            let mut stored = None;
+            if let Output::Message(message) = &mut output {
+                // Time is checked only when there is a message to store.
+                let now = match time_ms(now_ms, "nowMs") {
+                    Ok(now) => now,
+                    Err(e) => {
+                        // Not stored; the session goes on (its outputs are lost with the error).
+                        self.inner
+                            .handle_stored(Err("nowMs out of range".to_owned()));
+                        self.drain();
+                        return Err(e);
+                    }
+                };
+                stored = Some(api.store(std::mem::take(message), now));
+                self.inner.handle_stored(Ok(()));
             }
-        }
-        let mut ids = ids.iter();
-        let mut wire = Vec::with_capacity(64 * outputs.len());
-        for output in &outputs {
-            let stored = match output {
-                Output::Message(_) => ids.next().map(String::as_str),
-                _ => None,
-            };
-            write_wire_output(output, stored, &mut wire);
+            write_wire_output(&output, stored.as_deref(), &mut wire);
         }
         if api.has_woken() {
             wire.extend_from_slice(b"woken\r\n");
@@ -215,4 +276,16 @@ impl Session {
         Ok(String::from_utf8(wire)
             .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()))
     }
+}
+
+/// The first reply queued, as an object; the close after it is taken too
+/// (the caller closes: `closed` says so).
+fn first_reply(session: &mut smtp::Session) -> JsValue {
+    let mut first = JsValue::UNDEFINED;
+    while let Some(output) = session.poll_output() {
+        if let (Output::Reply(reply), true) = (&output, first.is_undefined()) {
+            first = reply_object(reply);
+        }
+    }
+    first
 }

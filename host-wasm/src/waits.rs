@@ -2,11 +2,12 @@
 //! their answers and their cancelling.
 
 use js_sys::{Array, Object, Reflect};
-use mailjar_core::api::{self, WaitId};
+use mailjar_core::api::{Output, RequestId};
 use wasm_bindgen::prelude::*;
 
+use crate::answers::woken_object;
 use crate::api::Api;
-use crate::js::{MAX_SAFE_INTEGER, integer, set, time_ms};
+use crate::js::{MAX_SAFE_INTEGER, integer, time_ms};
 
 #[wasm_bindgen]
 impl Api {
@@ -18,31 +19,27 @@ impl Api {
         #[wasm_bindgen(js_name = waitId, unchecked_param_type = "number")] wait: &JsValue,
     ) -> Result<JsValue, JsValue> {
         let wait = wait_id(wait)?;
-        Ok(self
-            .inner
-            .expire(wait)
-            .map_or(JsValue::UNDEFINED, |(handle, r)| woken_object(handle, r)))
+        self.core().handle_expire(wait);
+        Ok(self.answers().pop().unwrap_or(JsValue::UNDEFINED))
     }
 
-    /// Ends with a 408 every parked wait whose deadline is at or before `nowMs`.
+    /// Ends with a 408 every parked wait whose deadline is at or before
+    /// `nowMs` (and evicts the messages `maxAgeMs` or older).
     #[wasm_bindgen(js_name = expireDue, unchecked_return_type = "WaitResponse[]")]
     pub fn expire_due(
         &mut self,
         #[wasm_bindgen(js_name = nowMs)] now_ms: f64,
     ) -> Result<Array, JsValue> {
         let now = time_ms(now_ms, "nowMs")?;
-        Ok(self
-            .inner
-            .expire_due(now)
-            .into_iter()
-            .map(|(wait, response)| woken_object(wait, response))
-            .collect())
+        self.core().handle_timeout(now);
+        Ok(self.answers().into_iter().collect())
     }
 
-    /// The earliest deadline among the parked waits, or undefined when none is parked.
+    /// When to call `expireDue` next: the earliest deadline among the parked
+    /// waits (or of `maxAgeMs`); undefined when there is none.
     #[wasm_bindgen(js_name = nextDeadline)]
     pub fn next_deadline(&self) -> Option<f64> {
-        self.inner.next_deadline().map(|d| d as f64)
+        self.core().poll_timeout().map(|d| d as f64)
     }
 
     /// Forgets a parked wait whose client went away: the `waiter` it was
@@ -54,41 +51,62 @@ impl Api {
     ) -> Result<JsValue, JsValue> {
         let wait = wait_id(wait)?;
         Ok(self
-            .inner
-            .cancel(wait)
+            .core()
+            .handle_cancel(wait)
             .map_or(JsValue::UNDEFINED, |handle| waiter(&handle)))
     }
 
     /// Ends every parked wait (the server stops): the `waiter` of each, in wait order.
     #[wasm_bindgen(js_name = drainWaits, unchecked_return_type = "unknown[]")]
     pub fn drain_waits(&mut self) -> Array {
-        self.inner
-            .drain_waits()
-            .into_iter()
-            .map(|handle| waiter(&handle))
-            .collect()
+        self.core().handle_shutdown();
+        let mut waiters = Vec::new();
+        loop {
+            let output = self.core().poll_output();
+            match output {
+                Some(Output::Respond(handle, _)) => waiters.push(waiter(&handle)),
+                Some(_) => {}
+                None => break,
+            }
+        }
+        waiters.into_iter().collect()
     }
 
     /// How many waits are parked.
     #[wasm_bindgen(getter, js_name = pendingWaits)]
     pub fn pending_waits(&self) -> usize {
-        self.inner.pending_waits()
+        self.core().pending_waits()
     }
 }
 
-fn wait_id(value: &JsValue) -> Result<WaitId, JsValue> {
-    integer(value, "waitId", 0, MAX_SAFE_INTEGER as u64).map(WaitId)
+impl Api {
+    /// The answers the core has for parked waits, as `WaitResponse`s in
+    /// order; what left the store is freed (this host has no lock to keep short).
+    fn answers(&mut self) -> Vec<JsValue> {
+        let mut answers = Vec::new();
+        loop {
+            let output = self.core().poll_output();
+            match output {
+                Some(Output::Respond(handle, response)) => {
+                    answers.push(woken_object(handle, response))
+                }
+                Some(Output::Match(batch)) => {
+                    let matches = batch.run(&crate::api::DateClock);
+                    self.core().handle_matches(matches);
+                }
+                Some(_) => {}
+                None => break,
+            }
+        }
+        answers
+    }
+}
+
+fn wait_id(value: &JsValue) -> Result<RequestId, JsValue> {
+    integer(value, "waitId", 0, MAX_SAFE_INTEGER as u64).map(RequestId)
 }
 
 /// The `waiter` a wait was parked with.
 fn waiter(handle: &Object) -> JsValue {
     Reflect::get(handle, &JsValue::from_str("waiter")).unwrap_or(JsValue::UNDEFINED)
-}
-
-/// The answer to a parked wait (`WaitResponse`): its handle (`{waitId,
-/// waiter}`, made at park time) with the response's status and body added.
-pub fn woken_object(handle: Object, response: api::Response) -> JsValue {
-    set(&handle, "status", response.status);
-    set(&handle, "body", response.into_text());
-    handle.into()
 }

@@ -7,9 +7,9 @@
 //! - Random input: never a panic, every reply well-formed, every message
 //!   followed by its 250, and the API stores exactly what the session handed out.
 
-use mailjar_core::api::{Api, ApiConfig, Outcome, Request};
+use mailjar_core::api::{Answered, Api, ApiConfig, Request};
 use mailjar_core::budget::StoppedClock;
-use mailjar_core::smtp::{Config, Output, Session};
+use mailjar_core::smtp::{Config, NoFaults, Output, Session, Unlimited};
 use mailjar_core::store::Prepared;
 use mailjar_tests::vectors::{ExpectedMessage, check_listed};
 use proptest::prelude::*;
@@ -145,7 +145,8 @@ fn host(config: Config, chunks: &[Vec<u8>]) -> Hosted {
     let mut outputs = vec![Output::Reply(session.greeting())];
     let mut stored = Vec::new();
     for (n, chunk) in chunks.iter().enumerate() {
-        for output in session.receive(chunk) {
+        session.handle_input(chunk, 0, &mut Unlimited, &mut NoFaults);
+        while let Some(output) = session.poll_output() {
             if let Output::Message(m) = &output {
                 stored.push(ExpectedMessage {
                     from: m.envelope.from.clone(),
@@ -153,6 +154,7 @@ fn host(config: Config, chunks: &[Vec<u8>]) -> Hosted {
                     raw: m.raw.clone(),
                 });
                 api.deliver(Prepared::new(m.clone()), NOW, [n as u8; 10]);
+                session.handle_stored(Ok(()));
             }
             outputs.push(output);
         }
@@ -194,11 +196,8 @@ fn check_stored(hosted: &mut Hosted) -> Result<(), TestCaseError> {
     let raws: Vec<&[u8]> = snapshot.iter().map(|e| e.raw()).collect();
     let want: Vec<&[u8]> = hosted.stored.iter().map(|m| m.raw.as_slice()).collect();
     prop_assert_eq!(raws, want);
-    let Outcome::Ready(list) =
-        hosted
-            .api
-            .answer(&Request::new("GET", "/api/emails"), NOW, &StoppedClock)
-    else {
+    let request = Request::new("GET", "/api/emails");
+    let Answered::Ready(list) = hosted.api.answer((), &request, NOW, &StoppedClock) else {
         return Err(TestCaseError::fail("the list parked"));
     };
     let list =

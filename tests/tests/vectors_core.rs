@@ -7,10 +7,12 @@
 use std::collections::{HashMap, HashSet};
 
 use mailjar_core::api::{
-    Api, ApiConfig, Event, NextEvents, Outcome, Request, Response, Subscription,
+    Answered, Api, ApiConfig, Event, NextEvents, Output as ApiOutput, Request, Response,
+    Subscription,
 };
 use mailjar_core::budget::StoppedClock;
-use mailjar_core::smtp::{Config, Envelope, Incoming, Output, Session};
+use mailjar_core::faults::DEFAULT_MAX_FAULTS;
+use mailjar_core::smtp::{Config, Envelope, Incoming, Output, Session, Unlimited};
 use mailjar_core::store::{Prepared, StoreLimits};
 use mailjar_tests::matcher::{Vars, substitute};
 use mailjar_tests::vectors::{
@@ -35,6 +37,20 @@ fn session_config(v: &SmtpVector) -> Config {
             require_auth: l.require_auth,
             ..Default::default()
         },
+        // Time stands still here: only the idle timer is run out, by hand.
+        command_timeout_ms: u64::MAX,
+        data_timeout_ms: u64::MAX,
+        ..d
+    }
+}
+
+/// Drains the session's outputs as a host does, reporting each message stored.
+fn drain(session: &mut Session, outputs: &mut Vec<Output>) {
+    while let Some(output) = session.poll_output() {
+        if matches!(output, Output::Message(_)) {
+            session.handle_stored(Ok(()));
+        }
+        outputs.push(output);
     }
 }
 
@@ -42,7 +58,7 @@ fn session_config(v: &SmtpVector) -> Config {
 fn run_smtp(v: &SmtpVector, chunks: &[Vec<u8>]) -> Result<(), String> {
     let mut session = Session::new(session_config(v));
     // Fresh rules for every replay: a rule's `times` is spent as it fires.
-    let rules = mailjar_core::faults::FaultRules::default();
+    let mut rules = mailjar_core::faults::Faults::new(DEFAULT_MAX_FAULTS, 0);
     for rule in &v.faults {
         let body = rule.to_string();
         let added = rules.handle("POST", None, Some("application/json"), body.as_bytes());
@@ -50,14 +66,16 @@ fn run_smtp(v: &SmtpVector, chunks: &[Vec<u8>]) -> Result<(), String> {
             return Err(format!("the fault rule {body} was refused"));
         }
     }
-    session.set_faults(rules);
-    let mut outputs = session.open();
+    let mut outputs = Vec::new();
+    session.open(0, &mut rules);
+    drain(&mut session, &mut outputs);
     for chunk in chunks {
-        outputs.extend(session.receive(chunk));
+        session.handle_input(chunk, 0, &mut Unlimited, &mut rules);
+        drain(&mut session, &mut outputs);
     }
     if v.idle_timeout {
-        outputs.push(Output::Reply(session.timeout()));
-        outputs.push(Output::Close);
+        session.handle_timeout(session_config(v).idle_timeout_ms);
+        drain(&mut session, &mut outputs);
     }
     let mut replies = Vec::new();
     let mut messages = Vec::new();
@@ -117,12 +135,13 @@ fn run_smtp(v: &SmtpVector, chunks: &[Vec<u8>]) -> Result<(), String> {
     for (n, m) in messages.into_iter().enumerate() {
         api.deliver(Prepared::new(m), START_MS, [n as u8; 10]);
     }
-    match api.answer(&Request::new("GET", "/api/emails"), START_MS, &StoppedClock) {
-        Outcome::Ready(r) => {
+    let list = Request::new("GET", "/api/emails");
+    match api.answer((), &list, START_MS, &StoppedClock) {
+        Answered::Ready(r) => {
             let list = serde_json::from_str(&r.into_text()).map_err(|e| e.to_string())?;
             check_listed(&list, &v.messages)
         }
-        Outcome::Wait(_) | Outcome::Subscribe(_) => Err("the list parked".to_owned()),
+        Answered::Waiting { .. } | Answered::Subscribed(_) => Err("the list parked".to_owned()),
     }
 }
 
@@ -190,8 +209,14 @@ struct CoreRun {
 fn drain_events(api: &mut Api<String>, stream: &mut Subscription) -> Vec<SentEvent> {
     let mut events = Vec::new();
     loop {
-        match api.next_events(stream.id) {
-            NextEvents::Batch(batch) => events.extend(batch.run(&StoppedClock).events),
+        match api.poll_events(stream.id) {
+            NextEvents::Batch(batch) => {
+                let ran = batch.run(&StoppedClock);
+                if let Some(progress) = ran.progress {
+                    api.handle_progress(progress);
+                }
+                events.extend(ran.events);
+            }
             NextEvents::Overflow => {
                 events.push(Event::Overflow);
                 break;
@@ -209,6 +234,26 @@ fn drain_events(api: &mut Api<String>, stream: &mut Subscription) -> Vec<SentEve
 }
 
 impl CoreRun {
+    /// Carries out what the API queued: the answers of parked waits go to their names.
+    fn drain_outputs(&mut self) {
+        while let Some(output) = self.api.poll_output() {
+            match output {
+                ApiOutput::Respond(name, r) => {
+                    self.answered.insert(name, Answer::of(r));
+                }
+                ApiOutput::Run(job) => {
+                    let done = job.run(&StoppedClock);
+                    self.api.handle_done(done, self.now);
+                }
+                ApiOutput::Match(batch) => {
+                    let matches = batch.run(&StoppedClock);
+                    self.api.handle_matches(matches);
+                }
+                ApiOutput::Subscribed(..) | ApiOutput::Removed(_) => {}
+            }
+        }
+    }
+
     fn step(&mut self, step: &Step) -> Result<(), String> {
         match step {
             Step::Deliver {
@@ -249,16 +294,19 @@ impl CoreRun {
                 let mut request = Request::new(method, &target);
                 request.content_type = content_type.clone();
                 request.body = body.clone().unwrap_or_default().into();
-                match self.api.answer(&request, self.now, &StoppedClock) {
-                    Outcome::Ready(r) => {
+                match self
+                    .api
+                    .answer(String::new(), &request, self.now, &StoppedClock)
+                {
+                    Answered::Ready(r) => {
                         let r = Answer::of(r);
                         check_response(r.status, &r.headers, &r.body, expect, &self.vars)
                             .map_err(|e| format!("{method} {target}: {e}"))?;
                     }
-                    Outcome::Wait(_) => {
+                    Answered::Waiting { .. } => {
                         return Err(format!("{method} {target} parked; use a wait step"));
                     }
-                    Outcome::Subscribe(_) => {
+                    Answered::Subscribed(_) => {
                         return Err(format!("{method} {target} is an event stream"));
                     }
                 }
@@ -269,18 +317,18 @@ impl CoreRun {
                 name,
             } => {
                 let target = substitute(target, &self.vars)?;
+                let request = Request::new(method, &target);
                 match self
                     .api
-                    .answer(&Request::new(method, &target), self.now, &StoppedClock)
+                    .answer(name.clone(), &request, self.now, &StoppedClock)
                 {
-                    Outcome::Wait(parking) => {
-                        self.api.park(parking, name.clone());
+                    Answered::Waiting { .. } => {
                         self.waits.insert(name.clone());
                     }
-                    Outcome::Subscribe(_) => {
+                    Answered::Subscribed(_) => {
                         return Err(format!("{method} {target} is an event stream"));
                     }
-                    Outcome::Ready(r) => {
+                    Answered::Ready(r) => {
                         let status = r.status;
                         return Err(format!(
                             "{method} {target} did not park: {status} {}",
@@ -291,7 +339,8 @@ impl CoreRun {
             }
             Step::Advance(ms) => {
                 self.now += ms;
-                self.answered.extend(answers(self.api.expire_due(self.now)));
+                self.api.handle_timeout(self.now);
+                self.drain_outputs();
             }
             Step::Resolve { name, expect } => {
                 if !self.waits.contains(name) {
@@ -315,18 +364,21 @@ impl CoreRun {
                     .as_deref()
                     .map(|id| substitute(id, &self.vars))
                     .transpose()?;
-                match self.api.answer(&request, self.now, &StoppedClock) {
-                    Outcome::Subscribe(subscription) => {
+                match self
+                    .api
+                    .answer(String::new(), &request, self.now, &StoppedClock)
+                {
+                    Answered::Subscribed(subscription) => {
                         self.streams.insert(name.clone(), subscription);
                     }
-                    Outcome::Ready(r) => {
+                    Answered::Ready(r) => {
                         let status = r.status;
                         return Err(format!(
                             "GET {target} did not subscribe: {status} {}",
                             r.into_text()
                         ));
                     }
-                    Outcome::Wait(_) => return Err(format!("GET {target} parked")),
+                    Answered::Waiting { .. } => return Err(format!("GET {target} parked")),
                 }
             }
             Step::Events { name, expect } => {

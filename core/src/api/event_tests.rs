@@ -30,21 +30,21 @@ fn deliver(api: &mut Api, to: &str, subject: &str) -> MessageId {
 fn subscribe(api: &mut Api, target: &str, last_event_id: Option<&str>) -> Subscription {
     let mut request = Request::new("GET", target);
     request.last_event_id = last_event_id.map(str::to_owned);
-    match api.answer(&request, NOW, &StoppedClock) {
-        Outcome::Subscribe(subscription) => subscription,
-        Outcome::Ready(r) => {
+    match api.answer((), &request, NOW, &StoppedClock) {
+        Answered::Subscribed(subscription) => subscription,
+        Answered::Ready(r) => {
             let status = r.status;
             panic!("{target}: {status} {}", r.into_text())
         }
-        Outcome::Wait(_) => panic!("{target} parked"),
+        Answered::Waiting { .. } => panic!("{target} parked"),
     }
 }
 
 fn refused(api: &mut Api, target: &str, last_event_id: Option<&str>) -> (u16, String) {
     let mut request = Request::new("GET", target);
     request.last_event_id = last_event_id.map(str::to_owned);
-    match api.answer(&request, NOW, &StoppedClock) {
-        Outcome::Ready(r) => (r.status, r.into_text()),
+    match api.answer((), &request, NOW, &StoppedClock) {
+        Answered::Ready(r) => (r.status, r.into_text()),
         _ => panic!("{target} was accepted"),
     }
 }
@@ -54,9 +54,11 @@ fn refused(api: &mut Api, target: &str, last_event_id: Option<&str>) -> (u16, St
 fn drain(api: &mut Api, id: SubscriberId) -> Result<Vec<Event>, &'static str> {
     let mut events = Vec::new();
     loop {
-        match api.next_events(id) {
+        match api.poll_events(id) {
             NextEvents::Batch(batch) => {
-                events.extend(batch.run(&StoppedClock).events);
+                let ran = batch.run(&StoppedClock);
+                api.handle_progress(ran.progress.expect("a step that ran made progress"));
+                events.extend(ran.events);
                 if events.last().is_some_and(Event::ends_stream) {
                     return Ok(events);
                 }
@@ -103,13 +105,13 @@ fn a_subscriber_gets_the_messages_its_filter_matches_as_they_are_stored() {
     assert_eq!(drain(&mut api, sub.id), Ok(vec![]), "nothing twice");
     let (_, health) = health(&mut api);
     assert_eq!(health["subscribers"], 1);
-    assert!(api.unsubscribe(sub.id));
+    assert!(api.handle_unsubscribe(sub.id));
     assert_eq!(drain(&mut api, sub.id), Err("ended"));
 }
 
 fn health(api: &mut Api) -> (u16, Value) {
-    match api.answer(&Request::new("GET", "/health"), NOW, &StoppedClock) {
-        Outcome::Ready(r) => (r.status, serde_json::from_str(&r.into_text()).unwrap()),
+    match api.answer((), &Request::new("GET", "/health"), NOW, &StoppedClock) {
+        Answered::Ready(r) => (r.status, serde_json::from_str(&r.into_text()).unwrap()),
         _ => unreachable!(),
     }
 }
@@ -154,13 +156,19 @@ fn deletions_and_evictions_are_events_for_every_subscriber() {
     deliver(&mut api, "a@x", "3");
     deliver(&mut api, "a@x", "4"); // evicts the first
     let answer = api.answer(
+        (),
         &Request::new("DELETE", &format!("/api/emails/{second}")),
         NOW,
         &StoppedClock,
     );
-    assert!(matches!(answer, Outcome::Ready(r) if r.status == 200));
-    let answer = api.answer(&Request::new("DELETE", "/api/emails"), NOW, &StoppedClock);
-    assert!(matches!(answer, Outcome::Ready(r) if r.status == 200));
+    assert!(matches!(answer, Answered::Ready(r) if r.status == 200));
+    let answer = api.answer(
+        (),
+        &Request::new("DELETE", "/api/emails"),
+        NOW,
+        &StoppedClock,
+    );
+    assert!(matches!(answer, Answered::Ready(r) if r.status == 200));
     let events = drain(&mut api, sub).unwrap();
     let shown: Vec<(String, Value)> = events
         .iter()
@@ -194,7 +202,8 @@ fn a_large_deletion_is_split_into_events_of_at_most_1000_ids() {
         ids.push(deliver(&mut api, "many@x", &format!("{i}")));
     }
     assert_eq!(drain(&mut api, sub).unwrap().len(), 2500);
-    let Outcome::Ready(r) = api.answer(
+    let Answered::Ready(r) = api.answer(
+        (),
         &Request::new("DELETE", "/api/emails?to=many@x"),
         NOW,
         &StoppedClock,
@@ -223,6 +232,7 @@ fn a_message_deleted_before_its_event_is_sent_only_shows_as_deleted() {
     let sub = subscribe(&mut api, "/api/events", None).id;
     let id = deliver(&mut api, "a@x", "short-lived");
     api.answer(
+        (),
         &Request::new("DELETE", &format!("/api/emails/{id}")),
         NOW,
         &StoppedClock,
@@ -291,7 +301,7 @@ fn subscriptions_are_bounded_and_their_input_checked() {
         (status, text.as_str()),
         (503, r#"{"error":"too many subscribers"}"#)
     );
-    api.unsubscribe(first);
+    api.handle_unsubscribe(first);
     subscribe(&mut api, "/api/events", None);
     let (_, health) = health(&mut api);
     assert_eq!(health["limits"]["maxSubscribers"], 1);
@@ -303,10 +313,12 @@ fn subscriptions_are_bounded_and_their_input_checked() {
 
 /// One step of `id`, run; None when it has nothing (idle) or has ended.
 fn step(api: &mut Api, id: SubscriberId) -> Option<(Ran, bool)> {
-    match api.next_events(id) {
+    match api.poll_events(id) {
         NextEvents::Batch(batch) => {
             let heavy = batch.is_heavy();
-            Some((batch.run(&StoppedClock), heavy))
+            let ran = batch.run(&StoppedClock);
+            api.handle_progress(ran.progress.expect("a step that ran made progress"));
+            Some((ran, heavy))
         }
         _ => None,
     }
@@ -415,10 +427,11 @@ fn a_step_ends_once_it_has_taken_its_time() {
     let mut got = Vec::new();
     let mut sizes = Vec::new();
     loop {
-        let NextEvents::Batch(batch) = api.next_events(sub) else {
+        let NextEvents::Batch(batch) = api.poll_events(sub) else {
             panic!("a step")
         };
         let ran = batch.run(&Racing(std::cell::Cell::new(0)));
+        api.handle_progress(ran.progress.expect("progress"));
         sizes.push(ran.events.len());
         got.extend(stored_ids(&ran.events));
         if ran.caught_up {
@@ -449,11 +462,12 @@ fn a_replay_reads_the_live_store_step_by_step_without_gap_or_duplicate() {
     // Meanwhile one it has not reached is deleted, and more mail arrives.
     let gone = ids[550];
     let answer = api.answer(
+        (),
         &Request::new("DELETE", &format!("/api/emails/{gone}")),
         NOW,
         &StoppedClock,
     );
-    assert!(matches!(answer, Outcome::Ready(r) if r.status == 200));
+    assert!(matches!(answer, Answered::Ready(r) if r.status == 200));
     let late: Vec<MessageId> = (0..3)
         .map(|i| deliver(&mut api, "rep@x", &format!("late {i}")))
         .collect();
@@ -480,8 +494,13 @@ fn a_replay_whose_messages_were_all_deleted_goes_live() {
     let first = deliver(&mut api, "x@x", "1");
     deliver(&mut api, "x@x", "2");
     let sub = subscribe(&mut api, &format!("/api/events?afterId={first}"), None).id;
-    let answer = api.answer(&Request::new("DELETE", "/api/emails"), NOW, &StoppedClock);
-    assert!(matches!(answer, Outcome::Ready(r) if r.status == 200));
+    let answer = api.answer(
+        (),
+        &Request::new("DELETE", "/api/emails"),
+        NOW,
+        &StoppedClock,
+    );
+    assert!(matches!(answer, Answered::Ready(r) if r.status == 200));
     let live = deliver(&mut api, "x@x", "3");
     let events = drain(&mut api, sub).unwrap();
     let names: Vec<&str> = events.iter().map(Event::name).collect();
@@ -498,11 +517,12 @@ fn every_subscriber_sends_the_same_deletion_json_and_summary() {
     let mut from_a = drain(&mut api, a).unwrap();
     let mut from_b = drain(&mut api, b).unwrap();
     let answer = api.answer(
+        (),
         &Request::new("DELETE", "/api/emails?to=s@x"),
         NOW,
         &StoppedClock,
     );
-    assert!(matches!(answer, Outcome::Ready(r) if r.status == 200));
+    assert!(matches!(answer, Answered::Ready(r) if r.status == 200));
     from_a.extend(drain(&mut api, a).unwrap());
     from_b.extend(drain(&mut api, b).unwrap());
     assert_eq!(from_a.len(), 2);
@@ -515,4 +535,35 @@ fn every_subscriber_sends_the_same_deletion_json_and_summary() {
         );
     }
     assert_eq!(stored_ids(&from_a), [id]);
+}
+
+#[test]
+fn a_step_whose_progress_is_not_handed_back_is_taken_again() {
+    let mut api = Api::new(ApiConfig::default());
+    let sub = subscribe(&mut api, "/api/events", None).id;
+    let ids: Vec<MessageId> = (0..3)
+        .map(|i| deliver(&mut api, "p@x", &format!("{i}")))
+        .collect();
+    let NextEvents::Batch(batch) = api.poll_events(sub) else {
+        panic!("a step")
+    };
+    let lost = batch.run(&StoppedClock);
+    assert_eq!(stored_ids(&lost.events), ids);
+    // The host never handed its progress back (its client went away mid-write, say).
+    let NextEvents::Batch(again) = api.poll_events(sub) else {
+        panic!("the same step again")
+    };
+    let ran = again.run(&StoppedClock);
+    assert_eq!(ran.events, lost.events, "the same events, none skipped");
+    assert_eq!(ran.progress, lost.progress);
+    api.handle_progress(ran.progress.unwrap());
+    assert!(matches!(api.poll_events(sub), NextEvents::Idle));
+    // Handing the same progress back twice moves it no further.
+    api.handle_progress(lost.progress.unwrap());
+    let later = deliver(&mut api, "p@x", "later");
+    assert_eq!(stored_ids(&drain(&mut api, sub).unwrap()), [later]);
+    // A progress for an ended subscription is ignored.
+    assert!(api.handle_unsubscribe(sub));
+    api.handle_progress(lost.progress.unwrap());
+    assert_eq!(drain(&mut api, sub), Err("ended"));
 }

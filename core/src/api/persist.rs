@@ -4,10 +4,10 @@
 //!
 //! The core stays sans-IO: it decides (id, store, delete, evict, expire) and
 //! says so; the host writes it down. A delivery is two steps,
-//! [`Api::assign`] (the id and the receive time) then [`Api::insert`] (after
+//! [`Api::assign`] (the id and the receive time) then [`Api::handle_message`] (after
 //! the host has written and committed the message). What left the store,
 //! whatever the reason (deleted, evicted by the limits, expired by
-//! `--max-age`), is in the [`Trash`] the host takes after each call; its
+//! `--max-age`), comes out as [`super::Output::Removed`] holding a [`Trash`]; its
 //! [`Trash::removals`] names it for the host to delete from disk. At start
 //! the host feeds stored messages back in id order with [`Api::restore`],
 //! which applies today's limits (what they evict is in the trash too) and
@@ -75,7 +75,7 @@ impl Trash {
 
 impl<W> Api<W> {
     /// The id and receive time of the next message, received at `now_ms`:
-    /// the first half of [`Api::deliver`]. Pass them to [`Api::insert`]
+    /// the first half of [`Api::deliver`]. Pass them to [`Api::handle_message`]
     /// once the message is written, in the order they were assigned; a
     /// message never inserted leaves only a gap in the ids.
     pub fn assign(&mut self, now_ms: u64, entropy: Entropy) -> Assigned {
@@ -100,8 +100,8 @@ impl<W> Api<W> {
     /// Stores a message loaded from disk at start, under its stored id and
     /// receive time; call it in id order. Today's limits apply, to this
     /// message too when its raw bytes alone are over the byte limit
-    /// ([`crate::store::Store::refuse_restored`]): what they evict is in the trash
-    /// ([`Trash::removals`]). Every id assigned
+    /// ([`crate::store::Store::refuse_restored`]): what they evict comes out as
+    /// [`super::Output::Removed`] ([`Trash::removals`]). Every id assigned
     /// afterwards sorts after this one, even when the clock is behind it.
     ///
     /// The host builds the message with [`Email::new`] (parsing it), which
@@ -119,9 +119,11 @@ impl<W> Api<W> {
         // out the older messages that fit.
         if self.store.refuse_restored(&email) {
             self.forget(vec![Arc::new(email)], Reason::Evicted);
+            // Out as Output::Removed now, like what handle_message evicts.
+            self.flush_trash();
             return Ok(());
         }
-        self.insert_email(email);
+        self.handle_message(email);
         Ok(())
     }
 
@@ -152,6 +154,8 @@ impl<W> Api<W> {
         let expired: Vec<Arc<Email>> = self.store.expire_before(cutoff.saturating_add(1));
         let count = expired.len();
         self.forget(expired, Reason::Evicted);
+        // Out as Output::Removed now: a host's timer may call this alone.
+        self.flush_trash();
         count
     }
 
@@ -172,7 +176,7 @@ impl<W> Api<W> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{ApiConfig, Request, Step};
+    use crate::api::{ApiConfig, Output, Request, Response};
     use crate::smtp::{Envelope, Incoming};
     use crate::store::{Prepared, StoreLimits};
 
@@ -200,11 +204,36 @@ mod tests {
         })
     }
 
-    fn body(step: Step) -> serde_json::Value {
-        match step {
-            Step::Ready(response) => serde_json::from_str(&response.into_text()).unwrap(),
-            _ => panic!("expected a response"),
+    /// The response to a request that is answered without a job.
+    fn respond(api: &mut TestApi, method: &str, target: &str, now_ms: u64) -> Response {
+        api.handle_request((), &Request::new(method, target), now_ms);
+        let mut answer = None;
+        let mut others = Vec::new();
+        while let Some(output) = api.poll_output() {
+            match output {
+                Output::Respond((), response) if answer.is_none() => answer = Some(response),
+                other => others.push(other),
+            }
         }
+        // What is not the answer stays queued, in order, for take_trash.
+        api.outputs.extend(others);
+        answer.expect("a response")
+    }
+
+    fn body(api: &mut TestApi, method: &str, target: &str, now_ms: u64) -> serde_json::Value {
+        serde_json::from_str(&respond(api, method, target, now_ms).into_text()).unwrap()
+    }
+
+    /// What left the store since the last call, as the host deletes it from disk.
+    fn take_trash(api: &mut TestApi) -> Vec<Removal> {
+        let mut removals = Vec::new();
+        while let Some(output) = api.poll_output() {
+            match output {
+                Output::Removed(removed) => removals.extend(removed.trash.removals()),
+                other => panic!("only removals expected: {other:?}"),
+            }
+        }
+        removals
     }
 
     #[test]
@@ -214,22 +243,22 @@ mod tests {
         let b = api.assign(900, [0; 10]);
         assert!(b.id > a.id);
         assert_eq!(b.received_at_ms, 1000, "receive time never goes back");
-        api.insert(a, prepared("a"));
-        api.insert(b, prepared("b"));
+        api.handle_message(Email::new(a.id, a.received_at_ms, prepared("a")));
+        api.handle_message(Email::new(b.id, b.received_at_ms, prepared("b")));
         let ids: Vec<_> = api.store().snapshot().iter().map(|e| e.id).collect();
         assert_eq!(ids, [a.id, b.id]);
-        assert!(api.take_trash().removals().is_empty());
+        assert!(take_trash(&mut api).is_empty());
     }
 
     #[test]
     fn ids_resume_after_a_deleted_message_whatever_the_clock_says() {
         let mut before = api(10);
-        let gone = before.deliver(prepared("gone"), 9_000_000, [7; 10]).id;
+        let gone = before.deliver(prepared("gone"), 9_000_000, [7; 10]);
         assert_eq!(gone.time_ms(), 9_000_000);
         let mut api = api(10);
         api.resume_after(gone);
         // The clock is far behind the deleted message.
-        let next = api.deliver(prepared("new"), 1_000, [0; 10]).id;
+        let next = api.deliver(prepared("new"), 1_000, [0; 10]);
         assert!(next > gone);
         assert_eq!(api.store().get(next).unwrap().received_at_ms, 9_000_000);
     }
@@ -238,10 +267,7 @@ mod tests {
     fn restore_applies_todays_limits_and_ids_resume_after_the_stored_ones() {
         let mut old = api(10);
         let stored: Vec<_> = (0..5)
-            .map(|i| {
-                old.deliver(prepared(&i.to_string()), 5_000_000 + i, [9; 10])
-                    .id
-            })
+            .map(|i| old.deliver(prepared(&i.to_string()), 5_000_000 + i, [9; 10]))
             .collect();
         let mut api = api(3);
         for (i, id) in stored.iter().enumerate() {
@@ -252,7 +278,7 @@ mod tests {
             ))
             .unwrap();
         }
-        let removals = api.take_trash().removals();
+        let removals = take_trash(&mut api);
         assert_eq!(
             removals,
             [Removal::One(stored[0]), Removal::One(stored[1])],
@@ -265,7 +291,7 @@ mod tests {
             Err(OutOfOrder { id: stored[3] })
         );
         // The clock is behind the stored messages: new ids still sort after them.
-        let next = api.deliver(prepared("new"), 1_000, [0; 10]).id;
+        let next = api.deliver(prepared("new"), 1_000, [0; 10]);
         assert!(next > stored[4]);
         assert!(api.store().get(next).unwrap().received_at_ms >= 5_000_004);
     }
@@ -273,10 +299,8 @@ mod tests {
     #[test]
     fn a_restored_message_alone_over_todays_byte_limit_is_evicted() {
         let mut old = api(10);
-        let small = old.deliver(prepared("small"), 5_000_000, [9; 10]).id;
-        let big = old
-            .deliver(prepared(&"x".repeat(4000)), 5_000_001, [9; 10])
-            .id;
+        let small = old.deliver(prepared("small"), 5_000_000, [9; 10]);
+        let big = old.deliver(prepared(&"x".repeat(4000)), 5_000_001, [9; 10]);
         // Started again with a byte limit the big message alone is over.
         let mut api: TestApi = Api::new(ApiConfig {
             store: StoreLimits {
@@ -290,7 +314,7 @@ mod tests {
         api.restore(Email::new(big, 5_000_001, prepared(&"x".repeat(4000))))
             .unwrap();
         assert_eq!(
-            api.take_trash().removals(),
+            take_trash(&mut api),
             [Removal::One(big)],
             "at load even the newest message goes when it alone is over the limit, and alone"
         );
@@ -299,7 +323,7 @@ mod tests {
         assert!(api.store().bytes() <= 2000);
         assert_eq!(api.store().evicted(), 1);
         // Ids still resume after it, and a delivery now is kept as always.
-        let next = api.deliver(prepared(&"y".repeat(4000)), 1_000, [0; 10]).id;
+        let next = api.deliver(prepared(&"y".repeat(4000)), 1_000, [0; 10]);
         assert!(next > big);
         assert_eq!(
             api.store().len(),
@@ -322,7 +346,7 @@ mod tests {
         };
         let mut running: TestApi = Api::new(config());
         let body = "x".repeat(1800);
-        let id = running.deliver(prepared(&body), 5_000_000, [9; 10]).id;
+        let id = running.deliver(prepared(&body), 5_000_000, [9; 10]);
         let email = running.store().get(id).unwrap();
         assert!(email.raw().len() <= 2000 && email.footprint() > 2000);
         assert_eq!(running.store().len(), 1);
@@ -335,7 +359,7 @@ mod tests {
             1,
             "an acknowledged message is not lost"
         );
-        assert!(restarted.take_trash().removals().is_empty());
+        assert!(take_trash(&mut restarted).is_empty());
     }
 
     #[test]
@@ -348,7 +372,6 @@ mod tests {
                     5_000_000 + i as u64,
                     [9; 10],
                 )
-                .id
             })
             .collect();
         let mut api: TestApi = Api::new(ApiConfig {
@@ -374,48 +397,47 @@ mod tests {
     fn deletes_are_removals_one_by_one_or_as_a_range() {
         let mut api = api(10);
         let ids: Vec<_> = (0..4)
-            .map(|i| api.deliver(prepared("m"), 1000 + i, [0; 10]).id)
+            .map(|i| api.deliver(prepared("m"), 1000 + i, [0; 10]))
             .collect();
         let one = format!("/api/emails/{}", ids[1]);
-        body(api.handle(&Request::new("DELETE", &one), 2000));
-        assert_eq!(api.take_trash().removals(), [Removal::One(ids[1])]);
-        let all = body(api.handle(&Request::new("DELETE", "/api/emails"), 2000));
+        body(&mut api, "DELETE", &one, 2000);
+        assert_eq!(take_trash(&mut api), [Removal::One(ids[1])]);
+        let all = body(&mut api, "DELETE", "/api/emails", 2000);
         assert_eq!(all["deleted"], 3);
         assert_eq!(
-            api.take_trash().removals(),
+            take_trash(&mut api),
             [Removal::Range {
                 first: ids[0],
                 last: ids[3]
             }]
         );
-        body(api.handle(&Request::new("DELETE", "/api/emails"), 2000));
-        assert!(api.take_trash().removals().is_empty());
+        body(&mut api, "DELETE", "/api/emails", 2000);
+        assert!(take_trash(&mut api).is_empty());
     }
 
     #[test]
     fn max_age_hides_and_evicts_old_messages_on_every_request() {
         let mut api = api(10);
         api.set_max_age(Some(2_000));
-        let old = api.deliver(prepared("old"), 10_000, [0; 10]).id;
-        let new = api.deliver(prepared("new"), 11_000, [0; 10]).id;
-        let get = |api: &mut TestApi, id: MessageId, now| match api
-            .handle(&Request::new("GET", &format!("/api/emails/{id}/raw")), now)
-        {
-            Step::Ready(response) => response.status,
-            _ => panic!("expected a response"),
+        let old = api.deliver(prepared("old"), 10_000, [0; 10]);
+        let new = api.deliver(prepared("new"), 11_000, [0; 10]);
+        let get = |api: &mut TestApi, id: MessageId, now| {
+            respond(api, "GET", &format!("/api/emails/{id}/raw"), now).status
         };
         assert_eq!(get(&mut api, old, 11_999), 200);
         // At exactly max-age the message is gone, before any timer runs.
         assert_eq!(get(&mut api, old, 12_000), 404);
         assert_eq!(get(&mut api, new, 12_000), 200);
-        assert_eq!(api.take_trash().removals(), [Removal::One(old)]);
-        let health = body(api.handle(&Request::new("GET", "/health"), 12_000));
+        assert_eq!(take_trash(&mut api), [Removal::One(old)]);
+        let health = body(&mut api, "GET", "/health", 12_000);
         assert_eq!(health["evicted"], 1);
         assert_eq!(health["messages"], 1);
         assert_eq!(health["limits"]["maxAgeMs"], 2_000);
         assert_eq!(health["storage"]["kind"], "memory");
         assert_eq!(api.expire_old(13_000), 1);
         assert_eq!(api.store().len(), 0);
+        // Called on its own (a host's timer), what it evicts comes out too.
+        assert_eq!(take_trash(&mut api), [Removal::One(new)]);
         assert_eq!(api.expire_old(20_000), 0);
     }
 
@@ -427,7 +449,7 @@ mod tests {
         api.set_storage_report(Box::new(
             || serde_json::json!({"kind": "sqlite", "ok": true}),
         ));
-        let health = body(api.handle(&Request::new("GET", "/health"), 2));
+        let health = body(&mut api, "GET", "/health", 2);
         assert_eq!(health["storage"]["kind"], "sqlite");
         assert!(health["limits"].get("maxAgeMs").is_none());
     }

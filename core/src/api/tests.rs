@@ -6,18 +6,75 @@ use serde_json::Value;
 
 const NOW: u64 = 1_763_779_327_000;
 
-/// The API with a label per parked wait as the host's handle.
+/// The API with a label per request as the host's handle.
 type TestApi = Api<u64>;
 
 fn api() -> TestApi {
     Api::new(ApiConfig::default())
 }
 
-/// Parks a wait under a fresh label: the handle its answer comes back with.
-fn park(api: &mut TestApi, parking: Parking) -> (WaitSpec, u64) {
+/// A fresh label: the handle a request's answer comes back with.
+fn label() -> u64 {
     static LABELS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-    let label = LABELS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    (api.park(parking, label), label)
+    LABELS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Asks for a wait that parks: its name, its deadline and its client's label.
+fn wait(api: &mut TestApi, target: &str) -> (RequestId, u64, u64) {
+    let label = label();
+    match api.answer(label, &Request::new("GET", target), NOW, &StoppedClock) {
+        Answered::Waiting { id, deadline_ms } => (id, deadline_ms, label),
+        other => panic!("{target} should park, not {other:?}"),
+    }
+}
+
+/// Drains the outputs, running the jobs and match batches on this thread
+/// (the way a host does outside its lock); returns the rest in order.
+fn settle(api: &mut TestApi, clock: &dyn Clock) -> Vec<Output<u64>> {
+    let mut rest = Vec::new();
+    while let Some(output) = api.poll_output() {
+        match output {
+            Output::Run(job) => {
+                let done = job.run(clock);
+                api.handle_done(done, NOW);
+            }
+            Output::Match(batch) => {
+                let matches = batch.run(clock);
+                api.handle_matches(matches);
+            }
+            other => rest.push(other),
+        }
+    }
+    rest
+}
+
+/// The responses among outputs, with their clients' labels.
+fn responses(outputs: Vec<Output<u64>>) -> Vec<(u64, Response)> {
+    outputs
+        .into_iter()
+        .filter_map(|o| match o {
+            Output::Respond(label, response) => Some((label, response)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// What left the store among outputs, to free (by dropping it) outside the lock.
+fn removed(outputs: Vec<Output<u64>>) -> Vec<Removed> {
+    outputs
+        .into_iter()
+        .filter_map(|o| match o {
+            Output::Removed(removed) => Some(removed),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A request run through the whole contract: everything it led to.
+fn request(api: &mut TestApi, method: &str, target: &str) -> (RequestId, u64, Vec<Output<u64>>) {
+    let label = label();
+    let id = api.handle_request(label, &Request::new(method, target), NOW);
+    (id, label, settle(api, &StoppedClock))
 }
 
 fn message(to: &[&str], subject: &str) -> Prepared {
@@ -38,13 +95,12 @@ fn deliver(api: &mut TestApi, to: &[&str], subject: &str) -> Delivered<u64> {
 }
 
 fn ready(api: &mut TestApi, method: &str, target: &str) -> (u16, Value) {
-    match api.answer(&Request::new(method, target), NOW, &StoppedClock) {
-        Outcome::Ready(r) => (
+    match api.answer(label(), &Request::new(method, target), NOW, &StoppedClock) {
+        Answered::Ready(r) => (
             r.status,
             serde_json::from_str(&r.into_text()).expect("JSON body"),
         ),
-        Outcome::Wait(w) => panic!("{target} parked as {w:?}"),
-        Outcome::Subscribe(s) => panic!("{target} subscribed as {s:?}"),
+        other => panic!("{target} was not answered at once: {other:?}"),
     }
 }
 
@@ -219,49 +275,37 @@ fn wait_returns_a_stored_match_at_once() {
 #[test]
 fn wait_parks_until_a_matching_delivery() {
     let mut api = api();
-    let Outcome::Wait(parking) = api.answer(
-        &Request::new("GET", "/api/emails/wait?to=b@x&timeoutMs=500"),
-        NOW,
-        &StoppedClock,
-    ) else {
-        panic!("should park");
-    };
-    let (spec, label) = park(&mut api, parking);
-    assert_eq!(spec.deadline_ms, NOW + 500);
+    let (id, deadline_ms, label) = wait(&mut api, "/api/emails/wait?to=b@x&timeoutMs=500");
+    assert_eq!(deadline_ms, NOW + 500);
     assert_eq!(api.pending_waits(), 1);
     assert!(deliver(&mut api, &["a@x"], "not for b").woken.is_empty());
     let delivered = deliver(&mut api, &["b@x"], "for b");
     assert_eq!(delivered.woken.len(), 1);
-    let (id, response) = delivered.woken.into_iter().next().unwrap();
-    assert_eq!(id, label);
+    let (client, response) = delivered.woken.into_iter().next().unwrap();
+    assert_eq!(client, label);
     let body: Value = serde_json::from_str(&response.into_text()).unwrap();
     assert_eq!(body["email"]["subject"], "for b");
     assert_eq!(api.pending_waits(), 0);
-    assert!(api.expire(spec.id).is_none());
+    // Answered once: its deadline passing answers nothing more.
+    api.handle_expire(id);
+    assert!(api.poll_output().is_none());
 }
 
 #[test]
 fn a_wait_whose_pattern_gives_up_on_a_delivery_ends_with_400() {
     let mut api = api();
-    let Outcome::Wait(parking) = api.answer(
-        &Request::new(
-            "GET",
-            "/api/emails/wait?subjectPattern=%5E(a%2B)%2B%5C1b%24",
-        ),
-        NOW,
-        &StoppedClock,
-    ) else {
-        panic!("should park");
-    };
-    let (_, label) = park(&mut api, parking);
+    let (_, _, label) = wait(
+        &mut api,
+        "/api/emails/wait?subjectPattern=%5E(a%2B)%2B%5C1b%24",
+    );
     // An ordinary subject: no match, still parked.
     assert!(deliver(&mut api, &["a@x"], "hello").woken.is_empty());
     assert_eq!(api.pending_waits(), 1);
     // A subject the pattern gives up on: answered with the 400 a list gives, and gone.
     let delivered = deliver(&mut api, &["a@x"], &"a".repeat(40));
     assert_eq!(delivered.woken.len(), 1);
-    let (id, response) = &delivered.woken[0];
-    assert_eq!(*id, label);
+    let (client, response) = &delivered.woken[0];
+    assert_eq!(*client, label);
     assert_eq!(response.status, 400);
     let text = text_of(response);
     assert!(text.contains("backtracking"), "{text}");
@@ -273,30 +317,28 @@ fn a_wait_whose_pattern_gives_up_on_a_delivery_ends_with_400() {
 #[test]
 fn wait_times_out_with_408_and_cancels() {
     let mut api = api();
-    let Outcome::Wait(parking) =
-        api.answer(&Request::new("GET", "/api/emails/wait"), NOW, &StoppedClock)
-    else {
-        panic!("should park");
-    };
-    let (spec, _) = park(&mut api, parking);
-    assert_eq!(spec.deadline_ms, NOW + DEFAULT_WAIT_MS);
-    assert_eq!(api.next_deadline(), Some(NOW + DEFAULT_WAIT_MS));
-    assert!(api.expire_due(NOW + DEFAULT_WAIT_MS - 1).is_empty());
-    let expired = api.expire_due(NOW + DEFAULT_WAIT_MS);
+    let (_, deadline_ms, label) = wait(&mut api, "/api/emails/wait");
+    assert_eq!(deadline_ms, NOW + DEFAULT_WAIT_MS);
+    assert_eq!(api.poll_timeout(), Some(NOW + DEFAULT_WAIT_MS));
+    api.handle_timeout(NOW + DEFAULT_WAIT_MS - 1);
+    assert!(api.poll_output().is_none());
+    api.handle_timeout(NOW + DEFAULT_WAIT_MS);
+    let expired = responses(settle(&mut api, &StoppedClock));
     assert_eq!(expired.len(), 1);
+    assert_eq!(expired[0].0, label);
     assert_eq!(expired[0].1.status, 408);
     assert!(text_of(&expired[0].1).contains("10000 ms"));
+    assert_eq!(api.poll_timeout(), None);
 
-    let Outcome::Wait(parking) = api.answer(
-        &Request::new("GET", "/api/emails/wait?afterId="),
-        NOW,
-        &StoppedClock,
-    ) else {
-        panic!("should park");
-    };
-    let (spec, _) = park(&mut api, parking);
-    assert!(api.cancel(spec.id).is_some());
-    assert!(api.cancel(spec.id).is_none());
+    let (id, _, _) = wait(&mut api, "/api/emails/wait?afterId=");
+    assert_eq!(api.pending_waits(), 1);
+    api.handle_cancel(id);
+    assert_eq!(api.pending_waits(), 0);
+    api.handle_cancel(id);
+    assert!(
+        api.poll_output().is_none(),
+        "a cancelled wait is never answered"
+    );
     assert!(deliver(&mut api, &["a@x"], "late").woken.is_empty());
     for bad in ["0", "60001", "x", ""] {
         let (status, text) = error_of(get(&mut api, &format!("/api/emails/wait?timeoutMs={bad}")));
@@ -309,15 +351,7 @@ fn wait_times_out_with_408_and_cancels() {
 fn wait_after_id_skips_older_matches() {
     let mut api = api();
     let a = deliver(&mut api, &["a@x"], "a").id;
-    let outcome = api.answer(
-        &Request::new("GET", &format!("/api/emails/wait?afterId={a}")),
-        NOW,
-        &StoppedClock,
-    );
-    let Outcome::Wait(parking) = outcome else {
-        panic!("should park");
-    };
-    park(&mut api, parking);
+    wait(&mut api, &format!("/api/emails/wait?afterId={a}"));
     assert_eq!(deliver(&mut api, &["a@x"], "b").woken.len(), 1);
 }
 
@@ -346,9 +380,9 @@ fn routes_methods_and_bad_queries() {
         (status, text.as_str()),
         (404, "no such endpoint: GET /nope")
     );
-    let response = match api.answer(&Request::new("POST", "/api/emails"), NOW, &StoppedClock) {
-        Outcome::Ready(r) => r,
-        Outcome::Wait(_) | Outcome::Subscribe(_) => unreachable!(),
+    let response = match api.answer(0, &Request::new("POST", "/api/emails"), NOW, &StoppedClock) {
+        Answered::Ready(r) => r,
+        Answered::Waiting { .. } | Answered::Subscribed(_) => unreachable!(),
     };
     assert_eq!(response.status, 405);
     assert_eq!(response.header("allow"), Some("GET, DELETE"));
@@ -428,11 +462,7 @@ fn waits_past_the_limit_get_503_at_once() {
         ..ApiConfig::default()
     });
     for _ in 0..2 {
-        let outcome = api.answer(&Request::new("GET", "/api/emails/wait"), NOW, &StoppedClock);
-        let Outcome::Wait(parking) = outcome else {
-            panic!("should park");
-        };
-        park(&mut api, parking);
+        wait(&mut api, "/api/emails/wait");
     }
     let (status, text) = error_of(get(&mut api, "/api/emails/wait"));
     assert_eq!((status, text.as_str()), (503, "too many waits"));
@@ -465,7 +495,7 @@ fn a_pattern_that_spends_its_budget_ends_with_400_too_expensive() {
     let slow = Slow(std::cell::Cell::new(0));
     // Each match "takes" 100 ms: the third one finds the 250 ms budget spent.
     let request = Request::new("GET", "/api/emails?subjectPattern=nomatch");
-    let Outcome::Ready(response) = api.answer(&request, NOW, &slow) else {
+    let Answered::Ready(response) = api.answer(0, &request, NOW, &slow) else {
         panic!("a list never parks");
     };
     assert_eq!(response.status, 400);
@@ -476,10 +506,10 @@ fn a_pattern_that_spends_its_budget_ends_with_400_too_expensive() {
     // A parked wait spends its budget over its life, then is answered with the same 400.
     let request = Request::new("GET", "/api/emails/wait?subjectPattern=nomatch&afterId=");
     let mut api = self::api();
-    let Outcome::Wait(parking) = api.answer(&request, NOW, &slow) else {
+    let label = label();
+    let Answered::Waiting { .. } = api.answer(label, &request, NOW, &slow) else {
         panic!("should park");
     };
-    let (_, label) = park(&mut api, parking);
     let mut woken = Vec::new();
     for i in 0..4 {
         let delivered =
@@ -495,85 +525,122 @@ fn a_pattern_that_spends_its_budget_ends_with_400_too_expensive() {
 #[test]
 fn a_wait_looks_again_at_messages_stored_while_its_job_ran() {
     let mut api = api();
-    let Step::Work(job) = api.handle(&Request::new("GET", "/api/emails/wait?to=b@x"), NOW) else {
+    let label = label();
+    let id = api.handle_request(label, &Request::new("GET", "/api/emails/wait?to=b@x"), NOW);
+    let Some(Output::Run(job)) = api.poll_output() else {
         panic!("a wait starts with a job");
     };
-    let Done::Commit(commit) = job.run(&StoppedClock) else {
-        panic!("nothing stored yet: it asks to park");
-    };
-    // A matching message lands between the job and its commit.
+    assert_eq!(job.request(), id);
+    assert!(api.poll_output().is_none());
+    let done = job.run(&StoppedClock);
+    // A matching message lands between the job and its result.
     let stored = api.deliver(message(&["b@x"], "in between"), NOW, [1; 10]);
-    assert!(!stored.waits_parked);
-    let Step::Work(again) = api.complete(commit, NOW) else {
-        panic!("it must look at the new message first");
+    assert_eq!(api.pending_waits(), 0, "the wait is not parked yet");
+    assert!(api.poll_output().is_none(), "so no batch tries it");
+    api.handle_done(done, NOW);
+    assert_eq!(
+        api.pending_waits(),
+        0,
+        "it must look at the new message first"
+    );
+    let Some(Output::Run(again)) = api.poll_output() else {
+        panic!("it looks again with a job");
     };
-    let Done::Response(response) = again.run(&StoppedClock) else {
-        panic!("the new message matches");
-    };
+    api.handle_done(again.run(&StoppedClock), NOW);
+    let answered = responses(settle(&mut api, &StoppedClock));
+    assert_eq!(answered.len(), 1, "the new message matches");
+    let (client, response) = answered.into_iter().next().unwrap();
+    assert_eq!(client, label);
     let body: Value = serde_json::from_str(&response.into_text()).unwrap();
-    assert_eq!(body["email"]["id"], stored.id.to_string());
+    assert_eq!(body["email"]["id"], stored.to_string());
     assert_eq!(api.pending_waits(), 0);
 }
 
 #[test]
 fn a_batch_answers_each_wait_with_its_oldest_match_and_only_once() {
     let mut api = api();
-    let Outcome::Wait(parking) = api.answer(
-        &Request::new("GET", "/api/emails/wait?to=c@x"),
-        NOW,
-        &StoppedClock,
-    ) else {
-        panic!("should park");
-    };
-    let (spec, label) = park(&mut api, parking);
+    let (id, _, label) = wait(&mut api, "/api/emails/wait?to=c@x");
     let first = api.deliver(message(&["c@x"], "first"), NOW, [1; 10]);
     api.deliver(message(&["c@x"], "second"), NOW, [1; 10]);
-    assert!(first.waits_parked);
-    let batch = api.match_batch().expect("two new messages, one wait");
+    assert_eq!(api.pending_waits(), 1);
+    let Some(Output::Match(batch)) = api.poll_output() else {
+        panic!("two new messages, one wait: a batch");
+    };
     assert_eq!(batch.messages(), 2);
-    assert!(api.match_batch().is_none());
+    assert!(api.poll_output().is_none());
     let matches = batch.run(&StoppedClock);
     assert_eq!(matches.len(), 1);
-    let woken = api.resolve(matches);
+    api.handle_matches(matches);
+    let woken = responses(settle(&mut api, &StoppedClock));
     assert_eq!(woken.len(), 1);
-    let (id, response) = woken.into_iter().next().unwrap();
-    assert_eq!(id, label);
+    let (client, response) = woken.into_iter().next().unwrap();
+    assert_eq!(client, label);
     let body: Value = serde_json::from_str(&response.into_text()).unwrap();
-    assert_eq!(body["email"]["id"], first.id.to_string());
+    assert_eq!(body["email"]["id"], first.to_string());
     // Resolving the same wait again (a second batch racing) answers nothing.
-    let Outcome::Wait(parking) = api.answer(
-        &Request::new("GET", "/api/emails/wait?to=z@x"),
-        NOW,
-        &StoppedClock,
-    ) else {
-        panic!("should park");
-    };
-    let (_, other) = park(&mut api, parking);
-    assert_eq!(api.cancel(WaitId(spec.id.0 + 1)), Some(other));
-    assert!(api.cancel(spec.id).is_none());
+    let email = api.store().get(first).unwrap();
+    api.handle_matches(Matches::one(id, Ok(email.clone())));
+    assert!(api.poll_output().is_none());
+    // A cancel names one wait: the other stays parked, and is answered.
+    let (other, _, other_label) = wait(&mut api, "/api/emails/wait?to=z@x");
+    assert_eq!(other, RequestId(id.0 + 1));
+    api.handle_cancel(id);
+    assert_eq!(api.pending_waits(), 1);
+    api.handle_matches(Matches::one(other, Ok(email)));
+    let woken = responses(settle(&mut api, &StoppedClock));
+    assert_eq!(woken.len(), 1);
+    assert_eq!(woken[0].0, other_label);
+    api.handle_cancel(other);
+    assert_eq!(api.pending_waits(), 0);
 }
 
 #[test]
 fn deleting_hands_the_messages_back_to_free_outside_the_lock() {
     let mut api = api();
-    deliver(&mut api, &["a@x"], "1");
-    deliver(&mut api, &["b@x"], "2");
-    assert!(api.take_trash().is_empty());
-    let (status, body) = ready(&mut api, "DELETE", "/api/emails?to=a@x");
-    assert_eq!((status, body["deleted"].as_u64()), (200, Some(1)));
-    assert!(!api.take_trash().is_empty());
-    let (_, body) = ready(&mut api, "DELETE", "/api/emails");
-    assert_eq!(body["deleted"], 1);
-    assert!(!api.take_trash().is_empty());
-    assert!(api.take_trash().is_empty());
+    let a = deliver(&mut api, &["a@x"], "1").id;
+    let b = deliver(&mut api, &["b@x"], "2").id;
+    assert!(removed(settle(&mut api, &StoppedClock)).is_empty());
+    let (a, b) = (
+        Arc::downgrade(&api.store().get(a).unwrap()),
+        Arc::downgrade(&api.store().get(b).unwrap()),
+    );
+    let (_, label, outputs) = request(&mut api, "DELETE", "/api/emails?to=a@x");
+    let (answers, rest): (Vec<_>, Vec<_>) = outputs
+        .into_iter()
+        .partition(|o| matches!(o, Output::Respond(..)));
+    let answers = responses(answers);
+    assert_eq!(answers.len(), 1);
+    assert_eq!(answers[0].0, label);
+    let (status, body) = (answers[0].1.status, text_of(&answers[0].1));
+    assert_eq!((status, body.as_str()), (200, r#"{"deleted":1}"#));
+    let trash = removed(rest);
+    assert_eq!(trash.len(), 1);
+    assert!(!trash[0].trash.is_empty());
+    assert!(trash[0].answer_after_write.is_none(), "no disk to wait for");
+    assert!(
+        a.upgrade().is_some(),
+        "the API let go of it, the host frees it"
+    );
+    drop(trash);
+    assert!(a.upgrade().is_none());
+    let (_, _, outputs) = request(&mut api, "DELETE", "/api/emails");
+    let (answers, rest): (Vec<_>, Vec<_>) = outputs
+        .into_iter()
+        .partition(|o| matches!(o, Output::Respond(..)));
+    assert_eq!(text_of(&responses(answers)[0].1), r#"{"deleted":1}"#);
+    let trash = removed(rest);
+    assert_eq!(trash.len(), 1);
+    assert!(b.upgrade().is_some());
+    drop(trash);
+    assert!(b.upgrade().is_none());
+    assert!(api.poll_output().is_none(), "nothing twice");
 }
 
 /// A response answered at once, whatever its content type.
 fn raw_answer(api: &mut TestApi, target: &str) -> Response {
-    match api.answer(&Request::new("GET", target), NOW, &StoppedClock) {
-        Outcome::Ready(r) => r,
-        Outcome::Wait(w) => panic!("{target} parked as {w:?}"),
-        Outcome::Subscribe(s) => panic!("{target} subscribed as {s:?}"),
+    match api.answer(label(), &Request::new("GET", target), NOW, &StoppedClock) {
+        Answered::Ready(r) => r,
+        other => panic!("{target} was not answered at once: {other:?}"),
     }
 }
 
@@ -727,26 +794,344 @@ fn raw_attachments_and_html_are_downloads() {
 #[test]
 fn fault_rules_are_parsed_and_listed_outside_the_api_lock() {
     let mut api = api();
-    let mut request = Request::new("POST", "/api/faults");
-    request.content_type = Some("application/json".to_owned());
-    request.body =
+    let mut post = Request::new("POST", "/api/faults");
+    post.content_type = Some("application/json".to_owned());
+    post.body =
         bytes::Bytes::from_static(br#"{"stage": "rcpt", "action": {"reply": {"code": 550}}}"#);
-    // handle() is what runs under the host's lock: it only hands the body over.
-    let Step::Work(job) = api.handle(&request, NOW) else {
+    // handle_request() is what runs under the host's lock: it only hands the body over.
+    let label = label();
+    api.handle_request(label, &post, NOW);
+    let Some(Output::Run(job)) = api.poll_output() else {
         panic!("a fault request is a job");
     };
+    assert!(api.poll_output().is_none(), "no answer before the job ran");
     assert!(!job.is_heavy(), "small: it runs on the async worker");
-    let Done::Response(added) = job.run(&StoppedClock) else {
-        panic!("a fault request ends in a response");
-    };
-    assert_eq!(added.status, 200);
-    assert_eq!(api.faults().len(), 1);
-    let Step::Work(list) = api.handle(&Request::new("GET", "/api/faults"), NOW) else {
+    assert_eq!(api.fault_count(), 0, "not parsed yet");
+    api.handle_done(job.run(&StoppedClock), NOW);
+    let added = responses(settle(&mut api, &StoppedClock));
+    assert_eq!(added.len(), 1);
+    assert_eq!(added[0].0, label);
+    assert_eq!(added[0].1.status, 200);
+    assert_eq!(api.fault_count(), 1);
+    api.handle_request(label, &Request::new("GET", "/api/faults"), NOW);
+    let Some(Output::Run(list)) = api.poll_output() else {
         panic!("listing the rules is a job too");
     };
-    let Done::Response(listed) = list.run(&StoppedClock) else {
-        panic!("a response");
-    };
-    let listed: Value = serde_json::from_str(&listed.into_text()).expect("JSON");
+    api.handle_done(list.run(&StoppedClock), NOW);
+    let mut listed = responses(settle(&mut api, &StoppedClock));
+    let listed: Value = serde_json::from_str(&listed.remove(0).1.into_text()).expect("JSON");
     assert_eq!(listed["faults"].as_array().map(Vec::len), Some(1));
+}
+
+/// A text body of a response, streamed or not.
+fn text(response: Response) -> String {
+    response.into_text()
+}
+
+#[test]
+fn poll_timeout_is_the_earliest_of_a_wait_deadline_and_the_oldest_message_expiry() {
+    let mut api = api();
+    assert_eq!(api.poll_timeout(), None, "nothing parked, no --max-age");
+    api.set_max_age(Some(5_000));
+    assert_eq!(api.poll_timeout(), None, "nothing stored");
+    let old = api.deliver(message(&["a@x"], "old"), NOW, [1; 10]);
+    api.deliver(message(&["a@x"], "newer"), NOW + 2_000, [1; 10]);
+    assert_eq!(
+        api.poll_timeout(),
+        Some(NOW + 5_000),
+        "the oldest expires first"
+    );
+    let (_, deadline_ms, label) = wait(&mut api, "/api/emails/wait?to=b@x&timeoutMs=1000");
+    assert_eq!(api.poll_timeout(), Some(deadline_ms));
+    let (_, _, later) = wait(&mut api, "/api/emails/wait?to=b@x&timeoutMs=9000");
+    assert_eq!(api.poll_timeout(), Some(NOW + 1_000), "the earliest wait");
+
+    // handle_timeout: the wait that is due gets its 408, nothing else moves.
+    api.handle_timeout(NOW + 1_000);
+    let out = settle(&mut api, &StoppedClock);
+    let answered = responses(out);
+    assert_eq!(answered.len(), 1);
+    assert_eq!((answered[0].0, answered[0].1.status), (label, 408));
+    assert_eq!(api.pending_waits(), 1);
+    assert_eq!(
+        api.poll_timeout(),
+        Some(NOW + 5_000),
+        "now the oldest message"
+    );
+
+    // Just before its expiry nothing leaves; at it, it leaves the store and comes out.
+    api.handle_timeout(NOW + 4_999);
+    assert!(api.poll_output().is_none());
+    api.handle_timeout(NOW + 5_000);
+    let gone = removed(settle(&mut api, &StoppedClock));
+    assert_eq!(gone.len(), 1);
+    assert_eq!(gone[0].trash.removals(), [Removal::One(old)]);
+    assert_eq!(api.store().len(), 1);
+    assert_eq!(
+        api.poll_timeout(),
+        Some(NOW + 7_000),
+        "the next message's expiry"
+    );
+    api.handle_timeout(NOW + 9_000);
+    let out = settle(&mut api, &StoppedClock);
+    assert_eq!(removed_count(&out), 1);
+    assert_eq!(
+        responses(out)
+            .iter()
+            .map(|(l, r)| (*l, r.status))
+            .collect::<Vec<_>>(),
+        [(later, 408)]
+    );
+    assert_eq!(api.store().len(), 0);
+    assert_eq!(api.poll_timeout(), None);
+}
+
+fn removed_count(outputs: &[Output<u64>]) -> usize {
+    outputs
+        .iter()
+        .filter(|o| matches!(o, Output::Removed(_)))
+        .count()
+}
+
+#[test]
+fn a_delete_to_job_whose_client_left_still_deletes() {
+    for durable in [false, true] {
+        let mut api: TestApi = Api::new(ApiConfig {
+            durable,
+            ..ApiConfig::default()
+        });
+        let gone = deliver(&mut api, &["a@x"], "to delete").id;
+        let kept = deliver(&mut api, &["b@x"], "to keep").id;
+        let id = api.handle_request(label(), &Request::new("DELETE", "/api/emails?to=a@x"), NOW);
+        let Some(Output::Run(job)) = api.poll_output() else {
+            panic!("a DELETE ?to= is a job");
+        };
+        // The client goes away while the job runs.
+        api.handle_cancel(id);
+        api.handle_done(job.run(&StoppedClock), NOW);
+        let out = settle(&mut api, &StoppedClock);
+        assert!(responses_of(&out).is_empty(), "nobody to answer");
+        let trash = removed(out);
+        assert_eq!(trash.len(), 1, "durable: {durable}");
+        assert_eq!(trash[0].trash.removals(), [Removal::One(gone)]);
+        assert!(
+            trash[0].answer_after_write.is_none(),
+            "no answer waits for the disk"
+        );
+        assert!(api.store().get(gone).is_none());
+        assert!(api.store().get(kept).is_some());
+    }
+}
+
+fn responses_of(outputs: &[Output<u64>]) -> Vec<u16> {
+    outputs
+        .iter()
+        .filter_map(|o| match o {
+            Output::Respond(_, r) => Some(r.status),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A `DELETE` on a durable API: its client, its name, and what came out.
+fn durable_delete(api: &mut TestApi, target: &str) -> (u64, RequestId, Removed) {
+    let (id, label, out) = request(api, "DELETE", target);
+    assert!(
+        responses_of(&out).is_empty(),
+        "{target}: no answer before the disk took it"
+    );
+    let mut trash = removed(out);
+    assert_eq!(trash.len(), 1, "{target}");
+    let trash = trash.remove(0);
+    assert_eq!(trash.answer_after_write, Some(id));
+    (label, id, trash)
+}
+
+#[test]
+fn a_durable_delete_is_answered_once_the_disk_took_it() {
+    let mut api: TestApi = Api::new(ApiConfig {
+        durable: true,
+        ..ApiConfig::default()
+    });
+    let ids: Vec<MessageId> = (0..4)
+        .map(|i| deliver(&mut api, &["a@x"], &i.to_string()).id)
+        .collect();
+    // By id, by recipient (a job), and all: each is held until written.
+    let (label, id, trash) = durable_delete(&mut api, &format!("/api/emails/{}", ids[0]));
+    assert_eq!(trash.trash.removals(), [Removal::One(ids[0])]);
+    assert!(
+        api.store().get(ids[0]).is_none(),
+        "gone from memory at once"
+    );
+    drop(trash);
+    api.handle_written(id, Ok(()));
+    let answered = responses(settle(&mut api, &StoppedClock));
+    assert_eq!(answered.len(), 1);
+    assert_eq!(answered[0].0, label);
+    assert_eq!(answered[0].1.status, 200);
+    assert_eq!(text_of(&answered[0].1), r#"{"deleted":1}"#);
+    // A second report for the same request answers nothing.
+    api.handle_written(id, Ok(()));
+    assert!(api.poll_output().is_none());
+
+    let (label, id, trash) = durable_delete(&mut api, "/api/emails?to=a@x");
+    assert_eq!(trash.trash.removals().len(), 3);
+    api.handle_written(id, Err(WriteError::Failed("disk full".to_owned())));
+    let answered = responses(settle(&mut api, &StoppedClock));
+    assert_eq!(answered.len(), 1);
+    assert_eq!((answered[0].0, answered[0].1.status), (label, 503));
+    let failed = text(answered.into_iter().next().unwrap().1);
+    assert!(failed.contains("disk full"), "{failed}");
+    assert!(failed.contains("not yet from disk"), "{failed}");
+    assert!(failed.contains("retries"), "{failed}");
+
+    deliver(&mut api, &["b@x"], "last");
+    let (label, id, _trash) = durable_delete(&mut api, "/api/emails");
+    api.handle_written(id, Err(WriteError::Stopped));
+    let answered = responses(settle(&mut api, &StoppedClock));
+    assert_eq!((answered[0].0, answered[0].1.status), (label, 503));
+    let stopped = text(answered.into_iter().next().unwrap().1);
+    assert!(stopped.contains("not from disk"), "{stopped}");
+    assert!(stopped.contains("stopped"), "{stopped}");
+
+    // A client that left before the write: its held answer is forgotten.
+    let keep = deliver(&mut api, &["c@x"], "c").id;
+    let (_, id, _trash) = durable_delete(&mut api, &format!("/api/emails/{keep}"));
+    api.handle_cancel(id);
+    api.handle_written(id, Ok(()));
+    assert!(api.poll_output().is_none());
+}
+
+#[test]
+fn a_delete_on_a_memory_only_api_is_answered_at_once() {
+    let mut api = api();
+    let id = deliver(&mut api, &["a@x"], "m").id;
+    let (_, label, out) = request(&mut api, "DELETE", &format!("/api/emails/{id}"));
+    assert_eq!(responses_of(&out), [200]);
+    let Some(Output::Respond(client, _)) = out.first() else {
+        panic!("the answer first, then what to free");
+    };
+    assert_eq!(*client, label);
+    let trash = removed(out);
+    assert_eq!(trash.len(), 1);
+    assert!(trash[0].answer_after_write.is_none());
+}
+
+#[test]
+fn one_match_batch_is_out_at_a_time() {
+    let mut api = api();
+    let (_, _, for_b) = wait(&mut api, "/api/emails/wait?to=b@x");
+    let (_, _, for_c) = wait(&mut api, "/api/emails/wait?to=c@x");
+    let first = api.deliver(message(&["a@x"], "first"), NOW, [1; 10]);
+    let Some(Output::Match(batch)) = api.poll_output() else {
+        panic!("a batch for the first message");
+    };
+    assert_eq!((batch.messages(), batch.waits()), (1, 2));
+    // A delivery while the batch is out: no second batch yet.
+    let second = api.deliver(message(&["b@x"], "second"), NOW, [1; 10]);
+    assert!(api.poll_output().is_none(), "the first batch is still out");
+    // Split in two parts: accounting for one part is not enough.
+    let mut parts = batch.split(2).into_iter();
+    let (one, two) = (parts.next().unwrap(), parts.next().unwrap());
+    api.handle_matches(one.run(&StoppedClock));
+    assert!(api.poll_output().is_none(), "half the batch is still out");
+    // A wait settled on its own (run_each) covers nothing of the count either.
+    let mut settled = Vec::new();
+    let rest = two.run_each(&StoppedClock, &mut |id, found| settled.push((id, found)));
+    assert!(settled.is_empty(), "the first message is for neither wait");
+    api.handle_matches(rest);
+    // Now the next batch: the second message only, not the first again.
+    let Some(Output::Match(next)) = api.poll_output() else {
+        panic!("the next batch once the first is accounted for");
+    };
+    assert_eq!(next.messages(), 1);
+    let matches = next.run(&StoppedClock);
+    assert_eq!(matches.len(), 1);
+    api.handle_matches(matches);
+    let mut woken = responses(settle(&mut api, &StoppedClock));
+    assert_eq!(woken.len(), 1);
+    assert_eq!(woken[0].0, for_b);
+    let body: Value = serde_json::from_str(&text(woken.remove(0).1)).unwrap();
+    assert_eq!(body["email"]["id"], second.to_string());
+    assert_ne!(body["email"]["id"], first.to_string());
+    assert_eq!(api.pending_waits(), 1, "the wait for c@x stays parked");
+    // A part that failed is accounted for with nothing: its waits stay parked.
+    api.deliver(message(&["c@x"], "third"), NOW, [1; 10]);
+    let Some(Output::Match(failed)) = api.poll_output() else {
+        panic!("a batch");
+    };
+    api.handle_matches(Matches::nothing(failed.waits()));
+    assert_eq!(api.pending_waits(), 1);
+    let fourth = api.deliver(message(&["c@x"], "fourth"), NOW, [1; 10]);
+    let mut woken = responses(settle(&mut api, &StoppedClock));
+    assert_eq!(woken.len(), 1, "the next batch runs");
+    assert_eq!(woken[0].0, for_c);
+    let body: Value = serde_json::from_str(&text(woken.remove(0).1)).unwrap();
+    assert_eq!(body["email"]["id"], fourth.to_string());
+}
+
+#[test]
+fn shutdown_answers_every_parked_wait_with_503() {
+    let mut api = api();
+    let labels: Vec<u64> = (0..3)
+        .map(|_| wait(&mut api, "/api/emails/wait?to=nobody@x").2)
+        .collect();
+    api.handle_shutdown();
+    let answered = responses(settle(&mut api, &StoppedClock));
+    let mut got: Vec<u64> = answered.iter().map(|(l, _)| *l).collect();
+    got.sort_unstable();
+    assert_eq!(got, labels);
+    for (_, response) in &answered {
+        assert_eq!(response.status, 503);
+        assert!(text_of(response).contains("shutting down"));
+    }
+    assert_eq!(api.pending_waits(), 0);
+    assert_eq!(api.poll_timeout(), None);
+}
+
+#[test]
+fn a_job_that_cannot_run_answers_its_client_with_503() {
+    let mut api = api();
+    deliver(&mut api, &["a@x"], "m");
+    let label = label();
+    api.handle_request(label, &Request::new("GET", "/api/emails?to=a@x"), NOW);
+    let Some(Output::Run(job)) = api.poll_output() else {
+        panic!("a list is a job");
+    };
+    api.handle_done(job.failed(), NOW);
+    let answered = responses(settle(&mut api, &StoppedClock));
+    assert_eq!(answered.len(), 1);
+    assert_eq!((answered[0].0, answered[0].1.status), (label, 503));
+}
+
+#[test]
+fn answer_leaves_the_outputs_of_other_requests_queued_in_order() {
+    let mut api = api();
+    let (_, deadline_ms, first) = wait(&mut api, "/api/emails/wait?timeoutMs=10");
+    let (_, _, second) = wait(&mut api, "/api/emails/wait?timeoutMs=20");
+    api.handle_timeout(deadline_ms + 10);
+    // Both 408s are queued; another request is answered on its own.
+    let (status, _) = get(&mut api, "/health");
+    assert_eq!(status, 200);
+    let queued = responses(settle(&mut api, &StoppedClock));
+    let queued: Vec<(u64, u16)> = queued.iter().map(|(l, r)| (*l, r.status)).collect();
+    assert_eq!(queued, [(first, 408), (second, 408)]);
+}
+
+#[test]
+fn waits_settled_by_one_batch_are_answered_in_wait_order() {
+    let mut api = api();
+    let (_, _, for_a) = wait(&mut api, "/api/emails/wait?to=a@x");
+    let (_, _, for_b) = wait(&mut api, "/api/emails/wait?to=b@x");
+    // The later wait's message comes first: the batch finds it first.
+    api.deliver(message(&["b@x"], "for b"), NOW, [1; 10]);
+    api.deliver(message(&["a@x"], "for a"), NOW, [1; 10]);
+    let Some(Output::Match(batch)) = api.poll_output() else {
+        panic!("one batch for both messages");
+    };
+    assert_eq!(batch.messages(), 2);
+    api.handle_matches(batch.run(&StoppedClock));
+    let woken = responses(settle(&mut api, &StoppedClock));
+    let order: Vec<u64> = woken.iter().map(|(label, _)| *label).collect();
+    assert_eq!(order, [for_a, for_b]);
 }

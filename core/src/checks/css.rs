@@ -5,7 +5,7 @@
 
 use cssparser::{ParseError, Parser, Token};
 
-use super::html::Facts;
+use super::facts::Facts;
 
 /// Blocks nested deeper than this are skipped (cssparser skips them without recursion).
 const MAX_DEPTH: usize = 16;

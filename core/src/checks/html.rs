@@ -20,26 +20,12 @@
 //! warning is a used feature that at least one client lacks or supports
 //! only in part.
 
-use std::collections::BTreeSet;
-use std::sync::LazyLock;
-
 use serde::Serialize;
 
 use super::caniemail_data::{CLIENTS, FEATURES};
+pub use super::facts::Facts;
+pub use super::feature::Feature;
 use super::scan;
-
-/// One feature of the caniemail data set, as the generated table has it.
-#[derive(Debug)]
-pub struct Feature {
-    /// The data set's name for it, e.g. `css-display-flex`.
-    pub slug: &'static str,
-    /// Its title, e.g. `display:flex`.
-    pub title: &'static str,
-    /// What in a message shows it is used (any one of these); see [`Facts`].
-    pub needles: &'static [&'static str],
-    /// Its support per client of [`clients`]: `y`es, `a` (partial), `n`o, `u`nknown.
-    pub support: &'static [u8],
-}
 
 /// The answer of `GET /api/emails/:id/checks/html`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -70,56 +56,6 @@ pub struct Warning {
 /// The common mail clients the check weighs, by name.
 pub fn clients() -> &'static [&'static str] {
     CLIENTS
-}
-
-/// Every needle of the table: only these are noted, so what a scan keeps is
-/// bounded by the table whatever the message holds.
-static NEEDLES: LazyLock<BTreeSet<&'static str>> = LazyLock::new(|| {
-    FEATURES
-        .iter()
-        .flat_map(|f| f.needles.iter().copied())
-        .collect()
-});
-
-/// What a message uses, as needles such as `el:video`, `prop:position`,
-/// `decl:display:flex`, `fn:var`, `unit:rem`, `pseudo:hover`, `img:webp`.
-#[derive(Debug, Default)]
-pub struct Facts {
-    found: BTreeSet<&'static str>,
-    scratch: String,
-}
-
-impl Facts {
-    /// Notes a needle if the table knows it.
-    pub(super) fn note(&mut self, needle: &str) {
-        if let Some(known) = NEEDLES.get(needle) {
-            self.found.insert(known);
-        }
-    }
-
-    /// Notes `prefix` + `name`.
-    pub(super) fn note2(&mut self, prefix: &str, name: &str) {
-        self.note3(prefix, name, "")
-    }
-
-    /// Notes `prefix` + `a` (+ `:` + `b` when `b` is not empty).
-    pub(super) fn note3(&mut self, prefix: &str, a: &str, b: &str) {
-        let mut scratch = std::mem::take(&mut self.scratch);
-        scratch.clear();
-        scratch.push_str(prefix);
-        scratch.push_str(a);
-        if !b.is_empty() {
-            scratch.push(':');
-            scratch.push_str(b);
-        }
-        self.note(&scratch);
-        self.scratch = scratch;
-    }
-
-    /// Whether a needle was noted.
-    pub fn has(&self, needle: &str) -> bool {
-        self.found.contains(needle)
-    }
 }
 
 /// What `html` uses, as needles (for tests and tools; [`check`] weighs them).

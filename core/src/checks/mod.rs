@@ -6,5 +6,7 @@
 
 mod caniemail_data;
 mod css;
+mod facts;
+mod feature;
 pub mod html;
 mod scan;

@@ -5,7 +5,7 @@
 use html5gum::{DefaultEmitter, Token, Tokenizer};
 
 use super::css;
-use super::html::Facts;
+use super::facts::Facts;
 
 /// Notes in `facts` everything `html` uses that a feature of the table names.
 pub(super) fn scan(html: &str, facts: &mut Facts) {

@@ -150,7 +150,7 @@ fn bad_rules_are_refused_naming_the_field() {
 
 #[test]
 fn the_first_matching_rule_fires_and_goes_after_its_times() {
-    let mut faults = Faults::new(10);
+    let mut faults = Faults::new(10, 0);
     let bob = ["bob@example.com".to_owned()];
     let carol = ["carol@example.com".to_owned()];
     faults.add(rule(r#"{"match": {"to": "BOB@example.com"}, "stage": "rcpt", "action": {"reply": {"code": 451}}, "times": 2}"#));
@@ -177,7 +177,7 @@ fn the_first_matching_rule_fires_and_goes_after_its_times() {
 
 #[test]
 fn from_and_to_must_both_match() {
-    let mut faults = Faults::new(10);
+    let mut faults = Faults::new(10, 0);
     faults.add(rule(r#"{"match": {"from": "app@x.test", "to": "bob@x.test"}, "stage": "message", "action": {"disconnect": true}, "times": null}"#));
     let both = ["carol@x.test".to_owned(), "Bob@X.test".to_owned()];
     let other = ["carol@x.test".to_owned()];
@@ -206,8 +206,7 @@ fn from_and_to_must_both_match() {
 #[test]
 fn probabilities_are_deterministic_given_the_seed() {
     let outcomes = |seed: u64| {
-        let mut faults = Faults::new(10);
-        faults.rng = seed;
+        let mut faults = Faults::new(10, seed);
         faults.add(rule(
             r#"{"stage": "helo", "action": {"delayMs": 1}, "times": null, "probability": 0.3}"#,
         ));
@@ -222,7 +221,7 @@ fn probabilities_are_deterministic_given_the_seed() {
     assert!((200..400).contains(&fired), "{fired}");
     // 0 never fires, 1 always does.
     for (p, expect) in [("0", 0), ("1", 50)] {
-        let mut faults = Faults::new(10);
+        let mut faults = Faults::new(10, 0);
         faults.add(rule(&format!(
             r#"{{"stage": "helo", "action": {{"delayMs": 1}}, "times": null, "probability": {p}}}"#
         )));
@@ -235,8 +234,8 @@ fn probabilities_are_deterministic_given_the_seed() {
 
 #[test]
 fn the_number_of_rules_is_bounded() {
-    let rules = FaultRules::new(2);
-    let post = |rules: &FaultRules| {
+    let mut rules = Faults::new(2, 0);
+    let post = |rules: &mut Faults| {
         rules
             .handle(
                 "POST",
@@ -246,16 +245,16 @@ fn the_number_of_rules_is_bounded() {
             )
             .map(|r| r.status)
     };
-    assert_eq!(post(&rules), Ok(200));
-    assert_eq!(post(&rules), Ok(200));
+    assert_eq!(post(&mut rules), Ok(200));
+    assert_eq!(post(&mut rules), Ok(200));
     assert_eq!(rules.len(), 2);
-    assert_eq!(post(&rules), Ok(503));
+    assert_eq!(post(&mut rules), Ok(503));
     assert_eq!(rules.len(), 2);
 }
 
 #[test]
 fn the_api_adds_lists_and_removes_rules() {
-    let rules = FaultRules::default();
+    let mut rules = Faults::new(DEFAULT_MAX_FAULTS, 0);
     let body = br#"{"match": {"to": "bob@x.test"}, "stage": "rcpt", "action": {"reply": {"code": 550, "text": "5.1.1 No"}}}"#;
     let added = rules
         .handle("POST", None, Some("Application/JSON; charset=utf-8"), body)
@@ -304,7 +303,7 @@ fn the_api_adds_lists_and_removes_rules() {
 }
 
 mod through_the_api {
-    use crate::api::{Api, ApiConfig, Request, Step};
+    use crate::api::{Answered, Api, ApiConfig, Request};
     use crate::smtp::{Config, Output, Session};
     use serde_json::Value;
 
@@ -315,12 +314,9 @@ mod through_the_api {
             request.body = body.as_bytes().to_vec().into();
         }
         // A fault request is a job (parsed outside the API lock) or, refused early, a response.
-        let response = match api.handle(&request, 1_763_779_327_000) {
-            Step::Ready(r) => r,
-            Step::Work(job) => match job.run(&crate::budget::StoppedClock) {
-                crate::job::Done::Response(r) => r,
-                other => panic!("not a response: {other:?}"),
-            },
+        let clock = crate::budget::StoppedClock;
+        let response = match api.answer((), &request, 1_763_779_327_000, &clock) {
+            Answered::Ready(r) => r,
             other => panic!("not ready: {other:?}"),
         };
         let status = response.status;
@@ -347,9 +343,14 @@ mod through_the_api {
         assert_eq!(health["faults"], 1);
         assert_eq!(health["limits"]["maxFaults"], 3);
         let mut session = Session::new(Config::default());
-        session.set_faults(api.faults());
-        session.open();
-        let out = session.receive(b"HELO c\r\nMAIL FROM:<a@x.test>\r\nRCPT TO:<Bob@X.test>\r\n");
+        session.open(0, &mut api);
+        session.handle_input(
+            b"HELO c\r\nMAIL FROM:<a@x.test>\r\nRCPT TO:<Bob@X.test>\r\n",
+            0,
+            &mut crate::smtp::Unlimited,
+            &mut api,
+        );
+        let out: Vec<Output> = std::iter::from_fn(|| session.poll_output()).collect();
         let fired = out.iter().find_map(|o| match o {
             Output::Fault(f) => Some(f.id.clone()),
             _ => None,

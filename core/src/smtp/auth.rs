@@ -7,7 +7,7 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use hmac::{Hmac, Mac};
 
 use super::security::AuthInfo;
-use super::{AuthStep, Mode, Output, Reply, Session};
+use super::{AuthStep, Mode, Outputs, Reply, Session};
 
 /// Login failed: a wrong user name or password, or malformed credentials.
 fn invalid() -> Reply {
@@ -51,7 +51,7 @@ impl Session {
     }
 
     /// AUTH CRAM-MD5: sends the challenge.
-    pub(super) fn start_cram_md5(&mut self, out: &mut Vec<Output>) {
+    pub(super) fn start_cram_md5(&mut self, out: &mut Outputs) {
         let s = &mut self.security;
         s.challenges += 1;
         let challenge = format!(
@@ -65,7 +65,7 @@ impl Session {
     }
 
     /// A decoded AUTH answer (or initial response) for `step`.
-    pub(super) fn auth_decoded(&mut self, step: AuthStep, decoded: Vec<u8>, out: &mut Vec<Output>) {
+    pub(super) fn auth_decoded(&mut self, step: AuthStep, decoded: Vec<u8>, out: &mut Outputs) {
         let credentials = self.config.security.credentials.clone();
         let (mechanism, user, accepted) = match step {
             AuthStep::LoginUser => {
@@ -118,8 +118,9 @@ impl Session {
 #[cfg(test)]
 mod tests {
     use super::super::Config;
+    use super::super::Output;
     use super::super::security::{Credentials, Security};
-    use super::super::tests::{MAIL, codes, last_reply, message};
+    use super::super::tests::{Drive, MAIL, codes, last_reply, message};
     use super::*;
 
     fn config(pairs: &[&str]) -> Config {

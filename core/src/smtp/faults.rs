@@ -1,45 +1,149 @@
-//! Where a [`Session`] asks its [`FaultRules`] and how it carries out what fires.
+//! What a [`Session`] asks at each stage, and how it carries out a fault that fires.
 //!
-//! Every stage asks at the point where its command was understood and would
-//! otherwise succeed (a malformed command keeps its normal error reply). What
-//! fires is first handed to the host as [`Output::Fault`] (to log it, and to
-//! wait when it is a delay), then carried out: a reply replaces the normal
-//! one (a 421, and any reply at `connect`, closes the connection after it), a
-//! disconnect closes without a reply, a delay lets the normal reply follow.
+//! The session asks a [`FaultCheck`] the host passes in (the API's fault
+//! rules, see `crate::faults`) at the point where a command was understood
+//! and would otherwise succeed (a malformed command keeps its normal error
+//! reply). What fires is first handed to the host as [`Output::Fault`] (to
+//! log it, and to wait when it is a delay), then carried out: a reply
+//! replaces the normal one (a 421, and any reply at `connect`, closes the
+//! connection after it), a disconnect closes without a reply, a delay lets
+//! the normal reply follow.
+//!
+//! The types live here, with the session that acts on them, so that the
+//! session depends on nothing of the API.
 
-use super::{Mode, Output, Reply, Session, Transaction};
-use crate::faults::{Action, FaultEvent, FaultRules, Fired, Stage};
+use super::{Mode, Output, Outputs, Reply, Session, Transaction};
+
+/// Where in an SMTP session a fault rule acts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    /// The connection opens (instead of, or before, the greeting).
+    Connect,
+    /// HELO or EHLO.
+    Helo,
+    /// MAIL FROM.
+    Mail,
+    /// Each RCPT TO.
+    Rcpt,
+    /// The DATA command (or the first BDAT).
+    Data,
+    /// The end of the message text: a fault here means the message is not stored.
+    Message,
+}
+
+impl Stage {
+    /// Every stage, in the order a session meets them.
+    pub const ALL: [Stage; 6] = [
+        Stage::Connect,
+        Stage::Helo,
+        Stage::Mail,
+        Stage::Rcpt,
+        Stage::Data,
+        Stage::Message,
+    ];
+
+    /// The name the API uses.
+    pub fn name(self) -> &'static str {
+        match self {
+            Stage::Connect => "connect",
+            Stage::Helo => "helo",
+            Stage::Mail => "mail",
+            Stage::Rcpt => "rcpt",
+            Stage::Data => "data",
+            Stage::Message => "message",
+        }
+    }
+}
+
+/// What a fault rule does when it fires.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Answer with this code (400 to 599) and text instead of the normal reply;
+    /// a 421, and any reply at `connect`, closes the connection after it.
+    Reply {
+        /// The SMTP reply code.
+        code: u16,
+        /// The reply text (one line, printable ASCII).
+        text: String,
+    },
+    /// Close the connection without a reply.
+    Disconnect,
+    /// Wait this many milliseconds, then give the normal reply.
+    Delay {
+        /// How long.
+        ms: u64,
+    },
+}
+
+/// What a session is doing when it asks for faults.
+#[derive(Debug, Clone, Copy)]
+pub struct FaultEvent<'a> {
+    /// The stage it is at.
+    pub stage: Stage,
+    /// The envelope sender, once MAIL FROM gave it (at `mail` the one being given).
+    pub from: Option<&'a str>,
+    /// The recipients: the one being given at `rcpt`, all of them at `data` and `message`.
+    pub to: &'a [String],
+}
+
+/// A rule that fired: what the session does and what the host logs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fired {
+    /// The rule's id.
+    pub id: String,
+    /// The stage it fired at.
+    pub stage: Stage,
+    /// What it does.
+    pub action: Action,
+}
+
+/// Where a session asks whether a fault fires; the host passes one to
+/// [`Session::open`] and [`Session::handle_input`].
+pub trait FaultCheck {
+    /// The fault that fires for `event`, if one does (a rule that fires may be used up).
+    fn fire(&mut self, event: &FaultEvent<'_>) -> Option<Fired>;
+}
+
+/// A [`FaultCheck`] where nothing ever fires.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoFaults;
+
+impl FaultCheck for NoFaults {
+    fn fire(&mut self, _event: &FaultEvent<'_>) -> Option<Fired> {
+        None
+    }
+}
 
 impl Session {
-    /// Shares `rules` with this session: it asks them at every stage.
-    pub fn set_faults(&mut self, rules: FaultRules) {
-        self.faults = Some(rules);
-    }
-
-    /// What the host writes when the connection opens: the greeting, or what a
-    /// `connect` rule says instead (see [`Session::greeting`]).
-    pub fn open(&mut self) -> Vec<Output> {
-        let mut out = Vec::new();
-        let fired = self.fault_for(Stage::Connect, None, &[]);
+    /// The connection opened at `now_ms`: queues the greeting, or what a
+    /// `connect` fault says instead (see [`Session::greeting`]), and starts
+    /// the idle timer.
+    pub fn open(&mut self, now_ms: u64, faults: &mut dyn FaultCheck) {
+        self.idle_since = now_ms;
+        let mut out = std::mem::take(&mut self.queue);
+        let fired = faults.fire(&FaultEvent {
+            stage: Stage::Connect,
+            from: None,
+            to: &[],
+        });
         if self.go_on(fired, &mut out) {
             out.push(Output::Reply(self.greeting()));
         }
-        out
+        self.queue = out;
     }
 
-    /// The rule that fires for this event, if any.
+    /// The fault that fires for this event, if any.
     pub(super) fn fault_for(
-        &self,
+        faults: &mut dyn FaultCheck,
         stage: Stage,
         from: Option<&str>,
         to: &[String],
     ) -> Option<Fired> {
-        let rules = self.faults.as_ref()?;
-        rules.check(&FaultEvent { stage, from, to })
+        faults.fire(&FaultEvent { stage, from, to })
     }
 
     /// Carries out what fired; true when the stage goes on with its normal reply.
-    pub(super) fn go_on(&mut self, fired: Option<Fired>, out: &mut Vec<Output>) -> bool {
+    pub(super) fn go_on(&mut self, fired: Option<Fired>, out: &mut Outputs) -> bool {
         let Some(fired) = fired else {
             return true;
         };
@@ -61,7 +165,7 @@ impl Session {
         }
     }
 
-    fn close_now(&mut self, out: &mut Vec<Output>) {
+    pub(super) fn close_now(&mut self, out: &mut Outputs) {
         self.transaction = Transaction::default();
         self.mode = Mode::Closed;
         out.push(Output::Close);
@@ -70,12 +174,12 @@ impl Session {
     /// The first BDAT of a transaction asks the `data` rules. A reply that does
     /// not close is given once the chunk has been read and dropped, and ends the
     /// transaction; returns it then. A disconnect or a closing reply is given at once.
-    pub(super) fn bdat_fault(&mut self, out: &mut Vec<Output>) -> Option<Reply> {
-        let fired = self.fault_for(
-            Stage::Data,
-            self.transaction.from.as_deref(),
-            &self.transaction.to,
-        )?;
+    pub(super) fn bdat_fault(
+        &mut self,
+        out: &mut Outputs,
+        faults: &mut dyn FaultCheck,
+    ) -> Option<Reply> {
+        let fired = self.data_fault(faults)?;
         match &fired.action {
             Action::Reply { code, text } if *code != 421 => {
                 let reply = Reply::new(*code, text.clone());
@@ -89,15 +193,10 @@ impl Session {
             }
         }
     }
-}
 
-impl Session {
-    /// The rule that fires at DATA, if any.
-    pub(super) fn data_fault(&self) -> Option<Fired> {
-        self.fault_for(
-            Stage::Data,
-            self.transaction.from.as_deref(),
-            &self.transaction.to,
-        )
+    /// The fault that fires at DATA (or the first BDAT), if any.
+    pub(super) fn data_fault(&self, faults: &mut dyn FaultCheck) -> Option<Fired> {
+        let t = &self.transaction;
+        Session::fault_for(faults, Stage::Data, t.from.as_deref(), &t.to)
     }
 }

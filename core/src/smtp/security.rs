@@ -14,7 +14,7 @@
 
 use std::sync::Arc;
 
-use super::{Mode, Output, Reply, Session, Transaction};
+use super::{Mode, Output, Outputs, Reply, Session, Transaction};
 
 /// What a host offers and demands of its sessions about TLS and AUTH.
 /// The default offers no STARTTLS, demands nothing and accepts any credentials.
@@ -200,6 +200,7 @@ impl Session {
         self.helo = None;
         self.transaction = Transaction::default();
         self.line.clear();
+        (self.line_timer, self.data_timer) = (None, None);
         if self.mode != Mode::Closed {
             self.mode = Mode::Command;
         }
@@ -227,7 +228,7 @@ impl Session {
     }
 
     /// The STARTTLS command.
-    pub(super) fn starttls(&mut self, args: &str, out: &mut Vec<Output>) {
+    pub(super) fn starttls(&mut self, args: &str, out: &mut Outputs) {
         if !self.config.security.starttls {
             self.ok(Reply::new(454, "4.7.0 TLS not available"), out);
         } else if self.security.facts.tls.is_some() {
@@ -266,7 +267,7 @@ impl Session {
 #[cfg(test)]
 mod tests {
     use super::super::Config;
-    use super::super::tests::{MAIL, codes, message};
+    use super::super::tests::{Drive, MAIL, codes, message};
     use super::*;
 
     fn tls_config() -> Config {

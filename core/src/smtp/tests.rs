@@ -8,7 +8,49 @@ fn small_config() -> Config {
         max_recipients: 3,
         max_line_bytes: 64,
         max_errors: 5,
-        security: Security::default(),
+        ..Config::default()
+    }
+}
+
+/// Drives a session as a host does: feeds bytes, drains the outputs and
+/// reports every message handed out as stored. Shared with the tests in
+/// `auth.rs`, `security.rs` and `tests/faults.rs`.
+pub(super) trait Drive {
+    /// Feeds `input` at time 0 with no bound and no faults; the outputs.
+    fn receive(&mut self, input: &[u8]) -> Vec<Output>;
+    /// Feeds `input` at time 0 under `budget`; the outputs.
+    fn receive_within(&mut self, input: &[u8], budget: &mut dyn Budget) -> Vec<Output>;
+    /// Feeds `input` at time 0 asking `faults`; the outputs.
+    fn receive_asking(&mut self, input: &[u8], faults: &mut dyn FaultCheck) -> Vec<Output>;
+    /// Every output queued, each message answered `handle_stored(Ok)`.
+    fn drain(&mut self) -> Vec<Output>;
+}
+
+impl Drive for Session {
+    fn receive(&mut self, input: &[u8]) -> Vec<Output> {
+        self.handle_input(input, 0, &mut Unlimited, &mut NoFaults);
+        self.drain()
+    }
+
+    fn receive_within(&mut self, input: &[u8], budget: &mut dyn Budget) -> Vec<Output> {
+        self.handle_input(input, 0, budget, &mut NoFaults);
+        self.drain()
+    }
+
+    fn receive_asking(&mut self, input: &[u8], faults: &mut dyn FaultCheck) -> Vec<Output> {
+        self.handle_input(input, 0, &mut Unlimited, faults);
+        self.drain()
+    }
+
+    fn drain(&mut self) -> Vec<Output> {
+        let mut out = Vec::new();
+        while let Some(output) = self.poll_output() {
+            if matches!(output, Output::Message(_)) {
+                self.handle_stored(Ok(()));
+            }
+            out.push(output);
+        }
+        out
     }
 }
 
@@ -502,14 +544,52 @@ fn closed_session_ignores_input() {
 #[test]
 fn timeout_and_shutdown_close_the_session() {
     let mut session = Session::new(Config::default());
+    session.open(1_000, &mut NoFaults);
+    assert_eq!(codes(&session.drain()), [220]);
+    let idle = Config::default().idle_timeout_ms;
+    assert_eq!(session.poll_timeout(), Some(1_000 + idle));
+    // Before the deadline nothing happens.
+    session.handle_timeout(1_000 + idle - 1);
+    assert!(session.drain().is_empty());
+    session.handle_timeout(1_000 + idle);
     assert_eq!(
-        session.timeout().to_bytes(),
-        b"421 4.4.2 Idle timeout, closing connection\r\n"
+        render(&session.drain()),
+        "421 4.4.2 Idle timeout, closing connection\r\nCLOSE\n"
     );
     assert!(session.is_closed());
+    assert_eq!(session.poll_timeout(), None);
     let mut session = Session::new(Config::default());
-    assert_eq!(session.shutdown().code, 421);
+    session.handle_shutdown();
+    assert_eq!(
+        render(&session.drain()),
+        "421 4.3.2 Service shutting down, try again later\r\nCLOSE\n"
+    );
     assert!(session.receive(b"NOOP\r\n").is_empty());
+}
+
+#[test]
+fn a_message_is_answered_only_once_the_host_reports_it_stored() {
+    let mut session = Session::new(Config::default());
+    let input = format!("{ENVELOPE}DATA\r\nx\r\n.\r\nNOOP\r\n{ENVELOPE}DATA\r\ny\r\n.\r\nQUIT\r\n");
+    session.handle_input(input.as_bytes(), 0, &mut Unlimited, &mut NoFaults);
+    let mut out = Vec::new();
+    while let Some(output) = session.poll_output() {
+        out.push(output);
+    }
+    // Up to the first message, and nothing after it until it is stored.
+    assert!(matches!(out.last(), Some(Output::Message(_))));
+    assert!(session.poll_output().is_none());
+    assert!(session.held_bytes() > 0, "counted until stored");
+    session.handle_stored(Err("disk full".to_owned()));
+    let rest = session.drain();
+    assert_eq!(
+        render(&rest[..1]),
+        "452 4.3.1 Insufficient system storage: the message could not be written to disk\r\n"
+    );
+    // The pipelined commands after it, in order; the second message is acknowledged.
+    assert_eq!(codes(&rest), [452, 250, 250, 250, 250, 354, 250, 221]);
+    assert!(matches!(rest.last(), Some(Output::Close)));
+    assert_eq!(session.held_bytes(), 0);
 }
 
 #[test]
@@ -771,16 +851,24 @@ fn held_bytes_are_granted_before_growth_and_released_at_settle() {
     let mut session = Session::new(Config::default());
     let mut budget = Recorder::default();
     let body = "z".repeat(10_000);
-    let out = session.receive_within(
+    session.handle_input(
         format!("{ENVELOPE}DATA\r\n{body}\r\n.\r\n").as_bytes(),
+        0,
         &mut budget,
+        &mut NoFaults,
     );
+    let mut out = Vec::new();
+    while let Some(output) = session.poll_output() {
+        out.push(output);
+    }
     assert_eq!(messages(&out)[0].raw.len(), 10_002);
     // The handed-out message stays counted until the host has stored it.
     assert!(session.held_bytes() >= 10_002);
     assert!(budget.granted >= session.held_bytes());
     // The capacity grows by half at a time: at most 1.5 times the text.
     assert!(budget.peak <= 10_002 * 3 / 2 + 64, "{}", budget.peak);
+    session.handle_stored(Ok(()));
+    assert_eq!(codes(&session.drain()), [250]);
     session.settle(&mut budget);
     assert_eq!((session.held_bytes(), budget.granted), (0, 0));
     // A transaction under way is held; RSET drops it and the next settle releases it.
@@ -796,79 +884,99 @@ fn held_bytes_are_granted_before_growth_and_released_at_settle() {
     assert_eq!(budget.granted, 0);
 }
 
-#[test]
-fn line_in_progress_names_each_line_from_its_first_byte() {
-    let mut session = Session::new(Config::default());
-    assert_eq!(session.line_in_progress(), None);
-    session.receive(b"NO");
-    let first = session.line_in_progress();
-    assert!(first.is_some());
-    session.receive(b"OP\r\nNO");
-    let second = session.line_in_progress();
-    assert!(second.is_some() && second != first);
-    session.receive(b"OP\r\n");
-    assert_eq!(session.line_in_progress(), None);
-    // An over-long line is still a line in progress until its end.
-    session.receive("x".repeat(5000).as_bytes());
-    assert!(session.line_in_progress().is_some());
-    session.receive(b"\r\nAUTH LOGIN\r\nab");
-    assert!(
-        session.line_in_progress().is_some(),
-        "an AUTH answer is a line"
-    );
-    session.receive(b"c=\r\n");
-    assert_eq!(session.line_in_progress(), None);
-    // Message text is not a command line.
-    session.receive(format!("RSET\r\n{ENVELOPE}DATA\r\nhalf a li").as_bytes());
-    assert_eq!(session.line_in_progress(), None);
+/// Feeds `input` at `now_ms` and drains; the deadline after it.
+fn at(session: &mut Session, now_ms: u64, input: &[u8]) -> Option<u64> {
+    session.handle_input(input, now_ms, &mut Unlimited, &mut NoFaults);
+    session.drain();
+    session.poll_timeout()
+}
+
+/// Short timeouts: idle 1000, a command line 100, a message's text 300.
+fn timed_config() -> Config {
+    Config {
+        idle_timeout_ms: 1_000,
+        command_timeout_ms: 100,
+        data_timeout_ms: 300,
+        ..Config::default()
+    }
 }
 
 #[test]
-fn message_in_progress_names_each_message_from_354_or_first_bdat() {
-    let mut session = Session::new(Config::default());
-    session.receive(ENVELOPE.as_bytes());
-    assert_eq!(session.message_in_progress(), None);
-    session.receive(b"DATA\r\n");
-    let first = session.message_in_progress();
-    assert!(first.is_some());
-    session.receive(b"text\r\n");
-    assert_eq!(session.message_in_progress(), first);
-    session.receive(b".\r\nMAIL FROM:<a@b>\r\nRCPT TO:<c@d>\r\nBDAT 2\r\nab");
-    let second = session.message_in_progress();
-    assert!(second.is_some() && second != first);
+fn feeding_no_bytes_restarts_the_idle_timer_only() {
+    let mut session = Session::new(timed_config());
+    session.open(0, &mut NoFaults);
+    assert_eq!(at(&mut session, 10, b"NO"), Some(110));
+    // A host that waited (a fault's delay) feeds nothing: the idle timer
+    // restarts, the line keeps the deadline of its first byte.
+    assert_eq!(at(&mut session, 900, b""), Some(110));
+    assert_eq!(at(&mut session, 50, b"OP\r\n"), Some(1_050));
+    assert_eq!(at(&mut session, 900, b""), Some(1_900));
+}
+
+#[test]
+fn a_command_line_has_its_deadline_from_its_first_byte() {
+    let mut session = Session::new(timed_config());
+    session.open(0, &mut NoFaults);
+    assert_eq!(session.poll_timeout(), Some(1_000), "idle only");
+    assert_eq!(at(&mut session, 10, b"NO"), Some(110));
+    // The same line later keeps its first deadline; the idle one moved on.
+    assert_eq!(at(&mut session, 50, b"O"), Some(110));
+    // The next line starts a deadline of its own.
+    assert_eq!(at(&mut session, 60, b"P\r\nNO"), Some(160));
+    assert_eq!(at(&mut session, 70, b"OP\r\n"), Some(1_070));
+    // An over-long line is still a line until its end.
+    assert_eq!(at(&mut session, 80, "x".repeat(5000).as_bytes()), Some(180));
+    assert_eq!(at(&mut session, 90, b"\r\nAUTH LOGIN\r\nab"), Some(190));
+    assert_eq!(at(&mut session, 95, b"c=\r\n"), Some(1_095));
+    // Message text is not a command line.
+    let input = format!("RSET\r\n{ENVELOPE}DATA\r\nhalf a li");
+    assert_eq!(at(&mut session, 100, input.as_bytes()), Some(400));
+}
+
+#[test]
+fn a_message_has_its_deadline_from_354_or_its_first_bdat() {
+    let mut session = Session::new(timed_config());
+    session.open(0, &mut NoFaults);
+    assert_eq!(at(&mut session, 0, ENVELOPE.as_bytes()), Some(1_000));
+    assert_eq!(at(&mut session, 10, b"DATA\r\n"), Some(310));
+    assert_eq!(at(&mut session, 20, b"text\r\n"), Some(310));
+    let next = b".\r\nMAIL FROM:<a@b>\r\nRCPT TO:<c@d>\r\nBDAT 2\r\nab";
+    assert_eq!(at(&mut session, 30, next), Some(330));
     // Between chunks the same message is still in progress.
-    session.receive(b"BDAT 1\r\nc");
-    assert_eq!(session.message_in_progress(), second);
-    session.receive(b"BDAT 0 LAST\r\n");
-    assert_eq!(session.message_in_progress(), None);
+    assert_eq!(at(&mut session, 40, b"BDAT 1\r\nc"), Some(330));
+    assert_eq!(at(&mut session, 50, b"BDAT 0 LAST\r\n"), Some(1_050));
     // A refused chunk is read under a deadline of its own.
-    session.receive(b"BDAT 10\r\nabc");
-    let refused = session.message_in_progress();
-    assert!(refused.is_some() && refused != second);
+    assert_eq!(at(&mut session, 60, b"BDAT 10\r\nabc"), Some(360));
 }
 
 #[test]
 fn each_deadline_has_its_421() {
-    for (deadline, text) in [
+    for (now, text) in [
+        (1_020, "421 4.4.2 Idle timeout, closing connection\r\n"),
         (
-            Deadline::Idle,
-            "421 4.4.2 Idle timeout, closing connection\r\n",
-        ),
-        (
-            Deadline::Command,
+            130,
             "421 4.4.2 Command line took too long, closing connection\r\n",
         ),
         (
-            Deadline::Data,
+            330,
             "421 4.4.2 Message data took too long, closing connection\r\n",
         ),
     ] {
-        let mut session = Session::new(Config::default());
-        session.receive(format!("{ENVELOPE}DATA\r\nhalf").as_bytes());
-        assert_eq!(
-            String::from_utf8_lossy(&session.expire(deadline).to_bytes()),
-            text
-        );
+        let mut session = Session::new(timed_config());
+        session.open(0, &mut NoFaults);
+        session.drain();
+        match now {
+            1_020 => at(&mut session, 20, b"NOOP\r\n"),
+            130 => at(&mut session, 30, b"NOO"),
+            _ => at(
+                &mut session,
+                30,
+                format!("{ENVELOPE}DATA\r\nhalf").as_bytes(),
+            ),
+        };
+        assert_eq!(session.poll_timeout(), Some(now));
+        session.handle_timeout(now);
+        assert_eq!(render(&session.drain()), format!("{text}CLOSE\n"));
         assert!(session.is_closed());
         assert_eq!(session.held_bytes(), 0, "a closed session holds nothing");
         assert!(session.receive(b"\r\n.\r\n").is_empty());
@@ -921,4 +1029,4 @@ proptest! {
     }
 }
 
-mod faults;
+mod fault_tests;

@@ -18,7 +18,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mailjar_core::api::{Api, Removal};
+use mailjar_core::api::{Api, Output, Removal};
 use mailjar_core::id::MessageId;
 use mailjar_core::smtp::{Envelope, Incoming, SmtpFacts};
 use mailjar_core::store::{Email, Prepared};
@@ -175,7 +175,7 @@ fn load_into<W>(
                 load.read += 1;
             }
             // Evicted by today's limits: free them as they go, keep their ids.
-            load.removals.extend(api.take_trash().removals());
+            load.removals.extend(removals(api));
             restoring += t.elapsed();
         }
         reader
@@ -189,8 +189,8 @@ fn load_into<W>(
         parsing.as_millis(),
         restoring.as_millis()
     );
-    api.expire_old(now_ms);
-    load.removals.extend(api.take_trash().removals());
+    api.handle_timeout(now_ms);
+    load.removals.extend(removals(api));
     Ok(load)
 }
 
@@ -305,6 +305,18 @@ impl Opened {
             committed,
         )
     }
+}
+
+/// What left the store in the core's last inputs, as the disk names it (the
+/// other outputs are none at start: no request has come yet).
+fn removals<W>(api: &mut Api<W>) -> Vec<Removal> {
+    let mut removals = Vec::new();
+    while let Some(output) = api.poll_output() {
+        if let Output::Removed(removed) = output {
+            removals.extend(removed.trash.removals());
+        }
+    }
+    removals
 }
 
 #[cfg(test)]

@@ -1,0 +1,354 @@
+//! The routes of the API: which endpoint a request names, its parameters
+//! checked up front, and the answer or the [`JobKind`] that computes it.
+
+use std::sync::Arc;
+
+use super::{Api, DEFAULT_WAIT_MS, MAX_LIMIT, MAX_WAIT_MS, OPENAPI, Reason, Request};
+use crate::email::Email;
+use crate::error::ApiError;
+use crate::id::MessageId;
+use crate::job::{JobKind, WaitFilter, WaitWork, one};
+use crate::query::{Query, percent_decode, truncate};
+use crate::response::Response;
+use crate::store::Snapshot;
+
+/// What a route decided: an answer now, or work to run outside the lock.
+pub(super) enum Step {
+    /// Send this response now.
+    Ready(Response),
+    /// Run this outside the lock.
+    Work(Box<JobKind>),
+}
+
+/// The routes of the API.
+enum Route<'a> {
+    Health,
+    OpenApi,
+    Emails,
+    Latest,
+    Wait,
+    Events,
+    ById(&'a str),
+    Raw(&'a str),
+    Attachment(&'a str, &'a str),
+    Html(&'a str),
+    Faults(Option<&'a str>),
+}
+
+impl Route<'_> {
+    fn allow(&self) -> &'static str {
+        match self {
+            Route::Emails | Route::ById(_) => "GET, DELETE",
+            _ => "GET",
+        }
+    }
+}
+
+impl<W> Api<W> {
+    pub(super) fn route(&mut self, request: &Request, now_ms: u64) -> Result<Step, ApiError> {
+        let path = request.path.as_str();
+        let path = path
+            .strip_suffix('/')
+            .filter(|p| !p.is_empty())
+            .unwrap_or(path);
+        let segments = path
+            .split('/')
+            .skip(1)
+            .map(|s| percent_decode(s, false))
+            .collect::<Result<Vec<String>, ApiError>>()?;
+        let segments: Vec<&str> = segments.iter().map(String::as_str).collect();
+        let route = match segments.as_slice() {
+            ["health"] => Route::Health,
+            ["api", "openapi.json"] => Route::OpenApi,
+            ["api", "emails"] => Route::Emails,
+            ["api", "emails", "latest"] => Route::Latest,
+            ["api", "emails", "wait"] => Route::Wait,
+            ["api", "events"] => Route::Events,
+            ["api", "faults"] => Route::Faults(None),
+            ["api", "faults", id] => Route::Faults(Some(id)),
+            ["api", "emails", id] => Route::ById(id),
+            ["api", "emails", id, "raw"] => Route::Raw(id),
+            ["api", "emails", id, "html"] => Route::Html(id),
+            ["api", "emails", id, "attachments", index] => Route::Attachment(id, index),
+            _ => {
+                return Err(ApiError::NotFound(format!(
+                    "no such endpoint: {} {}",
+                    truncate(&request.method, 20),
+                    truncate(&request.path, 200)
+                )));
+            }
+        };
+        let query = Query::parse(&request.query)?;
+        let ready = |r: Result<Response, ApiError>| r.map(Step::Ready);
+        match (request.method.as_str(), route) {
+            ("GET", Route::Health) => ready(query.only(&[]).map(|_| self.health())),
+            ("GET", Route::OpenApi) => {
+                ready(query.only(&[]).map(|_| {
+                    Response::json_bytes(200, bytes::Bytes::from_static(OPENAPI.as_bytes()))
+                }))
+            }
+            ("GET", Route::Emails) => self.list(&query),
+            ("GET", Route::Latest) => self.latest(&query),
+            ("GET", Route::Wait) => self.wait(&query, now_ms),
+            ("GET", Route::Events) => self.events(&query, request.last_event_id.as_deref()),
+            ("GET", Route::ById(id)) => ready(query.only(&[]).and_then(|_| self.get(id))),
+            ("GET", Route::Raw(id)) => ready(query.only(&[]).and_then(|_| self.raw(id))),
+            ("GET", Route::Attachment(id, index)) => {
+                query.only(&[])?;
+                self.attachment(id, index)
+            }
+            ("GET", Route::Html(id)) => self.html(id, &query),
+            ("DELETE", Route::Emails) => self.delete(&query),
+            ("DELETE", Route::ById(id)) => ready(query.only(&[]).and_then(|_| self.delete_one(id))),
+            (method, Route::Faults(id)) => {
+                query.only(&[])?;
+                self.faults_request(method, id, request)
+            }
+            (method, route) => Err(ApiError::MethodNotAllowed {
+                method: truncate(method, 20).to_owned(),
+                allow: route.allow(),
+            }),
+        }
+    }
+
+    fn health(&self) -> Response {
+        let c = &self.config;
+        let mut limits = serde_json::Map::new();
+        let mut limit = |name: &str, value: u64| {
+            limits.insert(name.to_owned(), value.into());
+        };
+        limit("maxMessages", c.store.max_messages as u64);
+        limit("maxStoreBytes", c.store.max_bytes as u64);
+        limit("maxMessageBytes", c.max_message_bytes as u64);
+        limit("maxRecipients", c.max_recipients as u64);
+        limit("maxWaits", c.max_waits as u64);
+        limit("patternBudgetMs", c.pattern_budget_ms);
+        limit("maxPatternChars", crate::filter::MAX_PATTERN_CHARS as u64);
+        limit("maxSubscribers", c.max_subscribers as u64);
+        limit("eventBuffer", c.event_buffer as u64);
+        limit("maxFaults", c.max_faults as u64);
+        if let Some(max_age_ms) = self.max_age_ms {
+            limit("maxAgeMs", max_age_ms);
+        }
+        for (name, value) in &c.host_limits {
+            limit(name, *value);
+        }
+        let mut body = serde_json::json!({
+            "ok": true,
+            "api": c.api,
+            "smtp": c.smtp,
+            "domain": c.domain,
+            "version": env!("CARGO_PKG_VERSION"),
+            "messages": self.store.len(),
+            "storeBytes": self.store.bytes(),
+            "evicted": self.store.evicted(),
+            "waits": self.waits.len(),
+            "subscribers": self.subscribers.len(),
+            "patterns": self.patterns.live(),
+            "faults": self.faults.len(),
+            "storage": self.storage_json(),
+        });
+        if let (Some(live), Some(object)) = (&self.live, body.as_object_mut()) {
+            for (name, value) in live() {
+                object.insert(name.to_owned(), value.into());
+            }
+            object.insert("limits".to_owned(), limits.into());
+        } else if let Some(object) = body.as_object_mut() {
+            object.insert("limits".to_owned(), limits.into());
+        }
+        Response::json(200, &body)
+    }
+
+    fn list(&self, query: &Query) -> Result<Step, ApiError> {
+        query.only(&[FILTERS, &["limit", "beforeId", "view"]].concat())?;
+        let spec = query.filter()?;
+        let limit = query.integer("limit", 1, MAX_LIMIT)?;
+        let summary = match query.get("view") {
+            None | Some("full") => false,
+            Some("summary") => true,
+            Some(other) => {
+                return Err(ApiError::BadRequest(format!(
+                    "view must be full or summary, not {:?}",
+                    truncate(other, 30)
+                )));
+            }
+        };
+        let messages = self.range(&spec, query)?;
+        Ok(Step::Work(Box::new(JobKind::List {
+            spec,
+            messages,
+            limit,
+            budget: self.budget(),
+            summary,
+        })))
+    }
+
+    /// The stored messages after `afterId` and before `beforeId`, in O(log n).
+    fn range(&self, spec: &crate::filter::FilterSpec, query: &Query) -> Result<Snapshot, ApiError> {
+        let before = match query.get("beforeId").filter(|v| !v.is_empty()) {
+            Some(id) => Some(
+                id.parse()
+                    .map_err(|e| ApiError::BadRequest(format!("beforeId is {e}")))?,
+            ),
+            None => None,
+        };
+        Ok(self.store.snapshot().after(spec.after()).before(before))
+    }
+
+    fn latest(&self, query: &Query) -> Result<Step, ApiError> {
+        query.only(&[FILTERS, &["beforeId"]].concat())?;
+        let spec = query.filter()?;
+        let messages = self.range(&spec, query)?;
+        Ok(Step::Work(Box::new(JobKind::Latest {
+            spec,
+            messages,
+            budget: self.budget(),
+        })))
+    }
+
+    fn wait(&self, query: &Query, now_ms: u64) -> Result<Step, ApiError> {
+        query.only(&[FILTERS, &["timeoutMs"]].concat())?;
+        let spec = query.filter()?;
+        let timeout_ms = query
+            .integer("timeoutMs", 1, MAX_WAIT_MS)?
+            .unwrap_or(DEFAULT_WAIT_MS);
+        if self.waits.len() >= self.config.max_waits {
+            return Err(ApiError::TooManyWaits);
+        }
+        let messages = self.store.snapshot().after(spec.after());
+        Ok(Step::Work(Box::new(JobKind::Wait(WaitWork {
+            filter: WaitFilter::Spec(spec),
+            messages,
+            upto: self.store.newest(),
+            timeout_ms,
+            deadline_ms: now_ms.saturating_add(timeout_ms),
+            budget: self.budget(),
+        }))))
+    }
+
+    fn events(&self, query: &Query, last_event_id: Option<&str>) -> Result<Step, ApiError> {
+        query.only(FILTERS)?;
+        let mut spec = query.filter()?;
+        // An EventSource reconnects to the same URL with the id it saw last:
+        // that id, not the URL's afterId, is where it resumes.
+        if let Some(last) = last_event_id.map(str::trim).filter(|s| !s.is_empty()) {
+            let id = last.parse().map_err(|_| {
+                ApiError::BadRequest(format!(
+                    "Last-Event-ID is not a message id: {}",
+                    truncate(last, 100)
+                ))
+            })?;
+            spec.resume_after(id);
+        }
+        if self.subscribers.len() >= self.config.max_subscribers {
+            return Err(ApiError::TooManySubscribers);
+        }
+        Ok(Step::Work(Box::new(JobKind::Subscribe {
+            spec,
+            budget: self.budget(),
+        })))
+    }
+
+    fn get(&self, id: &str) -> Result<Response, ApiError> {
+        let email = parse_path_id(id).and_then(|id| self.store.get(id));
+        email.map(one).ok_or_else(|| not_stored(id))
+    }
+
+    /// The stored message a path names, or the 404 that says it is not stored.
+    fn stored(&self, id: &str) -> Result<Arc<Email>, ApiError> {
+        parse_path_id(id)
+            .and_then(|parsed| self.store.get(parsed))
+            .ok_or_else(|| not_stored(id))
+    }
+
+    fn raw(&self, id: &str) -> Result<Response, ApiError> {
+        self.stored(id).map(crate::download::raw_response)
+    }
+
+    fn attachment(&self, id: &str, index: &str) -> Result<Step, ApiError> {
+        let email = self.stored(id)?;
+        let index = crate::download::parse_index(index)
+            .filter(|i| *i < email.attachments().len())
+            .ok_or_else(|| {
+                ApiError::NotFound(format!(
+                    "message {} has no attachment {}",
+                    email.id,
+                    truncate(index, 30)
+                ))
+            })?;
+        Ok(Step::Work(Box::new(JobKind::Attachment { email, index })))
+    }
+
+    fn html(&self, id: &str, query: &Query) -> Result<Step, ApiError> {
+        query.only(&["remoteImages"])?;
+        let remote_images = match query.get("remoteImages") {
+            None | Some("false") => false,
+            Some("true") => true,
+            Some(other) => {
+                return Err(ApiError::BadRequest(format!(
+                    "remoteImages must be true or false, not {:?}",
+                    truncate(other, 30)
+                )));
+            }
+        };
+        let email = self.stored(id)?;
+        Ok(Step::Work(Box::new(JobKind::Html {
+            email,
+            remote_images,
+        })))
+    }
+
+    fn delete(&mut self, query: &Query) -> Result<Step, ApiError> {
+        query.only(&["to"])?;
+        match query.get("to") {
+            None => {
+                let all = self.store.clear();
+                let deleted = all.len();
+                self.subscribers.deleted_all();
+                self.trash.snapshots.push(all);
+                self.deleting = true;
+                Ok(Step::Ready(deleted_response(deleted)))
+            }
+            Some(to) => {
+                let to = to.trim().to_lowercase();
+                if to.is_empty() {
+                    return Err(ApiError::BadRequest(
+                        "to must not be empty: leave it out to delete every message".to_owned(),
+                    ));
+                }
+                Ok(Step::Work(Box::new(JobKind::DeleteTo {
+                    to,
+                    messages: self.store.snapshot(),
+                })))
+            }
+        }
+    }
+
+    fn delete_one(&mut self, id: &str) -> Result<Response, ApiError> {
+        let target = parse_path_id(id).ok_or_else(|| not_stored(id))?;
+        let removed = self.store.remove_ids(&[target]);
+        match removed.len() {
+            0 => Err(not_stored(id)),
+            n => {
+                self.forget(removed, Reason::Deleted);
+                Ok(deleted_response(n))
+            }
+        }
+    }
+}
+
+/// The filter parameters the list, latest and wait endpoints take.
+pub(super) const FILTERS: &[&str] = &["to", "subject", "subjectPattern", "subjectFlags", "afterId"];
+
+pub(super) fn deleted_response(deleted: usize) -> Response {
+    Response::json(200, &serde_json::json!({ "deleted": deleted }))
+}
+
+/// A path id that is not a UUID names no stored message: 404, like any unknown id.
+fn parse_path_id(id: &str) -> Option<MessageId> {
+    id.parse().ok()
+}
+
+fn not_stored(id: &str) -> ApiError {
+    ApiError::NotFound(format!("no stored message has id {}", truncate(id, 100)))
+}
