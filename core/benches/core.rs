@@ -46,6 +46,7 @@ fn incoming(i: usize) -> Incoming {
         raw: message(i),
         helo: None,
         session: Default::default(),
+        transcript: Default::default(),
     }
 }
 
@@ -219,6 +220,7 @@ fn paging(c: &mut Criterion) {
             raw: big.clone(),
             helo: None,
             session: Default::default(),
+            transcript: Default::default(),
         }),
         2_000_000,
         [2; 10],

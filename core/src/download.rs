@@ -310,6 +310,7 @@ mod tests {
             raw: raw.to_vec(),
             helo: None,
             session: Default::default(),
+            transcript: Default::default(),
         });
         Arc::new(Email::new(IdGenerator::new().next(1, [0; 10]), 1, prepared))
     }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use crate::head::{self, Head};
 use crate::id::MessageId;
 use crate::message::{self, AttachmentInfo, HeaderFields, ParsedMessage};
-use crate::smtp::{Envelope, Incoming, SmtpFacts};
+use crate::smtp::{Envelope, Incoming, SmtpFacts, Transcript};
 #[cfg(doc)]
 use crate::store::StoreLimits;
 use crate::summary;
@@ -22,6 +22,8 @@ pub struct Prepared {
     pub raw: Vec<u8>,
     /// What the SMTP session saw: HELO, remote address, TLS, AUTH.
     pub smtp: SmtpFacts,
+    /// The SMTP dialogue that delivered it.
+    pub transcript: Transcript,
     /// The summary's JSON, built with the message's parse (see [`crate::summary`]).
     summary: bytes::Bytes,
     /// The header-only fields, when they are large (see [`crate::head`]).
@@ -50,6 +52,7 @@ impl Prepared {
             parsed,
             raw: incoming.raw,
             smtp: SmtpFacts::new(incoming.helo, incoming.session),
+            transcript: incoming.transcript,
             summary,
             head,
         }
@@ -92,6 +95,8 @@ struct Kept {
     attachments: Box<[AttachmentInfo]>,
     /// What the SMTP session saw.
     smtp: SmtpFacts,
+    /// The SMTP dialogue that delivered it.
+    transcript: Transcript,
     /// The summary's JSON, built at delivery and shared by every list and
     /// subscriber that shows it.
     summary: bytes::Bytes,
@@ -198,6 +203,7 @@ impl Email {
             parsed,
             raw,
             smtp,
+            transcript,
             mut summary,
             head,
         } = prepared;
@@ -217,6 +223,7 @@ impl Email {
                 codes: boxed(parsed.codes),
                 attachments: parsed.attachments.into_boxed_slice(),
                 smtp,
+                transcript,
                 summary,
                 stamped: (id, received_at_ms),
                 head,
@@ -260,6 +267,11 @@ impl Email {
     /// The attachments' metadata.
     pub fn attachments(&self) -> &[AttachmentInfo] {
         &self.kept.attachments
+    }
+
+    /// The SMTP dialogue that delivered it (empty when it came another way).
+    pub fn transcript(&self) -> &Transcript {
+        &self.kept.transcript
     }
 
     /// What the SMTP session saw: HELO, remote address, TLS, AUTH.
@@ -317,6 +329,7 @@ impl Email {
                 .map(|a| a.filename.len() + a.content_type.len() + 96)
                 .sum::<usize>()
             + k.smtp.footprint()
+            + k.transcript.footprint()
             + std::mem::size_of::<Email>()
             + std::mem::size_of::<Kept>()
             + k.summary.len()
@@ -385,6 +398,7 @@ mod tests {
             raw: raw.as_bytes().to_vec(),
             helo: None,
             session: Default::default(),
+            transcript: Default::default(),
         });
         Email::new(IdGenerator::new().next(1, [0; 10]), 1, prepared)
     }

@@ -890,6 +890,7 @@ mod tests {
                 raw: b"Subject: s\r\n\r\nbody\r\n".to_vec(),
                 helo: None,
                 session: Default::default(),
+                transcript: Default::default(),
             });
             store.push(Email::new(*id, 1000, prepared));
         }

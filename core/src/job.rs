@@ -88,12 +88,24 @@ pub(crate) enum JobKind {
         email: Arc<Email>,
         remote_images: bool,
     },
+    /// The HTML compatibility check of a message (`/checks/html`).
+    CheckHtml {
+        email: Arc<Email>,
+    },
+    /// A message's SMTP transcript as JSON (at most 64 KiB of lines).
+    Transcript {
+        email: Arc<Email>,
+    },
     /// The part of a request to `/api/faults` that grows with the body or the rules.
     Faults(crate::faults::FaultWork),
 }
 
 /// The raw size past which a download's decoding counts as heavy.
 const LIGHT_DOWNLOAD_BYTES: usize = 256 * 1024;
+
+/// The raw size past which the HTML check counts as heavy: it tokenizes the
+/// HTML and its CSS, some ten times the work of a download per byte.
+const LIGHT_CHECK_BYTES: usize = 32 * 1024;
 
 /// A wait's look at the stored messages before it parks.
 #[derive(Debug)]
@@ -200,8 +212,9 @@ impl Job {
             JobKind::Attachment { email, .. } | JobKind::Html { email, .. } => {
                 return email.raw().len() > LIGHT_DOWNLOAD_BYTES;
             }
+            JobKind::CheckHtml { email } => return email.raw().len() > LIGHT_CHECK_BYTES,
             // At most 64 KiB of JSON, or --max-faults small rules.
-            JobKind::Faults(_) => return false,
+            JobKind::Faults(_) | JobKind::Transcript { .. } => return false,
         };
         pattern || !is_light(messages)
     }
@@ -284,8 +297,33 @@ impl Job {
                 &email,
                 remote_images,
             )?)),
+            JobKind::CheckHtml { email } => check_html(&email).map(Outcome::Response),
+            JobKind::Transcript { email } => Ok(Outcome::Response(Response::json(
+                200,
+                &TranscriptJson {
+                    transcript: email.transcript(),
+                },
+            ))),
         }
     }
+}
+
+/// The answer of `GET /api/emails/:id/transcript`.
+#[derive(serde::Serialize)]
+struct TranscriptJson<'a> {
+    transcript: &'a crate::smtp::Transcript,
+}
+
+/// The HTML compatibility report of a message; 404 when it has no HTML body.
+fn check_html(email: &Email) -> Result<Response, ApiError> {
+    let html = email.html();
+    if html.trim().is_empty() {
+        return Err(ApiError::NotFound(format!(
+            "message {} has no HTML body",
+            email.id
+        )));
+    }
+    Ok(Response::json(200, &crate::checks::html::check(&html)))
 }
 
 /// The messages `filter` takes (the newest `limit` of them, in receive order), as a list.
@@ -380,6 +418,7 @@ mod tests {
                 raw,
                 helo: None,
                 session: Default::default(),
+                transcript: Default::default(),
             });
             store.push(Email::new(ids.next(1, [0; 10]), 1, prepared));
         }

@@ -91,6 +91,7 @@ mod faults;
 mod path;
 mod reply;
 mod security;
+mod transcript;
 
 use std::collections::VecDeque;
 
@@ -143,6 +144,7 @@ use path::{parse_path, refuse_mailbox, strip_prefix_ignore_case};
 pub use reply::Reply;
 use reply::{MAX_ECHOED_DOMAIN, printable, shown};
 pub use security::{AuthInfo, Credentials, Security, SessionFacts, SmtpFacts, TlsInfo};
+pub use transcript::{Direction, Line, MAX_TRANSCRIPT_BYTES, Transcript};
 
 /// A deadline of the session (see [`Session::poll_timeout`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -175,6 +177,8 @@ pub struct Incoming {
     pub helo: Option<String>,
     /// What the session knew of its connection: remote address, TLS, AUTH.
     pub session: SessionFacts,
+    /// The SMTP dialogue that delivered it (empty for a message that came another way).
+    pub transcript: Transcript,
 }
 
 /// What the host must do, as [`Session::poll_output`] gives it.
@@ -196,6 +200,10 @@ pub enum Output {
 
 /// One entry of the output queue.
 #[derive(Debug, Clone)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "almost every entry is an output: boxing them would cost an allocation each"
+)]
 enum Queued {
     Output(Output),
     /// The reply to the message handed out just before: 250 once the host
@@ -206,18 +214,30 @@ enum Queued {
     },
 }
 
-/// The outputs a session has queued for the host.
+/// The outputs a session has queued for the host, and the dialogue so far
+/// (each reply is recorded as it is queued).
 #[derive(Debug, Clone, Default)]
-struct Outputs(VecDeque<Queued>);
+struct Outputs {
+    list: VecDeque<Queued>,
+    transcript: transcript::Recorder,
+}
 
 impl Outputs {
     fn push(&mut self, output: Output) {
-        self.0.push_back(Queued::Output(output));
+        if let Output::Reply(reply) = &output {
+            self.transcript.reply(reply);
+        }
+        self.list.push_back(Queued::Output(output));
     }
 
     fn push_stored(&mut self, size: usize, held: usize) {
-        self.0.push_back(Queued::Stored { size, held });
+        self.list.push_back(Queued::Stored { size, held });
     }
+}
+
+/// The reply to a message stored, as [`Session::handle_stored`] queues it.
+fn accepted_reply(size: usize) -> Reply {
+    Reply::new(250, format!("2.0.0 Message accepted ({size} bytes)"))
 }
 
 /// What the host lends a session while it reads input.
@@ -374,10 +394,10 @@ impl Session {
     /// The next thing the host must do; None when there is nothing, or while a
     /// message handed out waits for [`Session::handle_stored`].
     pub fn poll_output(&mut self) -> Option<Output> {
-        if let Queued::Stored { .. } = self.queue.0.front()? {
+        if let Queued::Stored { .. } = self.queue.list.front()? {
             return None;
         }
-        match self.queue.0.pop_front() {
+        match self.queue.list.pop_front() {
             Some(Queued::Output(output)) => Some(output),
             _ => None,
         }
@@ -390,7 +410,7 @@ impl Session {
     pub fn handle_stored(&mut self, outcome: Result<(), String>) {
         let slot = self
             .queue
-            .0
+            .list
             .iter_mut()
             .find(|q| matches!(q, Queued::Stored { .. }));
         let Some(slot) = slot else {
@@ -401,7 +421,7 @@ impl Session {
         };
         self.handed_out = self.handed_out.saturating_sub(held);
         let reply = match outcome {
-            Ok(()) => Reply::new(250, format!("2.0.0 Message accepted ({size} bytes)")),
+            Ok(()) => accepted_reply(size),
             Err(_) => Reply::new(
                 452,
                 "4.3.1 Insufficient system storage: the message could not be written to disk",
@@ -455,6 +475,7 @@ impl Session {
             Deadline::Data => "4.4.2 Message data took too long, closing connection",
         };
         let mut out = std::mem::take(&mut self.queue);
+        out.transcript.at(now_ms);
         out.push(Output::Reply(Reply::new(421, text)));
         self.close_now(&mut out);
         self.queue = out;
@@ -524,6 +545,7 @@ impl Session {
     ) {
         self.idle_since = now_ms;
         let mut out = std::mem::take(&mut self.queue);
+        out.transcript.at(now_ms);
         self.consume(input, &mut out, &mut Env { budget, faults });
         self.queue = out;
         self.line_timer = follow(self.line_timer, self.line_in_progress(), now_ms);
@@ -540,6 +562,7 @@ impl Session {
                     Some(lf) => {
                         self.lines_ended += 1;
                         self.mode = Mode::Command;
+                        out.transcript.overlong();
                         let reply = Reply::new(500, "5.5.6 Line too long");
                         self.error(reply, out);
                         lf + 1
@@ -568,12 +591,14 @@ impl Session {
         env: &mut Env<'_>,
     ) -> usize {
         let take = usize::try_from(remaining).map_or(input.len(), |r| r.min(input.len()));
+        out.transcript.text(take);
         if keep {
             self.append_body(&input[..take], env);
         }
         let remaining = remaining - take as u64;
         if remaining == 0 {
             self.mode = Mode::Command;
+            out.transcript.text_end();
             self.finish_chunk(last, keep, out, env);
         } else {
             self.mode = Mode::Bdat {
@@ -596,8 +621,11 @@ impl Session {
                 }
                 if line.len() > self.config.max_line_bytes {
                     self.mode = Mode::Command;
+                    out.transcript.overlong();
                     self.error(Reply::new(500, "5.5.6 Line too long"), out);
                 } else {
+                    let auth_answer = matches!(self.mode, Mode::Auth(_));
+                    out.transcript.client(&line, auth_answer);
                     self.handle_line(&line, out, env);
                 }
                 line.clear();
@@ -674,6 +702,8 @@ impl Session {
                 DataScan::DotCr => {
                     if input[i] == b'\n' {
                         self.mode = Mode::Command;
+                        out.transcript.text(i + 1);
+                        out.transcript.text_end();
                         self.finish_message(out, env);
                         return i + 1;
                     }
@@ -685,6 +715,7 @@ impl Session {
         }
         self.append_body(&input[kept_from..], env);
         self.mode = Mode::Data(scan);
+        out.transcript.text(input.len());
         input.len()
     }
 
@@ -753,6 +784,7 @@ impl Session {
         // Within the capacity: in place, and the store keeps no slack.
         t.body.shrink_to_fit();
         let size = t.body.len();
+        let transcript = out.transcript.take(&accepted_reply(size));
         out.push(Output::Message(Incoming {
             envelope: Envelope {
                 from: t.from.unwrap_or_default(),
@@ -761,6 +793,7 @@ impl Session {
             raw: t.body,
             helo: self.helo.clone(),
             session: self.security.facts.clone(),
+            transcript,
         }));
         out.push_stored(size, held);
     }
@@ -944,6 +977,7 @@ impl Session {
     }
 
     fn mail(&mut self, args: &str, out: &mut Outputs, env: &mut Env<'_>) {
+        out.transcript.mail();
         if let Some(reply) = self.mail_refused() {
             self.error(reply, out);
             return;

@@ -297,6 +297,7 @@ mod tests {
             raw: raw.as_bytes().to_vec(),
             helo: None,
             session: Default::default(),
+            transcript: Default::default(),
         });
         Email::new(ids.next(1000, [1; 10]), 1000, prepared)
     }

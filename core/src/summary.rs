@@ -230,6 +230,7 @@ mod tests {
             raw: raw.to_vec(),
             helo: None,
             session: Default::default(),
+            transcript: Default::default(),
         })
     }
 

@@ -542,6 +542,7 @@ mod tests {
             raw: raw.to_vec(),
             helo: None,
             session: Default::default(),
+            transcript: Default::default(),
         });
         Arc::new(Email::new(IdGenerator::new().next(1, [0; 10]), 1, prepared))
     }
@@ -625,6 +626,7 @@ mod tests {
             raw: b"Subject: s\r\n\r\n".to_vec(),
             helo: Some("client.test".into()),
             session: facts,
+            transcript: Default::default(),
         });
         let email = Arc::new(Email::new(IdGenerator::new().next(1, [0; 10]), 1, prepared));
         let (json, _) = chunks(EmailJson::new(email, b"", b""));

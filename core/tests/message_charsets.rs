@@ -32,6 +32,7 @@ fn parsed(raw: &[u8]) -> ParsedMessage {
             raw: raw.to_vec(),
             helo: None,
             session: Default::default(),
+            transcript: Default::default(),
         }),
     );
     assert_eq!(email.subject(), p.subject);

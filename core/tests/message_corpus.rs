@@ -228,6 +228,7 @@ fn stored_form_gives_back_what_parse_gave() {
             raw: raw.clone(),
             helo: None,
             session: Default::default(),
+            transcript: Default::default(),
         });
         let email = Email::new(ids.next(1, [0; 10]), 1, prepared);
         assert_eq!(email.text(), parsed.text, "{}", path.display());

@@ -169,7 +169,7 @@ proptest! {
         let email = Email::new(
             IdGenerator::new().next(1, [0; 10]),
             1,
-            Prepared::new(Incoming { envelope: Envelope::default(), raw, helo: None, session: Default::default() }),
+            Prepared::new(Incoming { envelope: Envelope::default(), raw, helo: None, session: Default::default(), transcript: Default::default() }),
         );
         let strings = |v: &[Box<str>]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         prop_assert_eq!(strings(email.links()), parsed.links);

@@ -165,6 +165,7 @@ impl Api {
             raw,
             helo,
             session,
+            transcript: Default::default(),
         };
         Ok(self.store(incoming, now))
     }

@@ -7,7 +7,7 @@ use mailjar_core::smtp;
 use serde::Deserialize;
 use wasm_bindgen::JsValue;
 
-use crate::js::input_bytes;
+use crate::js::{bytes_of, input_bytes};
 use crate::read::{Strings, read};
 
 /// An HTTP request as the API sees it.
@@ -82,6 +82,9 @@ pub struct DeliverMessage {
     helo: Option<String>,
     /// What the session saw, as a message's `smtp` object.
     smtp: Option<SmtpFacts>,
+    /// The SMTP dialogue, as a session's `message` output gives it (served at `/transcript`).
+    #[cfg_attr(test, ts(type = "Uint8Array", optional))]
+    transcript: Option<Present>,
 }
 
 /// A field that must be there, whatever its value: its bytes are taken
@@ -99,14 +102,28 @@ impl DeliverMessage {
     /// `message` (a `DeliverMessage`) as the core's incoming message.
     pub fn read(message: JsValue) -> Result<smtp::Incoming, JsValue> {
         let raw = js_sys::Reflect::get(&message, &JsValue::from_str("raw"));
+        let original = message.clone();
         let message: DeliverMessage = read(message, "message")?;
         let raw = input_bytes(&raw?, "message.raw")?;
+        let transcript = match message.transcript {
+            None => smtp::Transcript::default(),
+            Some(_) => {
+                let value = js_sys::Reflect::get(&original, &JsValue::from_str("transcript"))?;
+                let bytes = bytes_of(&value, "message.transcript")?;
+                smtp::Transcript::from_bytes(&bytes).ok_or_else(|| {
+                    js_sys::TypeError::new(
+                        "message.transcript is not a transcript (pass a message output's as it is)",
+                    )
+                })?
+            }
+        };
         let (helo, session) = message.smtp.unwrap_or_default().into_core();
         Ok(smtp::Incoming {
             envelope: message.envelope.into_core(),
             raw,
             helo: helo.or(message.helo),
             session,
+            transcript,
         })
     }
 }

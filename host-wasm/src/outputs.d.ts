@@ -26,6 +26,8 @@ export interface MessageOutput {
   helo: string | null;
   /** What the session saw (also `helo`), to pass to `Api.deliver` as `smtp`. */
   smtp: SmtpFacts;
+  /** The SMTP dialogue so far (encoded), to pass to `Api.deliver` as `transcript`. */
+  transcript: Uint8Array;
 }
 
 /** STARTTLS was answered 220: write the replies before this, run the handshake,

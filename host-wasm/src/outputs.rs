@@ -102,6 +102,8 @@ fn fill_message_object(object: &Object, output: &Output) {
         );
         let facts = smtp::SmtpFacts::new(message.helo.clone(), message.session.clone());
         set(object, "smtp", json_value(&facts));
+        let transcript = message.transcript.as_bytes();
+        set(object, "transcript", Uint8Array::from(transcript));
     }
 }
 

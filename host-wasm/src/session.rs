@@ -61,8 +61,8 @@ impl Session {
         crate::install_panic_hook();
         let config: SessionConfig = read_or_default(config.map(Into::into), "config")?;
         let mut config = config.into_core()?;
-        // JavaScript keeps the timers: time stands still in here (0), and
-        // `timeout()` runs out the idle one.
+        // JavaScript keeps the timers (`timeout()` runs out the idle one):
+        // the time fed in here only stamps the transcript.
         config.command_timeout_ms = u64::MAX;
         config.data_timeout_ms = u64::MAX;
         let mut inner = smtp::Session::new(config);
@@ -77,20 +77,29 @@ impl Session {
         })
     }
 
-    /// The 220 greeting to write as soon as the client connects.
+    /// The 220 greeting to write as soon as the client connects (the first
+    /// line of the session's transcript).
     #[wasm_bindgen(unchecked_return_type = "ReplyOutput")]
-    pub fn greeting(&self) -> JsValue {
-        reply_object(&self.inner.greeting())
+    pub fn greeting(&mut self) -> JsValue {
+        let greeting = self.inner.greeting();
+        self.inner.greeted(&greeting);
+        reply_object(&greeting)
     }
 
-    /// Feeds bytes the client sent; returns what to do, in order.
+    /// Feeds bytes the client sent, at `nowMs` (milliseconds on any scale;
+    /// the transcript counts from the first input); returns what to do, in order.
     #[wasm_bindgen(unchecked_return_type = "SessionOutput[]")]
     pub fn receive(
         &mut self,
         #[wasm_bindgen(unchecked_param_type = "Uint8Array")] bytes: &JsValue,
+        #[wasm_bindgen(js_name = nowMs)] now_ms: Option<f64>,
     ) -> Result<js_sys::Array, JsValue> {
         let bytes = bytes_of(bytes, "receive(bytes): bytes")?;
-        self.feed(&bytes);
+        let now = match now_ms {
+            Some(now_ms) => time_ms(now_ms, "nowMs")?,
+            None => 0,
+        };
+        self.feed(&bytes, now);
         Ok(outputs_of(&self.drain()))
     }
 
@@ -221,11 +230,11 @@ impl Session {
         })
     }
 
-    /// Feeds `bytes`, asking the linked API's fault rules.
-    fn feed(&mut self, bytes: &[u8]) {
+    /// Feeds `bytes` read at `now_ms`, asking the linked API's fault rules.
+    fn feed(&mut self, bytes: &[u8], now_ms: u64) {
         let mut faults = Linked(self.faults.as_ref());
         self.inner
-            .handle_input(bytes, 0, &mut Unlimited, &mut faults);
+            .handle_input(bytes, now_ms, &mut Unlimited, &mut faults);
     }
 
     /// Every queued output; a message is reported stored at once (JavaScript
@@ -248,7 +257,8 @@ impl Session {
         api: &mut Api,
         now_ms: f64,
     ) -> Result<String, JsValue> {
-        self.feed(bytes);
+        // A bad nowMs is refused when a message is to be stored; until then time stands still.
+        self.feed(bytes, time_ms(now_ms, "nowMs").unwrap_or(0));
         let mut wire = Vec::new();
         while let Some(mut output) = self.inner.poll_output() {
             let mut stored = None;

@@ -83,6 +83,8 @@ export interface DeliverMessage {
   helo?: string;
   /** What the session saw, as a message's `smtp` object. */
   smtp?: SmtpFacts;
+  /** The SMTP dialogue, as a session's `message` output gives it (served at `/transcript`). */
+  transcript?: Uint8Array;
 }
 
 /** The TLS a connection negotiated. */

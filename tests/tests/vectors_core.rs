@@ -271,6 +271,7 @@ impl CoreRun {
                     raw: raw.clone(),
                     helo: Some("vectors".to_owned()),
                     session: Default::default(),
+                    transcript: Default::default(),
                 };
                 let delivered = self.api.deliver_and_wake(
                     Prepared::new(incoming),

@@ -19,6 +19,7 @@ fn message(to: &str, subject: &str) -> Prepared {
         .into_bytes(),
         helo: None,
         session: Default::default(),
+        transcript: Default::default(),
     })
 }
 
@@ -333,6 +334,7 @@ fn message_of(to: &str, subject: &str, body_bytes: usize) -> Prepared {
         raw: format!("Subject: {subject}\r\n\r\n{}\r\n", "b".repeat(body_bytes)).into_bytes(),
         helo: None,
         session: Default::default(),
+        transcript: Default::default(),
     })
 }
 

@@ -191,6 +191,7 @@ mod tests {
             raw: format!("Subject: {subject}\r\n\r\nbody\r\n").into_bytes(),
             helo: None,
             session: Default::default(),
+            transcript: Default::default(),
         })
     }
 

@@ -32,6 +32,8 @@ enum Route<'a> {
     Raw(&'a str),
     Attachment(&'a str, &'a str),
     Html(&'a str),
+    CheckHtml(&'a str),
+    Transcript(&'a str),
     Faults(Option<&'a str>),
 }
 
@@ -69,6 +71,8 @@ impl<W> Api<W> {
             ["api", "emails", id] => Route::ById(id),
             ["api", "emails", id, "raw"] => Route::Raw(id),
             ["api", "emails", id, "html"] => Route::Html(id),
+            ["api", "emails", id, "checks", "html"] => Route::CheckHtml(id),
+            ["api", "emails", id, "transcript"] => Route::Transcript(id),
             ["api", "emails", id, "attachments", index] => Route::Attachment(id, index),
             _ => {
                 return Err(ApiError::NotFound(format!(
@@ -98,6 +102,16 @@ impl<W> Api<W> {
                 self.attachment(id, index)
             }
             ("GET", Route::Html(id)) => self.html(id, &query),
+            ("GET", Route::CheckHtml(id)) => {
+                query.only(&[])?;
+                let email = self.stored(id)?;
+                Ok(Step::Work(Box::new(JobKind::CheckHtml { email })))
+            }
+            ("GET", Route::Transcript(id)) => {
+                query.only(&[])?;
+                let email = self.stored(id)?;
+                Ok(Step::Work(Box::new(JobKind::Transcript { email })))
+            }
             ("DELETE", Route::Emails) => self.delete(&query),
             ("DELETE", Route::ById(id)) => ready(query.only(&[]).and_then(|_| self.delete_one(id))),
             (method, Route::Faults(id)) => {

@@ -87,6 +87,7 @@ fn message(to: &[&str], subject: &str) -> Prepared {
             .into_bytes(),
         helo: None,
         session: Default::default(),
+        transcript: Default::default(),
     })
 }
 
@@ -726,6 +727,7 @@ fn with_attachments(api: &mut TestApi) -> MessageId {
         raw: raw.as_bytes().to_vec(),
         helo: None,
         session: Default::default(),
+        transcript: Default::default(),
     });
     api.deliver_and_wake(message, NOW, [9; 10], &StoppedClock)
         .id

@@ -121,6 +121,7 @@ impl Session {
     pub fn open(&mut self, now_ms: u64, faults: &mut dyn FaultCheck) {
         self.idle_since = now_ms;
         let mut out = std::mem::take(&mut self.queue);
+        out.transcript.open(now_ms);
         let fired = faults.fire(&FaultEvent {
             stage: Stage::Connect,
             from: None,
@@ -130,6 +131,12 @@ impl Session {
             out.push(Output::Reply(self.greeting()));
         }
         self.queue = out;
+    }
+
+    /// The host wrote the greeting itself, without [`Session::open`]: it
+    /// goes into the transcript as the first line.
+    pub fn greeted(&mut self, greeting: &Reply) {
+        self.queue.transcript.reply(greeting);
     }
 
     /// The fault that fires for this event, if any.

@@ -1030,3 +1030,4 @@ proptest! {
 }
 
 mod fault_tests;
+mod transcript_tests;

@@ -1,8 +1,7 @@
-//! The checks a tester runs on a stored message, on request only (never on
-//! arrival): `GET /api/emails/:id/checks/{html,links,spam,auth}`. They are
-//! answered here, before a request reaches the core's API, because three of
-//! them need the network; the HTML check is the core's
-//! ([`mailjar_core::checks::html`]) run on the blocking pool.
+//! The checks a tester runs on a stored message that need the network, on
+//! request only (never on arrival): `GET /api/emails/:id/checks/{links,spam,auth}`.
+//! They are answered here, before a request reaches the core's API; the
+//! HTML check is the core's (`/checks/html`, a job of its API).
 
 pub mod auth;
 pub mod guard;
@@ -114,7 +113,7 @@ fn own_addresses(listeners: &[SocketAddr]) -> Vec<IpAddr> {
 /// Answers a check request, or `None` when the request is not one.
 pub async fn route(checks: &Checks, shared: &Shared, method: &str, path: &str) -> Option<Response> {
     let (id, kind) = path.strip_prefix("/api/emails/")?.split_once("/checks/")?;
-    if !matches!(kind, "html" | "links" | "spam" | "auth") {
+    if !matches!(kind, "links" | "spam" | "auth") {
         return None;
     }
     // Not even HEAD: a check does work (and the links check fetches) on every call.
@@ -136,7 +135,6 @@ pub async fn route(checks: &Checks, shared: &Shared, method: &str, path: &str) -
         return Some(Response::error(503, "shutting down"));
     };
     Some(match kind {
-        "html" => html(email).await,
         "links" => match &checks.links {
             Ok(checker) => {
                 let links = email.links().iter().map(|l| l.to_string()).collect();
@@ -153,19 +151,6 @@ pub async fn route(checks: &Checks, shared: &Shared, method: &str, path: &str) -
         },
         _ => auth(checks, &email).await,
     })
-}
-
-async fn html(email: Arc<mailjar_core::store::Email>) -> Response {
-    let done = tokio::task::spawn_blocking(move || {
-        let html = email.html();
-        (!html.trim().is_empty()).then(|| mailjar_core::checks::html::check(&html))
-    })
-    .await;
-    match done {
-        Ok(Some(report)) => Response::json(200, &report),
-        Ok(None) => Response::error(404, "the message has no HTML body"),
-        Err(_) => Response::error(503, "the HTML check failed inside the server"),
-    }
 }
 
 async fn auth(checks: &Checks, email: &mailjar_core::store::Email) -> Response {

@@ -361,6 +361,7 @@ pub(crate) mod tests {
                         raw: r.raw.to_vec(),
                         helo: r.smtp.helo.clone(),
                         session: session_facts(r.smtp),
+                        transcript: Default::default(),
                     },
                 });
             }
@@ -402,6 +403,7 @@ pub(crate) mod tests {
                 raw: format!("Subject: {i}\r\n\r\n\u{e9}\r\n").into_bytes(),
                 helo: None,
                 session: Default::default(),
+                transcript: Default::default(),
             },
         }
     }

@@ -178,6 +178,7 @@ fn decode_payload(payload: &[u8]) -> Option<Loaded> {
                     }),
             },
             raw,
+            transcript: Default::default(),
         },
     })
 }
@@ -399,6 +400,7 @@ mod tests {
                     }),
                 },
                 raw: raw.to_vec(),
+                transcript: Default::default(),
             },
         }
     }

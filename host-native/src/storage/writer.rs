@@ -513,6 +513,7 @@ mod tests {
             raw: vec![b'x'; size],
             helo: Some("client".into()),
             session: Default::default(),
+            transcript: Default::default(),
         });
         let job = Job::Store(Box::new(Pending {
             email: Email::new(assigned.id, assigned.received_at_ms, message),

@@ -150,6 +150,7 @@ impl<'r> Fields<'r> {
                         }),
                 },
                 raw: self.raw.to_vec(),
+                transcript: Default::default(),
             },
         })
     }
