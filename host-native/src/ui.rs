@@ -53,6 +53,11 @@ const ASSETS: &[Asset] = &[
         body: include_bytes!("../ui/checks.js"),
     },
     Asset {
+        path: "/ui/transcript.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_bytes!("../ui/transcript.js"),
+    },
+    Asset {
         path: "/ui/style.css",
         content_type: "text/css; charset=utf-8",
         body: include_bytes!("../ui/style.css"),

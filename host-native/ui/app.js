@@ -4,6 +4,7 @@
 // HTML mail is shown only in a sandboxed iframe on /api/emails/:id/html.
 
 import { checksPanel } from "./checks.js";
+import { transcriptPanel } from "./transcript.js";
 
 const PAGE = 50;
 /**
@@ -615,6 +616,7 @@ function renderMessage() {
     ["links", `Links (${email.links?.length ?? 0})`, true],
     ["attachments", `Attachments (${email.attachments?.length ?? 0})`, true],
     ["checks", "Checks", true],
+    ["transcript", "Transcript", true],
   ];
   ui.tabs.replaceChildren(
     ...tabs
@@ -633,7 +635,7 @@ function renderMessage() {
       }),
   );
   ui.panel.setAttribute("aria-labelledby", `tab-${state.tab}`);
-  const panels = { html: htmlPanel, text: textPanel, headers: headersPanel, raw: rawPanel, links: linksPanel, attachments: attachmentsPanel, checks: (e) => checksPanel(e, emailPath) };
+  const panels = { html: htmlPanel, text: textPanel, headers: headersPanel, raw: rawPanel, links: linksPanel, attachments: attachmentsPanel, checks: (e) => checksPanel(e, emailPath), transcript: (e) => transcriptPanel(e, emailPath) };
   ui.panel.replaceChildren(...panels[state.tab](email));
 }
 

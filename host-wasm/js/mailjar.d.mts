@@ -107,6 +107,7 @@ import { FaultAction, FaultStage, MailEvent, MailFilter, MailjarMethods } from "
 export type { Fault, FaultAction, FaultStage, Faults, NewFault } from "./methods.mjs";
 
 export type { CapturedEmail, MailEvent, MailFilter } from "./methods.mjs";
+export type { AuthCheck, Checks, HtmlCheck, LinksCheck, SpamCheck, TranscriptLine } from "./methods.mjs";
 /** The list filters an event stream takes. */
 export type EventFilter = MailFilter;
 

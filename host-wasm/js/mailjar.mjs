@@ -150,7 +150,7 @@ export class SmtpConnection {
     this.faults = [];
     /** The ids of the messages this connection stored, in order. */
     this.messageIds = [];
-    const opened = this.#carry(session.open());
+    const opened = this.#carry(session.open(server[now]()));
     /** The 220 greeting the server sent when the client connected (or what a `connect` rule sent instead; undefined after a silent disconnect). */
     this.greeting = opened.replies[0];
   }

@@ -110,6 +110,55 @@ export class MailjarError extends Error {
   readonly timeout: boolean;
 }
 
+/** `GET /api/emails/:id/checks/html`: the HTML and CSS features a message uses that some clients lack. */
+export interface HtmlCheck {
+  /** 0 to 100: how well the clients support what the message uses. */
+  score: number;
+  /** How many clients were weighed. */
+  clients: number;
+  warnings: { feature: string; title: string; supported: string[]; partial: string[]; unsupported: string[] }[];
+}
+
+/** `GET /api/emails/:id/checks/links` (over HTTP only). */
+export interface LinksCheck {
+  links: { url: string; status: number | null; error: string | null; redirects: string[]; ms: number }[];
+  /** Links past `--link-check-max-links`, not fetched. */
+  skipped: number;
+}
+
+/** `GET /api/emails/:id/checks/spam` (over HTTP, with `--spamassassin`). */
+export interface SpamCheck {
+  score: number;
+  threshold: number;
+  spam: boolean;
+  rules: { name: string; score: number; description: string }[];
+}
+
+/** `GET /api/emails/:id/checks/auth` (over HTTP): RFC 8601 result words. */
+export interface AuthCheck {
+  dkim: { domain: string; selector: string; result: string; reason?: string | null }[];
+  spf: { result: string; domain: string; reason?: string | null };
+  dmarc: { result: string; policy: string; domain: string };
+}
+
+/** The checks of a stored message; a refusal rejects with a MailjarError. */
+export interface Checks {
+  html(id: string, options?: { signal?: AbortSignal }): Promise<HtmlCheck>;
+  links(id: string, options?: { signal?: AbortSignal }): Promise<LinksCheck>;
+  spam(id: string, options?: { signal?: AbortSignal }): Promise<SpamCheck>;
+  auth(id: string, options?: { signal?: AbortSignal }): Promise<AuthCheck>;
+}
+
+/** One line of an SMTP transcript. */
+export interface TranscriptLine {
+  /** Milliseconds since the connection opened. */
+  ms: number;
+  /** "c": the client; "s": the server. */
+  dir: "c" | "s";
+  /** The line without CRLF; message text and AUTH credentials elided. */
+  line: string;
+}
+
 /** A filter as an API query string. */
 export function filterQuery(filter?: MailFilter | string): string;
 
@@ -133,6 +182,10 @@ export abstract class MailjarMethods {
   clear(filter?: { to: string } | string, options?: { signal?: AbortSignal }): Promise<number>;
   /** The fault rules (README "Fault injection"). */
   readonly faults: Faults;
+  /** The checks of a stored message (README "Checks"): `html` here and over HTTP, `links`, `spam`, `auth` over HTTP. */
+  readonly checks: Checks;
+  /** The SMTP dialogue that delivered a message; null when it is not stored. */
+  transcript(id: string, options?: { signal?: AbortSignal }): Promise<TranscriptLine[] | null>;
   /** A fresh address with the same methods scoped to it; with `signal`, every call of the inbox also ends when it aborts. */
   createInbox(options?: { domain?: string; prefix?: string; signal?: AbortSignal | null }): Inbox;
 }

@@ -99,6 +99,8 @@ function linkMatches(match, link) {
 export class MailjarMethods {
   /** The `faults` object, made on first use. */
   #faults;
+  /** The `checks` object, made on first use. */
+  #checks;
 
   /** Milliseconds since the Unix epoch, for wait deadlines. */
   [now]() {
@@ -231,6 +233,37 @@ export class MailjarMethods {
       });
     }
     return this.#faults;
+  }
+
+  /**
+   * The checks a tester runs on a stored message (`/api/emails/:id/checks/...`,
+   * README "Checks"), each on request: `html(id)` (the HTML and CSS features
+   * it uses, weighed by mail client support; in-process and over HTTP), and
+   * over HTTP `links(id)`, `spam(id)` and `auth(id)`. Each resolves to the
+   * API's JSON; a refusal rejects with a MailjarError (404: no such message,
+   * no HTML body, no spam checker configured; 503: spamd down).
+   */
+  get checks() {
+    if (this.#checks === undefined) {
+      const check = (kind) => async (id, { signal } = {}) => {
+        if (typeof id !== "string") throw new TypeError("id must be a string");
+        return expectOk(await this.request("GET", `/api/emails/${encodeURIComponent(id)}/checks/${kind}`, { signal }));
+      };
+      this.#checks = Object.freeze({ html: check("html"), links: check("links"), spam: check("spam"), auth: check("auth") });
+    }
+    return this.#checks;
+  }
+
+  /**
+   * The SMTP dialogue that delivered message `id` (`/api/emails/:id/transcript`):
+   * `[{ms, dir, line}]`, `dir` "c" for the client and "s" for the server,
+   * message text and AUTH credentials elided; empty for a message that came
+   * another way; null when the message is not stored.
+   */
+  async transcript(id, { signal } = {}) {
+    if (typeof id !== "string") throw new TypeError("id must be a string");
+    const answer = await this.request("GET", `/api/emails/${encodeURIComponent(id)}/transcript`, { signal });
+    return answer.status === 404 ? null : expectOk(answer).transcript;
   }
 
   /**

@@ -16,12 +16,20 @@ impl Session {
         self.faults = Some(api.inner.clone());
     }
 
-    /// What to write when the client connects: the greeting, or what a
+    /// What to write when the client connects at `nowMs` (the time the
+    /// transcript counts from; 0 when not given): the greeting, or what a
     /// `connect` rule says instead (a `fault` output first, maybe a `close`).
     #[wasm_bindgen(unchecked_return_type = "SessionOutput[]")]
-    pub fn open(&mut self) -> Array {
-        self.inner.open(0, &mut Linked(self.faults.as_ref()));
-        outputs_of(&self.drain())
+    pub fn open(
+        &mut self,
+        #[wasm_bindgen(js_name = nowMs)] now_ms: Option<f64>,
+    ) -> Result<Array, JsValue> {
+        let now = match now_ms {
+            Some(now_ms) => crate::js::time_ms(now_ms, "nowMs")?,
+            None => 0,
+        };
+        self.inner.open(now, &mut Linked(self.faults.as_ref()));
+        Ok(outputs_of(&self.drain()))
     }
 }
 
