@@ -44,6 +44,13 @@ const hosts = {
     };
     return { mail, transport: { sendMail }, close: () => mail.close() };
   },
+  "MailjarClient and the native binary": () => {
+    const mail = new MailjarClient(native.http);
+    const transport = nodemailer.createTransport({ host: "127.0.0.1", port: native.smtpPort, secure: false, ignoreTLS: true, auth: { user: "tester", pass: PASSWORD } });
+    return { mail, transport, close: () => transport.close() };
+  },
+};
+
 for (const [name, make] of Object.entries(hosts)) {
   describe(name, () => {
     let mail;

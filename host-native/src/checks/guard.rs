@@ -1,13 +1,12 @@
 //! The address guard of the link check: which addresses a link fetched on a
-//! hostile message's behalf may reach, and a resolver for reqwest that
-//! applies it to the addresses it connects to (so a name that resolves
-//! somewhere else the second time, DNS rebinding, is caught at every hop).
+//! hostile message's behalf may reach, and a resolver that applies it to the
+//! addresses the check then connects to (each hop resolves again, so a name
+//! that resolves somewhere else the second time, DNS rebinding, is caught).
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
 use mail_auth::hickory_resolver::TokioResolver;
-use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 
 /// The error text of a refused address, as the API shows it.
 pub const NOT_ALLOWED: &str = "address not allowed";
@@ -75,8 +74,8 @@ fn embedded_v4(ip: Ipv6Addr) -> Option<Ipv4Addr> {
     }
 }
 
-/// Resolves names for reqwest and keeps only the addresses the guard allows:
-/// reqwest connects to what this returns, never to another answer.
+/// Resolves names and keeps only the addresses the guard allows: the link
+/// check connects to what this returns, never to another answer.
 pub struct GuardedResolver {
     /// Where names are looked up (`--dns`, or the system's resolver configuration).
     pub resolver: Arc<Result<TokioResolver, String>>,
@@ -84,24 +83,23 @@ pub struct GuardedResolver {
     pub guard: Guard,
 }
 
-impl Resolve for GuardedResolver {
-    fn resolve(&self, name: Name) -> Resolving {
-        let resolver = self.resolver.clone();
-        let guard = self.guard.clone();
-        Box::pin(async move {
-            let resolver = resolver.as_ref().as_ref().map_err(|e| e.clone())?;
-            let found = resolver.lookup_ip(name.as_str()).await?;
-            let ips: Vec<IpAddr> = found.iter().collect();
-            let allowed: Vec<SocketAddr> = ips
-                .iter()
-                .filter(|ip| guard.allows(**ip))
-                .map(|ip| SocketAddr::new(*ip, 0))
-                .collect();
-            if allowed.is_empty() && !ips.is_empty() {
-                return Err(NOT_ALLOWED.into());
-            }
-            Ok(Box::new(allowed.into_iter()) as Addrs)
-        })
+impl GuardedResolver {
+    /// The addresses `name` resolves to that the guard allows;
+    /// [`NOT_ALLOWED`] when it resolves only to refused ones.
+    pub async fn resolve(&self, name: &str) -> Result<Vec<IpAddr>, String> {
+        let resolver = self.resolver.as_ref().as_ref().map_err(|e| e.clone())?;
+        let found = resolver.lookup_ip(name).await.map_err(|e| e.to_string())?;
+        let ips: Vec<IpAddr> = found.iter().collect();
+        let allowed: Vec<IpAddr> = ips
+            .iter()
+            .copied()
+            .filter(|ip| self.guard.allows(*ip))
+            .collect();
+        match (allowed.is_empty(), ips.is_empty()) {
+            (false, _) => Ok(allowed),
+            (true, false) => Err(NOT_ALLOWED.to_owned()),
+            (true, true) => Err(format!("{name} has no address")),
+        }
     }
 }
 

@@ -7,15 +7,20 @@
 //! HEAD is refused with 405 or 501); no body is read, so the bytes read per
 //! hop are the response head, which hyper caps (~400 KiB).
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use reqwest::{Method, StatusCode, Url};
+use http_body_util::Empty;
+use hyper::{Method, StatusCode, header};
+use hyper_util::rt::TokioIo;
+use rustls::pki_types::ServerName;
 use serde::Serialize;
+use tokio::net::TcpStream;
+use url::Url;
 
-use super::guard::{Guard, NOT_ALLOWED};
+use super::guard::{Guard, GuardedResolver, NOT_ALLOWED};
 
 /// Most redirects followed per link.
 pub const MAX_REDIRECTS: usize = 5;
@@ -48,8 +53,10 @@ pub struct LinkResult {
 
 /// What the links check needs.
 pub struct LinkChecker {
-    /// The client: no redirects of its own, no proxy, names through the guarded resolver.
-    pub client: reqwest::Client,
+    /// TLS for https links: the webpki roots, ring, no client certificate.
+    pub tls: Arc<rustls::ClientConfig>,
+    /// Where names are looked up, each address through the guard.
+    pub resolver: GuardedResolver,
     /// The guard, for links written with an IP address (no name to resolve).
     pub guard: Guard,
     /// The time for one link, all its hops.
@@ -116,70 +123,122 @@ impl LinkChecker {
         }
     }
 
-    /// One request: HEAD, then GET when HEAD is refused. The status and the
-    /// `Location`, if any.
+    /// One hop: HEAD, then GET when HEAD is refused, both to the addresses
+    /// the guard allowed for this hop. The status and the `Location`, if any.
     async fn hop(&self, url: &Url) -> Result<(StatusCode, Option<String>), String> {
         if !matches!(url.scheme(), "http" | "https") {
             return Err(format!("not an http(s) URL: {}", url.scheme()));
         }
-        let literal = match url.host() {
-            Some(url::Host::Ipv4(ip)) => Some(IpAddr::V4(ip)),
-            Some(url::Host::Ipv6(ip)) => Some(IpAddr::V6(ip)),
-            Some(url::Host::Domain(_)) => None,
+        let ips = match url.host() {
+            Some(url::Host::Ipv4(ip)) => vec![IpAddr::V4(ip)],
+            Some(url::Host::Ipv6(ip)) => vec![IpAddr::V6(ip)],
+            Some(url::Host::Domain(name)) => self.resolver.resolve(name).await?,
             None => return Err("no host".to_owned()),
         };
-        if literal.is_some_and(|ip| !self.guard.allows(ip)) {
+        if ips.iter().any(|ip| !self.guard.allows(*ip)) {
             return Err(NOT_ALLOWED.to_owned());
         }
-        let mut response = self.request(Method::HEAD, url).await?;
+        let mut answer = self.request(Method::HEAD, url, &ips).await?;
         if matches!(
-            response.status(),
+            answer.0,
             StatusCode::METHOD_NOT_ALLOWED | StatusCode::NOT_IMPLEMENTED
         ) {
-            response = self.request(Method::GET, url).await?;
+            answer = self.request(Method::GET, url, &ips).await?;
         }
-        let location = response
-            .headers()
-            .get(reqwest::header::LOCATION)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
-        // Dropped unread: the body is never downloaded.
-        Ok((response.status(), location))
+        Ok(answer)
     }
 
-    async fn request(&self, method: Method, url: &Url) -> Result<reqwest::Response, String> {
-        self.client
-            .request(method, url.clone())
-            .send()
+    /// One request on a connection of its own to one of `ips`: its status
+    /// and `Location`. The body is never read.
+    async fn request(
+        &self,
+        method: Method,
+        url: &Url,
+        ips: &[IpAddr],
+    ) -> Result<(StatusCode, Option<String>), String> {
+        let port = url
+            .port_or_known_default()
+            .ok_or("no port for this scheme")?;
+        let tcp = connect(ips, port).await?;
+        let target = &url[url::Position::BeforePath..url::Position::AfterQuery];
+        let authority = &url[url::Position::BeforeHost..url::Position::AfterPort];
+        let request = hyper::Request::builder()
+            .method(method)
+            .uri(if target.is_empty() { "/" } else { target })
+            .header(header::HOST, authority)
+            .header(header::USER_AGENT, USER_AGENT)
+            .body(Empty::<bytes::Bytes>::new())
+            .map_err(|e| format!("not a valid request: {e}"))?;
+        if url.scheme() == "http" {
+            return send(TokioIo::new(tcp), request).await;
+        }
+        let name = match url.host() {
+            Some(url::Host::Domain(name)) => ServerName::try_from(name.to_owned())
+                .map_err(|e| format!("not a TLS server name: {e}"))?,
+            Some(url::Host::Ipv4(ip)) => ServerName::IpAddress(IpAddr::V4(ip).into()),
+            Some(url::Host::Ipv6(ip)) => ServerName::IpAddress(IpAddr::V6(ip).into()),
+            None => return Err("no host".to_owned()),
+        };
+        let tls = tokio_rustls::TlsConnector::from(self.tls.clone())
+            .connect(name, tcp)
             .await
-            .map_err(|e| describe(&e))
+            .map_err(|e| format!("TLS: {e}"))?;
+        send(TokioIo::new(tls), request).await
     }
 }
 
-/// The plainest words for a request's failure: the guard's refusal as the
-/// API names it, else the innermost cause.
-fn describe(error: &reqwest::Error) -> String {
-    let mut source: Option<&dyn std::error::Error> = Some(error);
-    let mut innermost = error.to_string();
-    while let Some(e) = source {
-        let text = e.to_string();
-        if text == NOT_ALLOWED {
-            return text;
+const USER_AGENT: &str = concat!("mailjar/", env!("CARGO_PKG_VERSION"), " link check");
+
+/// A TCP connection to the first of `ips` that answers.
+async fn connect(ips: &[IpAddr], port: u16) -> Result<TcpStream, String> {
+    let mut last = "no address".to_owned();
+    for ip in ips {
+        match TcpStream::connect(SocketAddr::new(*ip, port)).await {
+            Ok(stream) => return Ok(stream),
+            Err(e) => last = e.to_string(),
         }
-        innermost = text;
-        source = e.source();
     }
-    if error.is_timeout() {
-        return "timed out".to_owned();
-    }
-    innermost
+    Err(last)
 }
 
-/// The HTTP client of the links check.
-pub fn client(
-    resolver: super::guard::GuardedResolver,
-    timeout: Duration,
-) -> Result<reqwest::Client, String> {
+/// Ends the connection's task when the request is dropped (answered, or timed out).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Sends `request` over HTTP/1.1 on `io`; hyper caps the response head (~400 KiB).
+async fn send<I>(
+    io: I,
+    request: hyper::Request<Empty<bytes::Bytes>>,
+) -> Result<(StatusCode, Option<String>), String>
+where
+    I: hyper::rt::Read + hyper::rt::Write + Send + Unpin + 'static,
+{
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(io)
+        .await
+        .map_err(|e| e.to_string())?;
+    let _driver = AbortOnDrop(tokio::spawn(async move {
+        let _ = connection.await;
+    }));
+    let response = sender
+        .send_request(request)
+        .await
+        .map_err(|e| e.to_string())?;
+    let location = response
+        .headers()
+        .get(header::LOCATION)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    // Dropped unread: the body is never downloaded.
+    Ok((response.status(), location))
+}
+
+/// The TLS configuration of the links check: the webpki roots, ring's provider.
+pub fn tls_config() -> Result<Arc<rustls::ClientConfig>, String> {
     let mut roots = rustls::RootCertStore::empty();
     roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
     let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -188,18 +247,5 @@ pub fn client(
         .map_err(|e| e.to_string())?
         .with_root_certificates(roots)
         .with_no_client_auth();
-    reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .no_proxy()
-        .dns_resolver(Arc::new(resolver))
-        .tls_backend_preconfigured(tls)
-        .timeout(timeout)
-        .connect_timeout(timeout)
-        .user_agent(concat!(
-            "mailjar/",
-            env!("CARGO_PKG_VERSION"),
-            " link check"
-        ))
-        .build()
-        .map_err(|e| e.to_string())
+    Ok(Arc::new(tls))
 }

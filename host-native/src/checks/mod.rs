@@ -56,9 +56,10 @@ impl Checks {
             resolver: Arc::new(resolver),
             guard: guard.clone(),
         };
-        let links = links::client(resolver, settings.link_check_timeout).map(|client| {
+        let links = links::tls_config().map(|tls| {
             Arc::new(links::LinkChecker {
-                client,
+                tls,
+                resolver,
                 guard,
                 timeout: settings.link_check_timeout,
                 max_links: settings.link_check_max_links,
