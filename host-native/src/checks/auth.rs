@@ -145,9 +145,9 @@ fn dkim_words(result: &DkimResult) -> (&'static str, Option<String>) {
         DkimResult::Fail(e) => ("fail", Some(e.to_string())),
         // A body that no longer matches its signature failed verification
         // (RFC 8601 2.7.1); mail-auth, like Gmail, calls it neutral.
-        DkimResult::Neutral(e @ mail_auth::Error::FailedBodyHashMatch) => {
-            ("fail", Some(e.to_string()))
-        }
+        DkimResult::Neutral(
+            e @ mail_auth::Error::Dkim(mail_auth::dkim::DkimError::FailedBodyHashMatch),
+        ) => ("fail", Some(e.to_string())),
         DkimResult::Neutral(e) => ("neutral", Some(e.to_string())),
         DkimResult::TempError(e) => ("temperror", Some(e.to_string())),
         DkimResult::PermError(e) => ("permerror", Some(e.to_string())),

@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mail_auth::MessageAuthenticator;
-use mail_auth::hickory_resolver::config::{NameServerConfigGroup, ResolverConfig, ResolverOpts};
-use mail_auth::hickory_resolver::name_server::TokioConnectionProvider;
+use mail_auth::hickory_resolver::config::{NameServerConfig, ResolverConfig, ResolverOpts};
+use mail_auth::hickory_resolver::net::runtime::TokioRuntimeProvider;
 use mail_auth::hickory_resolver::{TokioResolver, system_conf};
 use mailjar_core::api::Response;
 use mailjar_core::id::MessageId;
@@ -43,10 +43,11 @@ impl Checks {
     /// The checks as the flags set them; `own` are the server's listening addresses.
     pub fn new(settings: &CheckSettings, domain: &str, own: &[SocketAddr]) -> Checks {
         let (config, options) = resolver_config(settings.dns);
-        let resolver = config.clone().map(|config| {
-            TokioResolver::builder_with_config(config, TokioConnectionProvider::default())
+        let resolver = config.clone().and_then(|config| {
+            TokioResolver::builder_with_config(config, TokioRuntimeProvider::default())
                 .with_options(options.clone())
                 .build()
+                .map_err(|e| format!("no DNS resolver: {e}"))
         });
         let guard = guard::Guard {
             allow_private: settings.link_check_allow_private,
@@ -92,11 +93,11 @@ fn resolver_config(dns: Option<SocketAddr>) -> (Result<ResolverConfig, String>, 
             Err(e) => (Err(format!("no DNS resolver: {e} (see --dns)")), options),
         };
     };
-    let servers = NameServerConfigGroup::from_ips_clear(&[dns.ip()], dns.port(), true);
-    (
-        Ok(ResolverConfig::from_parts(None, vec![], servers)),
-        options,
-    )
+    let mut server = NameServerConfig::udp_and_tcp(dns.ip());
+    for connection in &mut server.connections {
+        connection.port = dns.port();
+    }
+    (Ok(ResolverConfig::from_name_servers(vec![server])), options)
 }
 
 /// The listeners' addresses, and every interface's when one listens on all of them.
