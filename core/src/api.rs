@@ -54,18 +54,22 @@ use serde::Serialize;
 use crate::budget::Budget;
 #[cfg(doc)]
 use crate::budget::Clock;
+pub use crate::download::attachment_bytes;
 use crate::email::Email;
 pub use crate::error::ApiError;
 use crate::events::Subscribers;
 pub use crate::events::{
-    Event, EventBatch, NextEvents, Progress, Ran, Reason, SsePieces, SubscriberId, Subscription,
+    DEFAULT_EVENT_BUFFER, DEFAULT_MAX_SUBSCRIBERS, Event, EventBatch, KEEP_ALIVE, KEEP_ALIVE_MS,
+    MIN_EVENT_BUFFER, NextEvents, Progress, Ran, Reason, STEP_BYTES, SsePieces, SubscriberId,
+    Subscription,
 };
+pub use crate::faults::{DEFAULT_MAX_FAULTS, Faults};
 use crate::id::{Entropy, IdGenerator, MessageId};
 use crate::job::{CommitKind, JobKind, Outcome as JobOutcome, WaitFilter, WaitWork, one};
 pub use crate::job::{Done, Job};
 use crate::patterns::PatternCache;
 pub use crate::request_id::RequestId;
-pub use crate::response::Response;
+pub use crate::response::{Body, CHUNK_BYTES, ChunkSource, JSON, Response};
 use crate::store::{Prepared, Snapshot, Store, StoreLimits};
 pub use crate::waits::{MatchBatch, Matches, WaitId};
 use crate::waits::{PendingWait, Waits};

@@ -64,7 +64,7 @@ impl Prepared {
 /// when they are read, not by a copy at store time), and the fields that come from the
 /// header block alone (the header map, From, Date, Message-ID) are read again
 /// from the raw bytes when the message is shown, unless they are large (see
-/// [`crate::head`]). What filters need, what takes a MIME parse to find, and
+/// [`Email::head`]). What filters need, what takes a MIME parse to find, and
 /// the summary's JSON are kept.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Email {
@@ -326,13 +326,13 @@ impl Email {
                 .map_or(0, |head| head.bytes() + SHARED_BYTES_HEADER)
     }
 
-    /// The summary's JSON (see [`crate::summary`]), built at delivery and
+    /// The summary's JSON (what a list and an event show of it), built at delivery and
     /// shared by every event and list that shows it.
     pub fn summary(&self) -> bytes::Bytes {
         self.kept.summary.clone()
     }
 
-    /// The header-only fields (see [`crate::head`]): the message's own when
+    /// The header-only fields (header map, From, Date, Message-ID): the message's own when
     /// they are large, else read again from the raw header block (which is
     /// then at most a few tens of KiB).
     pub fn head(&self) -> Arc<Head> {

@@ -614,9 +614,9 @@ impl EventBatch {
     }
 
     /// Whether running it may take long: a pattern to match, or a first
-    /// message to send larger than [`LIGHT_MESSAGE_BYTES`] to read. A light
-    /// step reads no such message and ends after [`STEP_NANOS`]; a host may
-    /// run it where it stands.
+    /// message to send larger than 64 KiB (`LIGHT_MESSAGE_BYTES`) to read. A
+    /// light step reads no such message and ends after 1 ms (`STEP_NANOS`,
+    /// by the host's clock); a host may run it where it stands.
     pub fn is_heavy(&self) -> bool {
         let filter = &self.filter;
         if filter.has_pattern() {

@@ -38,7 +38,9 @@ pub fn is_light(messages: &Snapshot) -> bool {
             .is_some()
 }
 
-/// Work to run outside the lock; see the [module documentation](self).
+/// The work of a request that may be long (filtering, pattern matching,
+/// compiling), to run outside the lock; see the
+/// [calling contract](crate::api#calling-contract).
 #[derive(Debug)]
 pub struct Job {
     pub(crate) kind: Box<JobKind>,
@@ -181,8 +183,9 @@ impl JobKind {
 
 impl Job {
     /// Whether the work may be long: a pattern to compile and run, or more
-    /// messages to look at than [`is_light`] allows, by count or by bytes. A
-    /// host may run light work where it stands and long work where it blocks no one.
+    /// messages to look at than light work allows (`LIGHT_MESSAGES`, 1000,
+    /// or `LIGHT_BYTES`, 1 MiB of raw bytes). A host may run light work where
+    /// it stands and long work where it blocks no one.
     pub fn is_heavy(&self) -> bool {
         let (pattern, messages) = match &*self.kind {
             JobKind::List { spec, messages, .. } | JobKind::Latest { spec, messages, .. } => {

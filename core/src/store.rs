@@ -5,6 +5,7 @@ use std::sync::Arc;
 use imbl::Vector;
 
 pub use crate::email::{Email, Prepared};
+pub use crate::filter::{Filter, FilterParams, FilterSpec};
 use crate::id::MessageId;
 
 /// How much the store keeps before it evicts the oldest messages.

@@ -151,7 +151,7 @@ impl MatchBatch {
     }
 
     /// Whether trying it may take long: a wait has a pattern, or there are
-    /// more than [`LIGHT_PAIRS`] (message, wait) pairs to try. A host may run
+    /// more than 10,000 (`LIGHT_PAIRS`) (message, wait) pairs to try. A host may run
     /// light batches where it stands.
     pub fn is_heavy(&self) -> bool {
         self.messages.len().saturating_mul(self.waits.len()) > LIGHT_PAIRS

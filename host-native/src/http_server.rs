@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use mailjar_core::api::Body;
 use mailjar_core::api::{Request, Response, Subscription};
-use mailjar_core::response::Body;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use warp::Filter;
