@@ -20,6 +20,7 @@ pub mod faults;
 pub mod filter;
 pub mod head;
 pub mod id;
+pub mod inbox;
 pub mod job;
 pub mod json_text;
 pub mod jsregex;
