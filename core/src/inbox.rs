@@ -223,6 +223,11 @@ impl Inboxes {
         Some(id)
     }
 
+    /// The inbox whose SMTP user name this is (its session authenticated as it).
+    pub fn by_smtp_user(&self, user: &str) -> Option<InboxId> {
+        self.smtp_users.get(&user.to_lowercase()).map(|(id, _)| *id)
+    }
+
     /// The inbox whose API token this is.
     pub fn by_token(&self, token: &str) -> Option<InboxId> {
         self.tokens.get(&Digest32::of(token)).copied()
