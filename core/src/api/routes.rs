@@ -85,6 +85,17 @@ impl<W> Api<W> {
             }
         };
         let query = Query::parse(&request.query)?;
+        self.dispatch(request, route, &query, now_ms)
+    }
+
+    /// Answers a request for the route it named, with its query read.
+    fn dispatch(
+        &mut self,
+        request: &Request,
+        route: Route<'_>,
+        query: &Query,
+        now_ms: u64,
+    ) -> Result<Step, ApiError> {
         let ready = |r: Result<Response, ApiError>| r.map(Step::Ready);
         match (request.method.as_str(), route) {
             ("GET", Route::Health) => ready(query.only(&[]).map(|_| self.health())),
@@ -97,17 +108,15 @@ impl<W> Api<W> {
                 query.only(&[])?;
                 ready(self.inboxes_route(request, name, rotate))
             }
-            ("GET", Route::Emails) => {
-                self.list(&query, self.scope_of(request, query.get("inbox"))?)
-            }
+            ("GET", Route::Emails) => self.list(query, self.scope_of(request, query.get("inbox"))?),
             ("GET", Route::Latest) => {
-                self.latest(&query, self.scope_of(request, query.get("inbox"))?)
+                self.latest(query, self.scope_of(request, query.get("inbox"))?)
             }
             ("GET", Route::Wait) => {
-                self.wait(&query, now_ms, self.scope_of(request, query.get("inbox"))?)
+                self.wait(query, now_ms, self.scope_of(request, query.get("inbox"))?)
             }
             ("GET", Route::Events) => self.events(
-                &query,
+                query,
                 request.last_event_id.as_deref(),
                 self.scope_of(request, query.get("inbox"))?,
             ),
@@ -123,10 +132,10 @@ impl<W> Api<W> {
                 query.only(&[])?;
                 self.attachment(id, index, self.scope_of(request, None)?)
             }
-            ("GET", Route::Html(id)) => self.html(id, &query, self.scope_of(request, None)?),
+            ("GET", Route::Html(id)) => self.html(id, query, self.scope_of(request, None)?),
             ("DELETE", Route::Emails) => {
                 let scope = self.scope_of(request, None)?;
-                self.delete(&query, scope)
+                self.delete(query, scope)
             }
             ("DELETE", Route::ById(id)) => {
                 query.only(&[])?;
