@@ -79,6 +79,8 @@ pub struct Email {
     text: Body,
     html: Body,
     raw: Box<[u8]>,
+    /// The inboxes it was routed to when it arrived (see [`crate::inbox`]).
+    pub(crate) inboxes: Box<[crate::inbox::InboxId]>,
 }
 
 /// The parsed fields a stored message keeps, in their smallest form.
@@ -224,7 +226,14 @@ impl Email {
             text,
             html,
             raw,
+            inboxes: Box::default(),
         }
+    }
+
+    /// The inboxes it was routed to when it arrived; an inbox may have let
+    /// it go since (see [`crate::inbox`]).
+    pub fn inboxes(&self) -> &[crate::inbox::InboxId] {
+        &self.inboxes
     }
 
     /// The message exactly as received.

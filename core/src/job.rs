@@ -11,6 +11,7 @@ use crate::email::Email;
 use crate::error::ApiError;
 use crate::filter::{Filter, FilterSpec};
 use crate::id::MessageId;
+use crate::inbox::InboxId;
 use crate::jsregex::JsRegex;
 use crate::request_id::RequestId;
 use crate::response::Response;
@@ -75,10 +76,12 @@ pub(crate) enum JobKind {
     DeleteTo {
         to: String,
         messages: Snapshot,
+        inbox: Option<InboxId>,
     },
     Subscribe {
         spec: FilterSpec,
         budget: Budget,
+        inbox: Option<InboxId>,
     },
     /// Decode attachment `index` of a message.
     Attachment {
@@ -108,6 +111,8 @@ pub(crate) struct WaitWork {
     pub(crate) timeout_ms: u64,
     pub(crate) deadline_ms: u64,
     pub(crate) budget: Budget,
+    /// The inbox it waits in; None for every message.
+    pub(crate) inbox: Option<InboxId>,
 }
 
 /// How a [`Job`] ended: pass it to [`crate::api::Api::handle_done`].
@@ -153,11 +158,19 @@ pub(crate) enum CommitKind {
         timeout_ms: u64,
         deadline_ms: u64,
         budget: Budget,
+        inbox: Option<InboxId>,
     },
-    /// Delete these messages.
-    Remove(Vec<MessageId>),
+    /// Delete these messages from a scope.
+    Remove {
+        ids: Vec<MessageId>,
+        inbox: Option<InboxId>,
+    },
     /// Open an event subscription.
-    Subscribe { filter: Filter, budget: Budget },
+    Subscribe {
+        filter: Filter,
+        budget: Budget,
+        inbox: Option<InboxId>,
+    },
 }
 
 /// The one-message answer `{"email": ...}`.
@@ -262,19 +275,28 @@ impl Job {
                 Err(ApiError::NotFound("no stored message matches".to_owned()))
             }
             JobKind::Wait(work) => wait(work, cached, clock),
-            JobKind::DeleteTo { to, messages } => {
+            JobKind::DeleteTo {
+                to,
+                messages,
+                inbox,
+            } => {
                 let ids = messages
                     .iter()
                     .filter(|e| e.is_addressed_to(&to))
                     .map(|e| e.id)
                     .collect();
-                Ok(Outcome::Commit(Commit(CommitKind::Remove(ids))))
+                Ok(Outcome::Commit(Commit(CommitKind::Remove { ids, inbox })))
             }
-            JobKind::Subscribe { spec, budget } => {
+            JobKind::Subscribe {
+                spec,
+                budget,
+                inbox,
+            } => {
                 let filter = spec.compile(cached)?;
                 Ok(Outcome::Commit(Commit(CommitKind::Subscribe {
                     filter,
                     budget,
+                    inbox,
                 })))
             }
             JobKind::Attachment { email, index } => Ok(Outcome::Response(
@@ -342,6 +364,7 @@ fn wait(
         timeout_ms,
         deadline_ms,
         mut budget,
+        inbox,
     } = work;
     let filter = match filter {
         WaitFilter::Spec(spec) => spec.compile(cached)?,
@@ -358,6 +381,7 @@ fn wait(
         timeout_ms,
         deadline_ms,
         budget,
+        inbox,
     })))
 }
 

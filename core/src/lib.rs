@@ -10,8 +10,9 @@
 //! A host needs [`api`] (the API, its inputs and outputs, responses, event
 //! streams, fault rules and the defaults of its limits), [`smtp`] (the
 //! session), [`store`] (stored messages, their limits, filters), [`id`]
-//! (message ids and their entropy) and [`budget`] (the clock pattern budgets
-//! read). [`message`] (the MIME parser) and [`jsregex`] (JavaScript regular
+//! (message ids and their entropy), [`budget`] (the clock pattern budgets
+//! read) and [`inbox`] (inboxes, their routing and credentials).
+//! [`message`] (the MIME parser) and [`jsregex`] (JavaScript regular
 //! expressions) stand alone. Everything else is private to the crate.
 
 #![forbid(unsafe_code)]
@@ -27,6 +28,7 @@ mod faults;
 mod filter;
 mod head;
 pub mod id;
+pub mod inbox;
 mod job;
 mod json_text;
 pub mod jsregex;

@@ -87,6 +87,8 @@ pub fn routes(
                                 last_event_id,
                                 content_type,
                                 body: body.map(|b| b.0).unwrap_or_default(),
+                                scope: mailjar_core::api::Scope::All,
+                                entropy: crate::state::request_entropy(&method),
                             };
                             match respond(&context, &request).await {
                                 Answer::Response(response) => json(response),

@@ -113,6 +113,16 @@ fn entropy() -> Entropy {
     bytes
 }
 
+/// Randomness for what a request creates (an inbox's token and password):
+/// from the OS for a POST, none for the others.
+pub fn request_entropy(method: &warp::http::Method) -> [u8; 32] {
+    let mut bytes = [0u8; 32];
+    if method == warp::http::Method::POST && getrandom::fill(&mut bytes).is_err() {
+        tracing::warn!("no OS randomness for a request");
+    }
+    bytes
+}
+
 /// A seed for the fault rules' probability rolls, from the OS.
 pub fn seed() -> u64 {
     let mut bytes = [0u8; 8];
