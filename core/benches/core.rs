@@ -7,9 +7,9 @@ use std::hint::black_box;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use mailjar_core::api::{Answered, Api, ApiConfig, Request};
 use mailjar_core::budget::{Budget, StoppedClock};
-use mailjar_core::filter::{Filter, FilterParams, FilterSpec};
 use mailjar_core::smtp::{Config, Envelope, Incoming, NoFaults, Output, Session, Unlimited};
 use mailjar_core::store::Prepared;
+use mailjar_core::store::{Filter, FilterParams, FilterSpec};
 
 /// Feeds `input` as a host does; the outputs, each message reported stored.
 fn feed(session: &mut Session, input: &[u8]) -> Vec<Output> {
@@ -236,7 +236,7 @@ fn paging(c: &mut Criterion) {
         b.iter(
             || match api.answer((), &Request::new("GET", &target), 0, &StoppedClock) {
                 Answered::Ready(r) => match r.body {
-                    mailjar_core::response::Body::Stream(mut source) => {
+                    mailjar_core::api::Body::Stream(mut source) => {
                         let mut chunk = Vec::new();
                         let mut total = 0;
                         while source.next_chunk(&mut chunk) {
@@ -245,7 +245,7 @@ fn paging(c: &mut Criterion) {
                         }
                         total
                     }
-                    mailjar_core::response::Body::Full(bytes) => bytes.len(),
+                    mailjar_core::api::Body::Full(bytes) => bytes.len(),
                 },
                 Answered::Waiting { .. } | Answered::Subscribed(_) => 0,
             },

@@ -54,18 +54,22 @@ use serde::Serialize;
 use crate::budget::Budget;
 #[cfg(doc)]
 use crate::budget::Clock;
+pub use crate::download::attachment_bytes;
 use crate::email::Email;
 pub use crate::error::ApiError;
 use crate::events::Subscribers;
 pub use crate::events::{
-    Event, EventBatch, NextEvents, Progress, Ran, Reason, SsePieces, SubscriberId, Subscription,
+    DEFAULT_EVENT_BUFFER, DEFAULT_MAX_SUBSCRIBERS, Event, EventBatch, KEEP_ALIVE, KEEP_ALIVE_MS,
+    MIN_EVENT_BUFFER, NextEvents, Progress, Ran, Reason, STEP_BYTES, SsePieces, SubscriberId,
+    Subscription,
 };
+pub use crate::faults::{DEFAULT_MAX_FAULTS, Faults};
 use crate::id::{Entropy, IdGenerator, MessageId};
 use crate::job::{CommitKind, JobKind, Outcome as JobOutcome, WaitFilter, WaitWork, one};
 pub use crate::job::{Done, Job};
 use crate::patterns::PatternCache;
 pub use crate::request_id::RequestId;
-pub use crate::response::Response;
+pub use crate::response::{Body, CHUNK_BYTES, ChunkSource, JSON, Response};
 use crate::store::{Prepared, Snapshot, Store, StoreLimits};
 pub use crate::waits::{MatchBatch, Matches, WaitId};
 use crate::waits::{PendingWait, Waits};
@@ -83,8 +87,12 @@ pub struct Request {
     pub last_event_id: Option<String>,
     /// The `Content-Type` header, when the request has a body.
     pub content_type: Option<String>,
-    /// The request body (empty without one); only `POST /api/faults` reads it.
+    /// The request body (empty without one); `POST /api/faults` and `POST /api/inboxes` read it.
     pub body: bytes::Bytes,
+    /// Whose mail it may see, as its credentials say (the host checks them).
+    pub scope: Scope,
+    /// Randomness for what it creates (an inbox's token and password); the host fills it for a POST.
+    pub entropy: [u8; 32],
 }
 
 impl Request {
@@ -98,6 +106,8 @@ impl Request {
             last_event_id: None,
             content_type: None,
             body: bytes::Bytes::new(),
+            scope: Scope::All,
+            entropy: [0; 32],
         }
     }
 }
@@ -141,6 +151,8 @@ pub struct ApiConfig {
     /// The host keeps messages on disk: a `DELETE` is answered once the
     /// host reports the write ([`Api::handle_written`]).
     pub durable: bool,
+    /// Access control is on (`--admin-token`): inboxes can be made.
+    pub access_control: bool,
     /// Seeds the fault rules' probability rolls (host entropy, or fixed for repeatable runs).
     pub fault_seed: u64,
 }
@@ -167,6 +179,7 @@ impl Default for ApiConfig {
             host_limits: Vec::new(),
             max_faults: crate::faults::DEFAULT_MAX_FAULTS,
             durable: false,
+            access_control: false,
             fault_seed: 0,
         }
     }
@@ -299,6 +312,12 @@ pub struct Api<W = ()> {
     /// The trash holds a client's deletion (its answer may wait for the disk).
     deleting: bool,
     faults: crate::faults::Faults,
+    /// Which inbox a message or a credential belongs to.
+    inboxes: crate::inbox::Inboxes,
+    /// Every inbox's own messages and quotas.
+    inbox_boxes: inboxes::InboxBoxes,
+    /// What an inbox that is gone holds: nothing.
+    no_mail: Store,
     /// `--max-age` in milliseconds: older messages are evicted (see [`Api::set_max_age`]).
     max_age_ms: Option<u64>,
     /// The last message [`Api::restore`] was given, stored or not: restores go in id order.
@@ -339,6 +358,9 @@ impl<W> Api<W> {
             live: None,
             trash: Trash::default(),
             deleting: false,
+            inboxes: crate::inbox::Inboxes::default(),
+            inbox_boxes: inboxes::InboxBoxes::new(),
+            no_mail: Store::default(),
             max_age_ms: None,
             last_restored: None,
             storage: None,
@@ -386,10 +408,10 @@ impl<W> Api<W> {
             let oldest = self.store.oldest_received_ms()?;
             Some(oldest.saturating_add(max_age))
         });
-        match (self.waits.next_deadline(), expiry) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [self.waits.next_deadline(), expiry, self.next_inbox_expiry()]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// Takes a request from the client `client` at `now_ms`: its answer comes
@@ -506,7 +528,12 @@ impl<W> Api<W> {
     /// move), or its end. O(log n). One step at a time: until its
     /// [`Progress`] comes back ([`Api::handle_progress`]) the next step gives the same events.
     pub fn poll_events(&mut self, subscriber: SubscriberId) -> NextEvents {
-        self.subscribers.next(subscriber, &self.store)
+        let (store, inboxes, no_mail) = (&self.store, &self.inbox_boxes, &self.no_mail);
+        let view = |inbox: Option<crate::inbox::InboxId>| match inbox {
+            None => store,
+            Some(id) => inboxes.get(&id).map_or(no_mail, |inbox| &inbox.store),
+        };
+        self.subscribers.next(subscriber, &view)
     }
 
     /// Moves a subscriber on by what its last step went through.
@@ -531,12 +558,15 @@ impl<W> Api<W> {
     /// disk if it keeps messages there). What it evicts comes out as
     /// [`Output::Removed`]; the waits it may answer are tried by a
     /// [`MatchBatch`] ([`Output::Match`]).
-    pub fn handle_message(&mut self, email: Email) -> MessageId {
+    pub fn handle_message(&mut self, mut email: Email) -> MessageId {
         let id = email.id;
         self.expire_old(email.received_at_ms);
-        let (_, evicted) = self.store.push(email);
+        self.route_message(&mut email);
+        let (stored, evicted) = self.store.push(email);
+        self.left_store(&evicted, Reason::Evicted);
         // Subscribers hear what left before what came: a bounded view stays bounded.
         self.forget(evicted, Reason::Evicted);
+        self.enter_inboxes(&stored);
         self.subscribers.stored(id);
         if self.waits.is_empty() {
             // Nothing to try: later waits look at the store themselves.
@@ -602,15 +632,17 @@ impl<W> Api<W> {
                     self.respond(request, client, response);
                 }
             }
-            CommitKind::Remove(ids) => {
-                let removed = self.store.remove_ids(&ids);
-                let count = removed.len();
-                self.forget(removed, Reason::Deleted);
+            CommitKind::Remove { ids, inbox } => {
+                let count = self.remove_in(&ids, inbox);
                 if let Some(client) = client {
                     self.respond(request, client, routes::deleted_response(count));
                 }
             }
-            CommitKind::Subscribe { mut filter, budget } => {
+            CommitKind::Subscribe {
+                mut filter,
+                budget,
+                inbox,
+            } => {
                 let Some(client) = client else { return };
                 if self.subscribers.len() >= self.config.max_subscribers {
                     let response = ApiError::TooManySubscribers.response();
@@ -619,9 +651,16 @@ impl<W> Api<W> {
                 filter.share_pattern(&mut self.patterns);
                 // Replay and live events meet here: the replay ends with the
                 // newest message stored now, the cursor starts after it.
+                let store = match inbox {
+                    None => &self.store,
+                    Some(id) => self
+                        .inbox_boxes
+                        .get(&id)
+                        .map_or(&self.no_mail, |inbox| &inbox.store),
+                };
                 let id = self
                     .subscribers
-                    .add(filter, budget.remaining_ns(), &self.store);
+                    .add(filter, budget.remaining_ns(), inbox, store);
                 self.outputs
                     .push_back(Output::Subscribed(client, Subscription { id }));
             }
@@ -631,54 +670,51 @@ impl<W> Api<W> {
                 timeout_ms,
                 deadline_ms,
                 budget,
+                inbox,
             } => {
                 let Some(client) = client else { return };
-                self.park(
-                    request,
-                    client,
-                    filter,
+                let work = WaitWork {
+                    filter: WaitFilter::Compiled(filter),
+                    messages: Snapshot::default(),
                     upto,
-                    (timeout_ms, deadline_ms),
+                    timeout_ms,
+                    deadline_ms,
                     budget,
-                );
+                    inbox,
+                };
+                self.park(request, client, work);
             }
         }
     }
 
-    /// Parks a wait that found nothing up to `upto`, unless messages arrived
-    /// while its job looked: then it looks at those too.
-    fn park(
-        &mut self,
-        request: RequestId,
-        client: W,
-        mut filter: crate::filter::Filter,
-        upto: Option<MessageId>,
-        (timeout_ms, deadline_ms): (u64, u64),
-        budget: Budget,
-    ) {
-        let newest = self.store.newest();
-        if newest > upto {
-            let from = upto.max(filter.after());
-            let work = WaitWork {
-                filter: WaitFilter::Compiled(filter),
-                messages: self.store.snapshot().after(from),
-                upto: newest,
-                timeout_ms,
-                deadline_ms,
-                budget,
-            };
+    /// Parks a wait that found nothing up to `work.upto`, unless messages
+    /// arrived (in its scope) while its job looked: then it looks at those too.
+    fn park(&mut self, request: RequestId, client: W, mut work: WaitWork) {
+        let WaitFilter::Compiled(filter) = &mut work.filter else {
+            return self.run(request, client, Box::new(JobKind::Wait(work)));
+        };
+        let store = self.view(work.inbox);
+        let newest = store.newest();
+        if newest > work.upto {
+            let from = work.upto.max(filter.after());
+            work.messages = store.snapshot().after(from);
+            work.upto = newest;
             return self.run(request, client, Box::new(JobKind::Wait(work)));
         }
         if self.waits.len() >= self.config.max_waits {
             return self.respond(request, client, ApiError::TooManyWaits.response());
         }
         filter.share_pattern(&mut self.patterns);
+        let WaitFilter::Compiled(filter) = work.filter else {
+            return;
+        };
         let wait = PendingWait {
             filter,
-            timeout_ms,
-            deadline_ms,
-            seen: upto,
-            budget_ns: budget.remaining_ns(),
+            timeout_ms: work.timeout_ms,
+            deadline_ms: work.deadline_ms,
+            seen: work.upto,
+            budget_ns: work.budget.remaining_ns(),
+            inbox: work.inbox,
         };
         self.waits.park(request, wait, client);
     }
@@ -698,9 +734,15 @@ impl<W> Api<W> {
         if self.waits.is_empty() {
             return None;
         }
+        let inboxes = self
+            .waits
+            .inboxes()
+            .map(|id| (id, self.view(Some(id)).snapshot()))
+            .collect();
         let batch = MatchBatch {
             messages,
             waits: self.waits.snapshot(),
+            inboxes,
         };
         self.matching = batch.waits();
         Some(batch)
@@ -716,7 +758,7 @@ impl<W> Api<W> {
         }
         if self.subscribers.len() > 0 {
             let ids: Vec<MessageId> = emails.iter().map(|e| e.id).collect();
-            self.subscribers.deleted(&ids, reason);
+            self.subscribers.deleted(&ids, reason, None);
         }
         self.trash.emails.extend(emails);
     }
@@ -735,9 +777,11 @@ fn unwritten_delete(e: &WriteError) -> String {
 pub use crate::view::format_rfc3339_ms;
 
 mod faults;
+mod inboxes;
 mod inline;
 mod persist;
 mod routes;
+pub use inboxes::{InboxLimits, Scope};
 pub use persist::{Assigned, Removal, StorageReport};
 
 #[cfg(test)]
@@ -745,3 +789,6 @@ mod tests;
 
 #[cfg(test)]
 mod event_tests;
+
+#[cfg(test)]
+mod inbox_tests;

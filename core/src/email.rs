@@ -67,7 +67,7 @@ impl Prepared {
 /// when they are read, not by a copy at store time), and the fields that come from the
 /// header block alone (the header map, From, Date, Message-ID) are read again
 /// from the raw bytes when the message is shown, unless they are large (see
-/// [`crate::head`]). What filters need, what takes a MIME parse to find, and
+/// [`Email::head`]). What filters need, what takes a MIME parse to find, and
 /// the summary's JSON are kept.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Email {
@@ -82,6 +82,8 @@ pub struct Email {
     text: Body,
     html: Body,
     raw: Box<[u8]>,
+    /// The inboxes it was routed to when it arrived (see [`crate::inbox`]).
+    pub(crate) inboxes: Box<[crate::inbox::InboxId]>,
 }
 
 /// The parsed fields a stored message keeps, in their smallest form.
@@ -231,7 +233,14 @@ impl Email {
             text,
             html,
             raw,
+            inboxes: Box::default(),
         }
+    }
+
+    /// The inboxes it was routed to when it arrived; an inbox may have let
+    /// it go since (see [`crate::inbox`]).
+    pub fn inboxes(&self) -> &[crate::inbox::InboxId] {
+        &self.inboxes
     }
 
     /// The message exactly as received.
@@ -339,13 +348,13 @@ impl Email {
                 .map_or(0, |head| head.bytes() + SHARED_BYTES_HEADER)
     }
 
-    /// The summary's JSON (see [`crate::summary`]), built at delivery and
+    /// The summary's JSON (what a list and an event show of it), built at delivery and
     /// shared by every event and list that shows it.
     pub fn summary(&self) -> bytes::Bytes {
         self.kept.summary.clone()
     }
 
-    /// The header-only fields (see [`crate::head`]): the message's own when
+    /// The header-only fields (header map, From, Date, Message-ID): the message's own when
     /// they are large, else read again from the raw header block (which is
     /// then at most a few tens of KiB).
     pub fn head(&self) -> Arc<Head> {

@@ -14,6 +14,12 @@ pub enum ApiError {
     /// 404: no such route or message.
     #[error("{0}")]
     NotFound(String),
+    /// 403: the token may not do this (an inbox token on an admin route).
+    #[error("{0}")]
+    Forbidden(String),
+    /// 409: the name is taken.
+    #[error("{0}")]
+    Conflict(String),
     /// 405: the path exists but not with this method.
     #[error("method {method} is not allowed here; allowed: {allow}")]
     MethodNotAllowed {
@@ -38,7 +44,9 @@ impl ApiError {
     pub fn status(&self) -> u16 {
         match self {
             ApiError::BadRequest(_) | ApiError::TooExpensive => 400,
+            ApiError::Forbidden(_) => 403,
             ApiError::NotFound(_) => 404,
+            ApiError::Conflict(_) => 409,
             ApiError::MethodNotAllowed { .. } => 405,
             ApiError::Timeout(_) => 408,
             ApiError::TooManyWaits | ApiError::TooManySubscribers => 503,

@@ -46,6 +46,7 @@ use crate::email::Email;
 use crate::error::ApiError;
 use crate::filter::Filter;
 use crate::id::MessageId;
+use crate::inbox::InboxId;
 use crate::store::{Snapshot, Store};
 
 /// The most ids one `deleted` event lists; a larger deletion is several events.
@@ -254,6 +255,8 @@ pub(crate) struct Deletion {
     ids: Box<[MessageId]>,
     all: bool,
     reason: Reason,
+    /// Whose streams hear it: every message's (None), or one inbox's.
+    scope: Option<InboxId>,
     json: OnceLock<Bytes>,
 }
 
@@ -375,6 +378,8 @@ struct Follower {
     filter: Filter,
     budget_ns: u64,
     position: Position,
+    /// The inbox whose mail it follows; None for every message.
+    inbox: Option<InboxId>,
 }
 
 /// How far one step took its subscriber, and what its pattern budget has
@@ -431,7 +436,16 @@ impl Subscribers {
 
     /// Subscribes with `filter` from now on, after a replay of the messages
     /// after `filter.after()` up to the newest one in `store`.
-    pub(crate) fn add(&mut self, filter: Filter, budget_ns: u64, store: &Store) -> SubscriberId {
+    /// Subscribes with `filter` to the mail of `inbox` (None: every
+    /// message), whose messages `store` holds, from now on, after a replay
+    /// of its messages after `filter.after()` up to its newest one.
+    pub(crate) fn add(
+        &mut self,
+        filter: Filter,
+        budget_ns: u64,
+        inbox: Option<InboxId>,
+        store: &Store,
+    ) -> SubscriberId {
         let id = SubscriberId(self.next);
         self.next += 1;
         let replay = filter.after().and_then(|after| {
@@ -446,9 +460,19 @@ impl Subscribers {
             filter,
             budget_ns,
             position,
+            inbox,
         };
         self.open.insert(id, follower);
         id
+    }
+
+    /// Ends the subscriptions of an inbox that is gone.
+    pub(crate) fn end_inbox(&mut self, inbox: InboxId) {
+        self.open
+            .retain(|_, follower| follower.inbox != Some(inbox));
+        if self.open.is_empty() {
+            self.log.clear();
+        }
     }
 
     /// Moves a subscriber on by what its last step went through.
@@ -473,8 +497,9 @@ impl Subscribers {
         }
     }
 
-    /// Logs messages that left the store, at most [`MAX_IDS_PER_EVENT`] per entry.
-    pub(crate) fn deleted(&mut self, ids: &[MessageId], reason: Reason) {
+    /// Logs messages that left the store (`scope` None) or one inbox, at
+    /// most [`MAX_IDS_PER_EVENT`] per entry.
+    pub(crate) fn deleted(&mut self, ids: &[MessageId], reason: Reason, scope: Option<InboxId>) {
         if self.open.is_empty() {
             return;
         }
@@ -483,34 +508,44 @@ impl Subscribers {
                 ids: chunk.into(),
                 all: false,
                 reason,
+                scope,
                 json: OnceLock::new(),
             })));
         }
     }
 
-    /// Logs that every message was deleted.
-    pub(crate) fn deleted_all(&mut self) {
+    /// Logs that every message of `scope` (the store, or one inbox) was deleted.
+    pub(crate) fn deleted_all(&mut self, scope: Option<InboxId>) {
         if !self.open.is_empty() {
             self.log.push(LogEntry::Deleted(Arc::new(Deletion {
                 ids: Box::default(),
                 all: true,
                 reason: Reason::Deleted,
+                scope,
                 json: OnceLock::new(),
             })));
         }
     }
 
-    /// The next step for `id`: of its replay, read from `store`, then of the log. O(log n).
-    pub(crate) fn next(&mut self, id: SubscriberId, store: &Store) -> NextEvents {
+    /// The next step for `id`: of its replay, read from the store `view`
+    /// gives for its inbox, then of the log. O(log n).
+    pub(crate) fn next<'s>(
+        &mut self,
+        id: SubscriberId,
+        view: &dyn Fn(Option<InboxId>) -> &'s Store,
+    ) -> NextEvents {
         let head = self.log.head();
         let Some(follower) = self.open.get_mut(&id) else {
             return NextEvents::Ended;
         };
         let mut position = follower.position;
+        let store = view(follower.inbox);
+        let inbox = follower.inbox;
         let batch = |source, position| {
             NextEvents::Batch(EventBatch {
                 source,
                 subscriber: id,
+                inbox,
                 filter: follower.filter.clone(),
                 budget_ns: follower.budget_ns,
                 position,
@@ -579,6 +614,8 @@ enum Source {
 pub struct EventBatch {
     source: Source,
     subscriber: SubscriberId,
+    /// The inbox whose mail it follows: only that inbox's deletions are its.
+    inbox: Option<InboxId>,
     /// Copies of the subscriber's filter, budget and position when the step was taken.
     filter: Filter,
     budget_ns: u64,
@@ -614,9 +651,9 @@ impl EventBatch {
     }
 
     /// Whether running it may take long: a pattern to match, or a first
-    /// message to send larger than [`LIGHT_MESSAGE_BYTES`] to read. A light
-    /// step reads no such message and ends after [`STEP_NANOS`]; a host may
-    /// run it where it stands.
+    /// message to send larger than 64 KiB (`LIGHT_MESSAGE_BYTES`) to read. A
+    /// light step reads no such message and ends after 1 ms (`STEP_NANOS`,
+    /// by the host's clock); a host may run it where it stands.
     pub fn is_heavy(&self) -> bool {
         let filter = &self.filter;
         if filter.has_pattern() {
@@ -661,6 +698,7 @@ impl EventBatch {
         let mut position = self.position;
         let mut step = Step {
             filter: &self.filter,
+            inbox: self.inbox,
             budget: Budget::new(self.budget_ns),
             clock,
             ran: Ran {
@@ -706,6 +744,8 @@ impl EventBatch {
 /// A step as it runs: what it made, and what it has used of its bounds.
 struct Step<'a> {
     filter: &'a Filter,
+    /// The inbox whose deletions it sends; None: the store's.
+    inbox: Option<InboxId>,
     budget: Budget,
     clock: &'a dyn Clock,
     ran: Ran,
@@ -755,7 +795,10 @@ impl Step<'_> {
                         Offered::Failed => return (went + 1, false),
                     }
                 }
-                LogEntry::Deleted(deletion) => self.push(Event::Deleted(deletion.json())),
+                LogEntry::Deleted(deletion) if deletion.scope == self.inbox => {
+                    self.push(Event::Deleted(deletion.json()))
+                }
+                LogEntry::Deleted(_) => {}
             }
         }
         (len, true)
@@ -872,6 +915,7 @@ mod tests {
             ids: ids[..1000].into(),
             all: false,
             reason: Reason::Deleted,
+            scope: None,
             json: OnceLock::new(),
         })));
         assert_eq!(log.entries.len(), 1);
@@ -902,11 +946,11 @@ mod tests {
         })
         .and_then(|spec| spec.compile(None))
         .unwrap();
-        let sub = subscribers.add(filter, u64::MAX, &store);
+        let sub = subscribers.add(filter, u64::MAX, None, &store);
         // What the replay was to send is deleted before its first step.
         store.remove_ids(&ids[1..]);
-        subscribers.deleted(&ids[1..], Reason::Deleted);
-        let NextEvents::Batch(batch) = subscribers.next(sub, &store) else {
+        subscribers.deleted(&ids[1..], Reason::Deleted, None);
+        let NextEvents::Batch(batch) = subscribers.next(sub, &|_| &store) else {
             panic!("the deletion, from the log");
         };
         let ran = batch.run(&StoppedClock);
@@ -915,7 +959,10 @@ mod tests {
         assert_eq!(progress.position.replay, None, "the replay has ended");
         subscribers.progress(progress);
         assert_eq!(subscribers.open[&sub].position.replay, None);
-        assert!(matches!(subscribers.next(sub, &store), NextEvents::Idle));
+        assert!(matches!(
+            subscribers.next(sub, &|_| &store),
+            NextEvents::Idle
+        ));
     }
 
     fn joined(pieces: SsePieces) -> String {
@@ -989,6 +1036,7 @@ mod tests {
             ids: ids.clone().into(),
             all: false,
             reason: Reason::Evicted,
+            scope: None,
             json: OnceLock::new(),
         };
         let first = deletion.json();

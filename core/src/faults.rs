@@ -287,7 +287,7 @@ impl Faults {
         }
     }
 
-    /// Adds a rule [`FaultWork::run`] parsed: the answer to its `POST`.
+    /// Adds a rule parsed outside the lock from a `POST`'s body: the answer to that `POST`.
     pub fn add_response(&mut self, rule: NewRule) -> Response {
         let max = self.max;
         match self.add(rule) {

@@ -11,6 +11,7 @@ use crate::email::Email;
 use crate::error::ApiError;
 use crate::filter::{Filter, FilterSpec};
 use crate::id::MessageId;
+use crate::inbox::InboxId;
 use crate::jsregex::JsRegex;
 use crate::request_id::RequestId;
 use crate::response::Response;
@@ -38,7 +39,9 @@ pub fn is_light(messages: &Snapshot) -> bool {
             .is_some()
 }
 
-/// Work to run outside the lock; see the [module documentation](self).
+/// The work of a request that may be long (filtering, pattern matching,
+/// compiling), to run outside the lock; see the
+/// [calling contract](crate::api#calling-contract).
 #[derive(Debug)]
 pub struct Job {
     pub(crate) kind: Box<JobKind>,
@@ -73,10 +76,12 @@ pub(crate) enum JobKind {
     DeleteTo {
         to: String,
         messages: Snapshot,
+        inbox: Option<InboxId>,
     },
     Subscribe {
         spec: FilterSpec,
         budget: Budget,
+        inbox: Option<InboxId>,
     },
     /// Decode attachment `index` of a message.
     Attachment {
@@ -118,6 +123,8 @@ pub(crate) struct WaitWork {
     pub(crate) timeout_ms: u64,
     pub(crate) deadline_ms: u64,
     pub(crate) budget: Budget,
+    /// The inbox it waits in; None for every message.
+    pub(crate) inbox: Option<InboxId>,
 }
 
 /// How a [`Job`] ended: pass it to [`crate::api::Api::handle_done`].
@@ -163,11 +170,19 @@ pub(crate) enum CommitKind {
         timeout_ms: u64,
         deadline_ms: u64,
         budget: Budget,
+        inbox: Option<InboxId>,
     },
-    /// Delete these messages.
-    Remove(Vec<MessageId>),
+    /// Delete these messages from a scope.
+    Remove {
+        ids: Vec<MessageId>,
+        inbox: Option<InboxId>,
+    },
     /// Open an event subscription.
-    Subscribe { filter: Filter, budget: Budget },
+    Subscribe {
+        filter: Filter,
+        budget: Budget,
+        inbox: Option<InboxId>,
+    },
 }
 
 /// The one-message answer `{"email": ...}`.
@@ -193,8 +208,9 @@ impl JobKind {
 
 impl Job {
     /// Whether the work may be long: a pattern to compile and run, or more
-    /// messages to look at than [`is_light`] allows, by count or by bytes. A
-    /// host may run light work where it stands and long work where it blocks no one.
+    /// messages to look at than light work allows (`LIGHT_MESSAGES`, 1000,
+    /// or `LIGHT_BYTES`, 1 MiB of raw bytes). A host may run light work where
+    /// it stands and long work where it blocks no one.
     pub fn is_heavy(&self) -> bool {
         let (pattern, messages) = match &*self.kind {
             JobKind::List { spec, messages, .. } | JobKind::Latest { spec, messages, .. } => {
@@ -272,19 +288,28 @@ impl Job {
                 Err(ApiError::NotFound("no stored message matches".to_owned()))
             }
             JobKind::Wait(work) => wait(work, cached, clock),
-            JobKind::DeleteTo { to, messages } => {
+            JobKind::DeleteTo {
+                to,
+                messages,
+                inbox,
+            } => {
                 let ids = messages
                     .iter()
                     .filter(|e| e.is_addressed_to(&to))
                     .map(|e| e.id)
                     .collect();
-                Ok(Outcome::Commit(Commit(CommitKind::Remove(ids))))
+                Ok(Outcome::Commit(Commit(CommitKind::Remove { ids, inbox })))
             }
-            JobKind::Subscribe { spec, budget } => {
+            JobKind::Subscribe {
+                spec,
+                budget,
+                inbox,
+            } => {
                 let filter = spec.compile(cached)?;
                 Ok(Outcome::Commit(Commit(CommitKind::Subscribe {
                     filter,
                     budget,
+                    inbox,
                 })))
             }
             JobKind::Attachment { email, index } => Ok(Outcome::Response(
@@ -377,6 +402,7 @@ fn wait(
         timeout_ms,
         deadline_ms,
         mut budget,
+        inbox,
     } = work;
     let filter = match filter {
         WaitFilter::Spec(spec) => spec.compile(cached)?,
@@ -393,6 +419,7 @@ fn wait(
         timeout_ms,
         deadline_ms,
         budget,
+        inbox,
     })))
 }
 

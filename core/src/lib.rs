@@ -2,37 +2,46 @@
 //!
 //! Everything that decides lives here: the SMTP session state machine
 //! ([`smtp::Session`]), the message store ([`store::Store`]), the filter
-//! engine ([`filter::Filter`]) and the JSON API ([`api::Api`]). Nothing in
+//! engine ([`store::Filter`]) and the JSON API ([`api::Api`]). Nothing in
 //! this crate touches a socket, a thread, a clock or a random number
 //! generator: hosts pass bytes, time and entropy in, and carry replies and
 //! responses out.
+//!
+//! A host needs [`api`] (the API, its inputs and outputs, responses, event
+//! streams, fault rules and the defaults of its limits), [`smtp`] (the
+//! session), [`store`] (stored messages, their limits, filters), [`id`]
+//! (message ids and their entropy), [`budget`] (the clock pattern budgets
+//! read) and [`inbox`] (inboxes, their routing and credentials).
+//! [`message`] (the MIME parser) and [`jsregex`] (JavaScript regular
+//! expressions) stand alone. Everything else is private to the crate.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod api;
 pub mod budget;
-pub mod checks;
-pub mod download;
-pub mod email;
-pub mod error;
-pub mod events;
-pub mod faults;
-pub mod filter;
-pub mod head;
+mod checks;
+mod download;
+mod email;
+mod error;
+mod events;
+mod faults;
+mod filter;
+mod head;
 pub mod id;
-pub mod job;
-pub mod json_text;
+pub mod inbox;
+mod job;
+mod json_text;
 pub mod jsregex;
 pub mod message;
-pub mod patterns;
+mod patterns;
 mod query;
-pub mod request_id;
-pub mod response;
+mod request_id;
+mod response;
 pub mod smtp;
 pub mod store;
-pub mod summary;
-pub mod timestamp;
+mod summary;
+mod timestamp;
 mod transfer;
-pub mod view;
-pub mod waits;
+mod view;
+mod waits;

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use imbl::Vector;
 
 pub use crate::email::{Email, Prepared};
+pub use crate::filter::{Filter, FilterParams, FilterSpec};
 use crate::id::MessageId;
 
 /// How much the store keeps before it evicts the oldest messages.
@@ -165,12 +166,19 @@ impl Store {
     /// the byte limit. The evicted messages are handed back, so the caller can
     /// free them after it lets go of its lock.
     pub fn push(&mut self, mut email: Email) -> (Arc<Email>, Vec<Arc<Email>>) {
-        debug_assert!(self.emails.back().is_none_or(|last| last.id < email.id));
         // A host may have set the id and time after building the message.
         email.stamp_summary();
         let email = Arc::new(email);
+        let evicted = self.push_shared(email.clone());
+        (email, evicted)
+    }
+
+    /// [`Store::push`] of a message another store holds too (an inbox's
+    /// store holds messages of the whole store): what it evicted.
+    pub fn push_shared(&mut self, email: Arc<Email>) -> Vec<Arc<Email>> {
+        debug_assert!(self.emails.back().is_none_or(|last| last.id < email.id));
         self.bytes += email.footprint();
-        self.emails.push_back(email.clone());
+        self.emails.push_back(email);
         let mut evicted = Vec::new();
         while self.emails.len() > 1
             && (self.emails.len() > self.limits.max_messages || self.bytes > self.limits.max_bytes)
@@ -181,7 +189,7 @@ impl Store {
                 evicted.push(old);
             }
         }
-        (email, evicted)
+        evicted
     }
 
     /// Refuses a message loaded at start whose raw bytes alone are over

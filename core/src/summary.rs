@@ -73,14 +73,15 @@ const ID_AT: usize = br#"{"id":""#.len();
 const STAMP_BYTES: usize =
     PLACEHOLDER_ID.len() + br#"","receivedAt":""#.len() + PLACEHOLDER_TIME.len();
 
-/// The first [`PREVIEW_CHARS`] characters of `text` with every run of
-/// whitespace (line breaks included) as one space, and none at either end.
-pub fn preview(text: &str) -> String {
+/// [`preview_of`] a whole text (the tests' oracle).
+#[cfg(test)]
+fn preview(text: &str) -> String {
     preview_of(text.chars())
 }
 
-/// [`preview`] of these characters; reads no more of them than it keeps,
-/// and the whitespace between.
+/// The first [`PREVIEW_CHARS`] of these characters with every run of
+/// whitespace (line breaks included) as one space, and none at either end;
+/// reads no more of them than it keeps, and the whitespace between.
 fn preview_of(chars: impl Iterator<Item = char>) -> String {
     let mut out = String::new();
     let mut count = 0;

@@ -32,6 +32,8 @@ pub(crate) struct PendingWait {
     pub(crate) seen: Option<MessageId>,
     /// Nanoseconds of matching left; a [`MatchBatch`] spends from a copy and reports what is left.
     pub(crate) budget_ns: u64,
+    /// The inbox it waits in; None for every message.
+    pub(crate) inbox: Option<crate::inbox::InboxId>,
 }
 
 /// The parked waits with their hosts' handles, bounded in number.
@@ -44,6 +46,8 @@ pub(crate) struct Waits<W> {
     handles: std::collections::HashMap<WaitId, W>,
     /// Every parked wait by its deadline.
     deadlines: BTreeSet<(u64, WaitId)>,
+    /// How many parked waits each inbox has.
+    by_inbox: std::collections::BTreeMap<crate::inbox::InboxId, usize>,
 }
 
 impl<W> Default for Waits<W> {
@@ -52,6 +56,7 @@ impl<W> Default for Waits<W> {
             parked: OrdMap::new(),
             handles: std::collections::HashMap::new(),
             deadlines: BTreeSet::new(),
+            by_inbox: std::collections::BTreeMap::new(),
         }
     }
 }
@@ -63,6 +68,9 @@ impl<W> Waits<W> {
 
     pub(crate) fn park(&mut self, id: WaitId, wait: PendingWait, handle: W) {
         self.deadlines.insert((wait.deadline_ms, id));
+        if let Some(inbox) = wait.inbox {
+            *self.by_inbox.entry(inbox).or_default() += 1;
+        }
         self.parked.insert(id, Arc::new(wait));
         self.handles.insert(id, handle);
     }
@@ -70,12 +78,25 @@ impl<W> Waits<W> {
     pub(crate) fn remove(&mut self, id: WaitId) -> Option<(Arc<PendingWait>, W)> {
         let wait = self.parked.remove(&id)?;
         self.deadlines.remove(&(wait.deadline_ms, id));
+        if let Some(inbox) = wait.inbox
+            && let Some(count) = self.by_inbox.get_mut(&inbox)
+        {
+            *count -= 1;
+            if *count == 0 {
+                self.by_inbox.remove(&inbox);
+            }
+        }
         let handle = self.handles.remove(&id)?;
         Some((wait, handle))
     }
 
     pub(crate) fn is_empty(&self) -> bool {
         self.parked.is_empty()
+    }
+
+    /// The inboxes that have parked waits.
+    pub(crate) fn inboxes(&self) -> impl Iterator<Item = crate::inbox::InboxId> + '_ {
+        self.by_inbox.keys().copied()
     }
 
     pub(crate) fn snapshot(&self) -> OrdMap<WaitId, Arc<PendingWait>> {
@@ -115,6 +136,8 @@ pub const LIGHT_PAIRS: usize = 10_000;
 pub struct MatchBatch {
     pub(crate) messages: Snapshot,
     pub(crate) waits: OrdMap<WaitId, Arc<PendingWait>>,
+    /// The messages of each inbox a wait waits in: it takes only those.
+    pub(crate) inboxes: std::collections::BTreeMap<crate::inbox::InboxId, Snapshot>,
 }
 
 /// What a [`MatchBatch`] (or a part of one) found: for each wait it settles,
@@ -151,7 +174,7 @@ impl MatchBatch {
     }
 
     /// Whether trying it may take long: a wait has a pattern, or there are
-    /// more than [`LIGHT_PAIRS`] (message, wait) pairs to try. A host may run
+    /// more than 10,000 (`LIGHT_PAIRS`) (message, wait) pairs to try. A host may run
     /// light batches where it stands.
     pub fn is_heavy(&self) -> bool {
         self.messages.len().saturating_mul(self.waits.len()) > LIGHT_PAIRS
@@ -172,6 +195,7 @@ impl MatchBatch {
             .map(|waits| MatchBatch {
                 messages: self.messages.clone(),
                 waits,
+                inboxes: self.inboxes.clone(),
             })
             .collect()
     }
@@ -208,6 +232,15 @@ impl MatchBatch {
             }
             open.retain_mut(|(id, wait, budget)| {
                 if wait.seen.is_some_and(|seen| email.id <= seen) {
+                    return true;
+                }
+                if let Some(inbox) = wait.inbox
+                    && self
+                        .inboxes
+                        .get(&inbox)
+                        .is_none_or(|held| held.get(email.id).is_none())
+                {
+                    // Not in its inbox (or no longer): not its to take.
                     return true;
                 }
                 match wait.filter.matches(email, budget, clock) {

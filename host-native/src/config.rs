@@ -78,16 +78,16 @@ pub struct Settings {
     #[arg(long, env = "MAILJAR_MAX_WAITS", default_value_t = mailjar_core::api::DEFAULT_MAX_WAITS)]
     pub max_waits: usize,
     /// Most event streams (GET /api/events) open at once, and never more than half of --max-http-connections (the rest is kept for the API and the UI); past it a new one gets 503 "too many subscribers".
-    #[arg(long, env = "MAILJAR_MAX_SUBSCRIBERS", default_value_t = mailjar_core::events::DEFAULT_MAX_SUBSCRIBERS)]
+    #[arg(long, env = "MAILJAR_MAX_SUBSCRIBERS", default_value_t = mailjar_core::api::DEFAULT_MAX_SUBSCRIBERS)]
     pub max_subscribers: usize,
     /// How far an event stream may fall behind, in message ids, before it gets `overflow` and is closed (at least 1000).
-    #[arg(long, env = "MAILJAR_EVENT_BUFFER", default_value_t = mailjar_core::events::DEFAULT_EVENT_BUFFER)]
+    #[arg(long, env = "MAILJAR_EVENT_BUFFER", default_value_t = mailjar_core::api::DEFAULT_EVENT_BUFFER)]
     pub event_buffer: usize,
     /// The most matching time one request's subjectPattern may cost over its life (400 "subjectPattern too expensive" after).
     #[arg(long, env = "MAILJAR_PATTERN_BUDGET", default_value = "250ms", value_parser = humantime::parse_duration)]
     pub pattern_budget: Duration,
     /// Most fault rules (POST /api/faults) held at once; past it a new one gets 503.
-    #[arg(long, env = "MAILJAR_MAX_FAULTS", default_value_t = mailjar_core::faults::DEFAULT_MAX_FAULTS)]
+    #[arg(long, env = "MAILJAR_MAX_FAULTS", default_value_t = mailjar_core::api::DEFAULT_MAX_FAULTS)]
     pub max_faults: usize,
     /// How long a shutdown waits for messages in flight.
     #[arg(long, env = "MAILJAR_SHUTDOWN_GRACE", default_value = "1500ms", value_parser = humantime::parse_duration)]
@@ -212,10 +212,10 @@ impl Settings {
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(format!("{name} must be greater than 0"));
         }
-        if self.event_buffer < mailjar_core::events::MIN_EVENT_BUFFER {
+        if self.event_buffer < mailjar_core::api::MIN_EVENT_BUFFER {
             return Err(format!(
                 "--event-buffer must be at least {}: one deleted event lists up to that many ids",
-                mailjar_core::events::MIN_EVENT_BUFFER
+                mailjar_core::api::MIN_EVENT_BUFFER
             ));
         }
         if self.max_line_bytes < 512 {

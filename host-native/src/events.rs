@@ -2,7 +2,7 @@
 //! events, as `text/event-stream`, with a keep-alive comment while idle.
 //!
 //! The stream is pulled by the HTTP driver one write at a time, and each
-//! write is one step of the core's ([`mailjar_core::events`]): at most
+//! write is one step of the core's ([`mailjar_core::api::EventBatch`]): at most
 //! [`STEP_BYTES`] of events (plus one), written as pieces of the summaries
 //! and deletion lists every stream shares, never copied. A client that reads
 //! slowly slows only its own stream and holds one step; meanwhile the event
@@ -12,14 +12,14 @@
 //! pool. Dropping the stream (the client left, the server stops) ends the
 //! subscription.
 //!
-//! [`STEP_BYTES`]: mailjar_core::events::STEP_BYTES
+//! [`STEP_BYTES`]: mailjar_core::api::STEP_BYTES
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use mailjar_core::api::{Event, SsePieces, SubscriberId, Subscription};
-use mailjar_core::events::{KEEP_ALIVE, KEEP_ALIVE_MS};
+use mailjar_core::api::{KEEP_ALIVE, KEEP_ALIVE_MS};
 use tokio::sync::watch;
 
 use crate::http1::{LiveNext, LiveSource};

@@ -53,7 +53,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
-use mailjar_core::response::{CHUNK_BYTES, ChunkSource};
+use mailjar_core::api::{CHUNK_BYTES, ChunkSource};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tower_service::Service;

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use mailjar_core::api::Body;
 use mailjar_core::api::{Request, Response, Subscription};
-use mailjar_core::response::Body;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use warp::Filter;
@@ -82,14 +82,6 @@ pub fn routes(
                         }
                         (None, Some(page)) => page,
                         (None, None) => {
-                            let checks = &context.checks;
-                            let (shared, target) = (&context.shared, path.as_str());
-                            // The checks that need the network; the rest is the core's.
-                            if let Some(answer) =
-                                crate::checks::route(checks, shared, method.as_str(), target).await
-                            {
-                                return with_cors(json(answer), cors);
-                            }
                             let request = Request {
                                 method: method.as_str().to_owned(),
                                 path: path.as_str().to_owned(),
@@ -97,7 +89,16 @@ pub fn routes(
                                 last_event_id,
                                 content_type,
                                 body: body.map(|b| b.0).unwrap_or_default(),
+                                scope: mailjar_core::api::Scope::All,
+                                entropy: crate::state::request_entropy(&method),
                             };
+                            // The checks that need the network; the rest is the core's.
+                            let (checks, shared) = (&context.checks, &context.shared);
+                            if let Some(answer) =
+                                crate::checks::route(checks, shared, &request).await
+                            {
+                                return with_cors(json(answer), cors);
+                            }
                             match respond(&context, &request).await {
                                 Answer::Response(response) => json(response),
                                 Answer::Subscribe(subscription) => {

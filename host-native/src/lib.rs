@@ -190,6 +190,8 @@ impl Server {
             host_limits: host_limits(&settings),
             max_faults: settings.max_faults,
             durable: settings.data_dir.is_some(),
+            // Inboxes come with `--admin-token` (the host's access control).
+            access_control: false,
             fault_seed: state::seed(),
         });
         let http_connections = http1::HttpConnections::new(settings.max_http_connections);

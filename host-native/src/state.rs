@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use mailjar_core::api::{
-    Api, Done, Event, Job, MatchBatch, Matches, NextEvents, Output, Ran, Removed, Request,
-    RequestId, Response, SubscriberId, Subscription, WriteError,
+    Api, ApiError, Done, Event, Job, MatchBatch, Matches, NextEvents, Output, Ran, Removed,
+    Request, RequestId, Response, SubscriberId, Subscription, WriteError,
 };
 use mailjar_core::budget::Clock;
 use mailjar_core::id::{Entropy, MessageId};
@@ -109,6 +109,16 @@ fn entropy() -> Entropy {
     if getrandom::fill(&mut bytes).is_err() {
         // Ids stay unique without entropy: the generator counts up within a millisecond.
         tracing::warn!("no OS randomness for message ids");
+    }
+    bytes
+}
+
+/// Randomness for what a request creates (an inbox's token and password):
+/// from the OS for a POST, none for the others.
+pub fn request_entropy(method: &warp::http::Method) -> [u8; 32] {
+    let mut bytes = [0u8; 32];
+    if method == warp::http::Method::POST && getrandom::fill(&mut bytes).is_err() {
+        tracing::warn!("no OS randomness for a request");
     }
     bytes
 }
@@ -505,9 +515,10 @@ impl Shared {
         self.call(|api| api.handle_unsubscribe(id));
     }
 
-    /// A stored message, for the checks: the lock is held only to clone its `Arc`.
-    pub fn email(&self, id: MessageId) -> Option<Arc<Email>> {
-        self.lock().store().get(id)
+    /// Stored message `id` as `request`'s scope sees it, for the host's
+    /// checks: the lock is held only to look it up and clone its `Arc`.
+    pub fn email(&self, request: &Request, id: &str) -> Result<Arc<Email>, ApiError> {
+        self.lock().stored_for(request, id)
     }
 }
 

@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mailjar_core::api::Request;
-use mailjar_core::response::{Body, Response};
+use mailjar_core::api::{Body, Response};
 use serde::Deserialize;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;

@@ -170,16 +170,51 @@ fn until_health(server: &Server, waits: u64, open: u64) {
     }
 }
 
+/// Parks a wait to `to` on the connection that fills the cap of `cap` HTTP
+/// connections, once `waits` waits are parked. The connection first asks
+/// `/health` (kept alive) until it counts itself as the last slot, then
+/// parks its wait: a connection the client closed gives its slot back a
+/// moment after the client sees the end of it, so a new connection opened
+/// right after another `/health` probe could find the cap still full and be
+/// refused.
+fn parked_wait_filling_the_cap(server: &Server, waits: u64, cap: u64, to: &str) -> TcpStream {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut stream = connect(server);
+        stream
+            .write_all(b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            .unwrap();
+        let health = common::read_http_response(&mut stream);
+        if health.status == 200
+            && health.json()["waits"].as_u64() == Some(waits)
+            && health.json()["httpConnections"].as_u64() == Some(cap)
+        {
+            stream
+                .write_all(
+                    format!("GET /api/emails/wait?to={to}&timeoutMs=60000 HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+                        .as_bytes(),
+                )
+                .unwrap();
+            return stream;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never {waits} waits and {cap} connections: {}",
+            health.body
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 #[test]
 fn past_max_http_connections_new_ones_get_503_while_busy_ones_and_smtp_still_answer() {
     let server = Server::start_with(&["--max-http-connections", "8"]);
     let waits: Vec<TcpStream> = (0..7)
         .map(|i| parked_wait(&server, &format!("cap{i}@local.test")))
         .collect();
-    until_health(&server, 7, 7);
     // The eighth fills the cap: every open connection is busy with a request
     // (or has not been answered yet: only a kept-alive connection gives way).
-    let eighth = parked_wait(&server, "cap7@local.test");
+    let eighth = parked_wait_filling_the_cap(&server, 7, 8, "cap7@local.test");
     for _ in 0..30 {
         let response = http_exchange(
             server.http,

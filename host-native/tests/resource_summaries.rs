@@ -15,7 +15,10 @@
 //! one on new connections) and the worst SMTP greeting latency (a new connection each time)
 //! while the attack runs.
 //!
-//! Run: `cargo test -p mailjar --test resource_summaries -- --test-threads=1 --nocapture` prints
+//! The attacks run one at a time, whatever `--test-threads` says: each measures latency on the
+//! 2 shared cores, which an attack running beside it would load.
+//!
+//! Run: `cargo test -p mailjar --test resource_summaries -- --nocapture` prints
 //! the figures of each test, also when it fails. An [`RssGuard`] kills a server that passes
 //! 3 GiB, so that a run against a server without the fixes cannot take the machine down; with
 //! `MAILJAR_E2E_BIN=/path/to/mailjar` the tests measure another build (the figures before the
@@ -25,6 +28,7 @@ mod common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use common::{GreetingProber, HealthProber, RssGuard, Server, read_body_with, read_head};
@@ -49,6 +53,9 @@ const PROBE_EVERY: Duration = Duration::from_millis(5);
 /// fixes is measured rather than timed out).
 const LONG_IO: Duration = Duration::from_secs(60);
 
+/// Held by the attack that runs: one at a time.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
 /// One attack: the server, its memory guard, the probers and the bound; prints its figures when
 /// it ends, passed or not.
 struct Attack {
@@ -64,12 +71,15 @@ struct Attack {
     greetings: Option<GreetingProber>,
     guard: RssGuard,
     server: Server,
+    /// Released last, once the server is gone.
+    _one: MutexGuard<'static, ()>,
 }
 
 impl Attack {
     /// A server with `--max-store-bytes store_bytes` and the flags of every test; `connections`
     /// is the most connections the test holds open at once (the probers are added here).
     fn start(name: &'static str, store_bytes: u64, connections: u64) -> Attack {
+        let one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
         let store = format!("{}MiB", store_bytes / MIB);
         let message = MESSAGE_BYTES.to_string();
         let inflight = format!("{}MiB", INFLIGHT_BYTES / MIB);
@@ -94,6 +104,7 @@ impl Attack {
             greetings: None,
             guard,
             server,
+            _one: one,
         }
     }
 

@@ -114,7 +114,7 @@ impl Api {
         let valid = index.fract() == 0.0 && (0.0..=u32::MAX as f64).contains(&index);
         let index = valid.then_some(index as usize)?;
         let email = self.core().store().get(id.parse().ok()?)?.clone();
-        let (bytes, _) = mailjar_core::download::attachment_bytes(&email, index)?;
+        let (bytes, _) = mailjar_core::api::attachment_bytes(&email, index)?;
         Some(Uint8Array::from(bytes.as_slice()))
     }
 
@@ -248,7 +248,7 @@ fn ready_object(response: api::Response) -> Object {
         set(&headers, &name.to_ascii_lowercase(), value.as_str());
     }
     set(&object, "headers", headers);
-    if response.content_type == mailjar_core::response::JSON {
+    if response.content_type == mailjar_core::api::JSON {
         set(&object, "body", response.into_text());
     } else {
         let bytes = response.body.collect();

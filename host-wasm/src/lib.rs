@@ -20,7 +20,6 @@ use wasm_bindgen::prelude::*;
 
 mod answers;
 mod api;
-mod checks;
 mod config;
 mod entropy;
 mod events;

@@ -3,7 +3,7 @@
 //! `Session.receiveInto`.
 
 use js_sys::{Array, Object, Uint8Array};
-use mailjar_core::faults::Action;
+use mailjar_core::smtp::Action;
 use mailjar_core::smtp::{self, Envelope, Output, Reply};
 use wasm_bindgen::{JsCast, JsValue};
 

@@ -89,15 +89,17 @@ describe("bindings", () => {
     assert.equal(r.status, 400);
     const waiter = { name: "first" };
     const w = api.handle({ method: "GET", path: "/api/emails/wait", query: "?timeoutMs=10" }, 1000, waiter);
-    assert.deepEqual(w, { kind: "wait", waitId: 0, deadline: 1010 });
+    // A wait is named by its request: a whole number, unique while it is parked.
+    assert.ok(Number.isSafeInteger(w.waitId) && w.waitId >= 0);
+    assert.deepEqual(w, { kind: "wait", waitId: w.waitId, deadline: 1010 });
     assert.equal(api.nextDeadline(), 1010);
     assert.deepEqual(api.expireDue(1009), []);
     const [expired] = api.expireDue(1010);
     assert.equal(expired.status, 408);
     assert.equal(expired.waiter, waiter, "the answer comes back with the handle it was parked with");
     assert.equal(api.nextDeadline(), undefined);
-    assert.equal(api.expire(0), undefined);
-    assert.equal(api.cancel(0), undefined);
+    assert.equal(api.expire(w.waitId), undefined);
+    assert.equal(api.cancel(w.waitId), undefined);
     const second = { name: "second" };
     const w2 = api.handle({ method: "GET", path: "/api/emails/wait" }, 1000, second);
     assert.equal(api.cancel(w2.waitId), second);

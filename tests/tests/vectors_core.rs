@@ -6,12 +6,12 @@
 
 use std::collections::{HashMap, HashSet};
 
+use mailjar_core::api::DEFAULT_MAX_FAULTS;
 use mailjar_core::api::{
     Answered, Api, ApiConfig, Event, NextEvents, Output as ApiOutput, Request, Response,
     Subscription,
 };
 use mailjar_core::budget::StoppedClock;
-use mailjar_core::faults::DEFAULT_MAX_FAULTS;
 use mailjar_core::smtp::{Config, Envelope, Incoming, Output, Session, Unlimited};
 use mailjar_core::store::{Prepared, StoreLimits};
 use mailjar_tests::matcher::{Vars, substitute};
@@ -58,7 +58,7 @@ fn drain(session: &mut Session, outputs: &mut Vec<Output>) {
 fn run_smtp(v: &SmtpVector, chunks: &[Vec<u8>]) -> Result<(), String> {
     let mut session = Session::new(session_config(v));
     // Fresh rules for every replay: a rule's `times` is spent as it fires.
-    let mut rules = mailjar_core::faults::Faults::new(DEFAULT_MAX_FAULTS, 0);
+    let mut rules = mailjar_core::api::Faults::new(DEFAULT_MAX_FAULTS, 0);
     for rule in &v.faults {
         let body = rule.to_string();
         let added = rules.handle("POST", None, Some("application/json"), body.as_bytes());

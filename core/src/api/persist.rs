@@ -137,26 +137,26 @@ impl<W> Api<W> {
     /// returned; a host also calls it on a timer so they leave memory (and
     /// disk) within a second. They count in `evicted`.
     pub fn expire_old(&mut self, now_ms: u64) -> usize {
-        let Some(max_age) = self.max_age_ms else {
-            return 0;
-        };
-        let Some(cutoff) = now_ms.checked_sub(max_age) else {
-            return 0;
-        };
-        // Expired: received at or before now - max_age.
-        if self
-            .store
-            .oldest_received_ms()
-            .is_none_or(|oldest| oldest > cutoff)
+        let before = self.store.len();
+        self.expire_inboxes(now_ms);
+        if let Some(cutoff) = self
+            .max_age_ms
+            .and_then(|max_age| now_ms.checked_sub(max_age))
         {
-            return 0;
+            // Expired: received at or before now - max_age.
+            if self
+                .store
+                .oldest_received_ms()
+                .is_some_and(|oldest| oldest <= cutoff)
+            {
+                let expired: Vec<Arc<Email>> = self.store.expire_before(cutoff.saturating_add(1));
+                self.left_store(&expired, Reason::Evicted);
+                self.forget(expired, Reason::Evicted);
+            }
         }
-        let expired: Vec<Arc<Email>> = self.store.expire_before(cutoff.saturating_add(1));
-        let count = expired.len();
-        self.forget(expired, Reason::Evicted);
         // Out as Output::Removed now: a host's timer may call this alone.
         self.flush_trash();
-        count
+        before - self.store.len()
     }
 
     /// Lets `/health` report the host's storage as `storage`.

@@ -3,10 +3,11 @@
 
 use std::sync::Arc;
 
-use super::{Api, DEFAULT_WAIT_MS, MAX_LIMIT, MAX_WAIT_MS, OPENAPI, Reason, Request};
+use super::{Api, DEFAULT_WAIT_MS, MAX_LIMIT, MAX_WAIT_MS, OPENAPI, Request};
 use crate::email::Email;
 use crate::error::ApiError;
 use crate::id::MessageId;
+use crate::inbox::InboxId;
 use crate::job::{JobKind, WaitFilter, WaitWork, one};
 use crate::query::{Query, percent_decode, truncate};
 use crate::response::Response;
@@ -35,6 +36,8 @@ enum Route<'a> {
     CheckHtml(&'a str),
     Transcript(&'a str),
     Faults(Option<&'a str>),
+    /// `/api/inboxes`, one by name, or its token (true).
+    Inboxes(Option<&'a str>, bool),
 }
 
 impl Route<'_> {
@@ -68,6 +71,9 @@ impl<W> Api<W> {
             ["api", "events"] => Route::Events,
             ["api", "faults"] => Route::Faults(None),
             ["api", "faults", id] => Route::Faults(Some(id)),
+            ["api", "inboxes"] => Route::Inboxes(None, false),
+            ["api", "inboxes", name] => Route::Inboxes(Some(name), false),
+            ["api", "inboxes", name, "token"] => Route::Inboxes(Some(name), true),
             ["api", "emails", id] => Route::ById(id),
             ["api", "emails", id, "raw"] => Route::Raw(id),
             ["api", "emails", id, "html"] => Route::Html(id),
@@ -83,6 +89,17 @@ impl<W> Api<W> {
             }
         };
         let query = Query::parse(&request.query)?;
+        self.dispatch(request, route, &query, now_ms)
+    }
+
+    /// Answers a request for the route it named, with its query read.
+    fn dispatch(
+        &mut self,
+        request: &Request,
+        route: Route<'_>,
+        query: &Query,
+        now_ms: u64,
+    ) -> Result<Step, ApiError> {
         let ready = |r: Result<Response, ApiError>| r.map(Step::Ready);
         match (request.method.as_str(), route) {
             ("GET", Route::Health) => ready(query.only(&[]).map(|_| self.health())),
@@ -91,29 +108,54 @@ impl<W> Api<W> {
                     Response::json_bytes(200, bytes::Bytes::from_static(OPENAPI.as_bytes()))
                 }))
             }
-            ("GET", Route::Emails) => self.list(&query),
-            ("GET", Route::Latest) => self.latest(&query),
-            ("GET", Route::Wait) => self.wait(&query, now_ms),
-            ("GET", Route::Events) => self.events(&query, request.last_event_id.as_deref()),
-            ("GET", Route::ById(id)) => ready(query.only(&[]).and_then(|_| self.get(id))),
-            ("GET", Route::Raw(id)) => ready(query.only(&[]).and_then(|_| self.raw(id))),
+            (_, Route::Inboxes(name, rotate)) => {
+                query.only(&[])?;
+                ready(self.inboxes_route(request, name, rotate))
+            }
+            ("GET", Route::Emails) => self.list(query, self.scope_of(request, query.get("inbox"))?),
+            ("GET", Route::Latest) => {
+                self.latest(query, self.scope_of(request, query.get("inbox"))?)
+            }
+            ("GET", Route::Wait) => {
+                self.wait(query, now_ms, self.scope_of(request, query.get("inbox"))?)
+            }
+            ("GET", Route::Events) => self.events(
+                query,
+                request.last_event_id.as_deref(),
+                self.scope_of(request, query.get("inbox"))?,
+            ),
+            ("GET", Route::ById(id)) => {
+                query.only(&[])?;
+                ready(self.get(id, self.scope_of(request, None)?))
+            }
+            ("GET", Route::Raw(id)) => {
+                query.only(&[])?;
+                ready(self.raw(id, self.scope_of(request, None)?))
+            }
             ("GET", Route::Attachment(id, index)) => {
                 query.only(&[])?;
-                self.attachment(id, index)
+                self.attachment(id, index, self.scope_of(request, None)?)
             }
-            ("GET", Route::Html(id)) => self.html(id, &query),
+            ("GET", Route::Html(id)) => self.html(id, query, self.scope_of(request, None)?),
+            ("DELETE", Route::Emails) => {
+                let scope = self.scope_of(request, None)?;
+                self.delete(query, scope)
+            }
+            ("DELETE", Route::ById(id)) => {
+                query.only(&[])?;
+                let scope = self.scope_of(request, None)?;
+                ready(self.delete_one(id, scope))
+            }
             ("GET", Route::CheckHtml(id)) => {
                 query.only(&[])?;
-                let email = self.stored(id)?;
+                let email = self.stored(id, self.scope_of(request, None)?)?;
                 Ok(Step::Work(Box::new(JobKind::CheckHtml { email })))
             }
             ("GET", Route::Transcript(id)) => {
                 query.only(&[])?;
-                let email = self.stored(id)?;
+                let email = self.stored(id, self.scope_of(request, None)?)?;
                 Ok(Step::Work(Box::new(JobKind::Transcript { email })))
             }
-            ("DELETE", Route::Emails) => self.delete(&query),
-            ("DELETE", Route::ById(id)) => ready(query.only(&[]).and_then(|_| self.delete_one(id))),
             (method, Route::Faults(id)) => {
                 query.only(&[])?;
                 self.faults_request(method, id, request)
@@ -162,6 +204,9 @@ impl<W> Api<W> {
             "faults": self.faults.len(),
             "storage": self.storage_json(),
         });
+        if let (true, Some(object)) = (self.config.access_control, body.as_object_mut()) {
+            object.insert("inboxes".to_owned(), self.inbox_boxes.len().into());
+        }
         if let (Some(live), Some(object)) = (&self.live, body.as_object_mut()) {
             for (name, value) in live() {
                 object.insert(name.to_owned(), value.into());
@@ -173,7 +218,7 @@ impl<W> Api<W> {
         Response::json(200, &body)
     }
 
-    fn list(&self, query: &Query) -> Result<Step, ApiError> {
+    fn list(&self, query: &Query, scope: Option<InboxId>) -> Result<Step, ApiError> {
         query.only(&[FILTERS, &["limit", "beforeId", "view"]].concat())?;
         let spec = query.filter()?;
         let limit = query.integer("limit", 1, MAX_LIMIT)?;
@@ -187,7 +232,7 @@ impl<W> Api<W> {
                 )));
             }
         };
-        let messages = self.range(&spec, query)?;
+        let messages = self.range(&spec, query, scope)?;
         Ok(Step::Work(Box::new(JobKind::List {
             spec,
             messages,
@@ -198,7 +243,12 @@ impl<W> Api<W> {
     }
 
     /// The stored messages after `afterId` and before `beforeId`, in O(log n).
-    fn range(&self, spec: &crate::filter::FilterSpec, query: &Query) -> Result<Snapshot, ApiError> {
+    fn range(
+        &self,
+        spec: &crate::filter::FilterSpec,
+        query: &Query,
+        scope: Option<InboxId>,
+    ) -> Result<Snapshot, ApiError> {
         let before = match query.get("beforeId").filter(|v| !v.is_empty()) {
             Some(id) => Some(
                 id.parse()
@@ -206,13 +256,17 @@ impl<W> Api<W> {
             ),
             None => None,
         };
-        Ok(self.store.snapshot().after(spec.after()).before(before))
+        Ok(self
+            .view(scope)
+            .snapshot()
+            .after(spec.after())
+            .before(before))
     }
 
-    fn latest(&self, query: &Query) -> Result<Step, ApiError> {
+    fn latest(&self, query: &Query, scope: Option<InboxId>) -> Result<Step, ApiError> {
         query.only(&[FILTERS, &["beforeId"]].concat())?;
         let spec = query.filter()?;
-        let messages = self.range(&spec, query)?;
+        let messages = self.range(&spec, query, scope)?;
         Ok(Step::Work(Box::new(JobKind::Latest {
             spec,
             messages,
@@ -220,7 +274,7 @@ impl<W> Api<W> {
         })))
     }
 
-    fn wait(&self, query: &Query, now_ms: u64) -> Result<Step, ApiError> {
+    fn wait(&self, query: &Query, now_ms: u64, scope: Option<InboxId>) -> Result<Step, ApiError> {
         query.only(&[FILTERS, &["timeoutMs"]].concat())?;
         let spec = query.filter()?;
         let timeout_ms = query
@@ -229,18 +283,25 @@ impl<W> Api<W> {
         if self.waits.len() >= self.config.max_waits {
             return Err(ApiError::TooManyWaits);
         }
-        let messages = self.store.snapshot().after(spec.after());
+        let store = self.view(scope);
+        let messages = store.snapshot().after(spec.after());
         Ok(Step::Work(Box::new(JobKind::Wait(WaitWork {
             filter: WaitFilter::Spec(spec),
             messages,
-            upto: self.store.newest(),
+            upto: store.newest(),
+            inbox: scope,
             timeout_ms,
             deadline_ms: now_ms.saturating_add(timeout_ms),
             budget: self.budget(),
         }))))
     }
 
-    fn events(&self, query: &Query, last_event_id: Option<&str>) -> Result<Step, ApiError> {
+    fn events(
+        &self,
+        query: &Query,
+        last_event_id: Option<&str>,
+        scope: Option<InboxId>,
+    ) -> Result<Step, ApiError> {
         query.only(FILTERS)?;
         let mut spec = query.filter()?;
         // An EventSource reconnects to the same URL with the id it saw last:
@@ -260,27 +321,35 @@ impl<W> Api<W> {
         Ok(Step::Work(Box::new(JobKind::Subscribe {
             spec,
             budget: self.budget(),
+            inbox: scope,
         })))
     }
 
-    fn get(&self, id: &str) -> Result<Response, ApiError> {
-        let email = parse_path_id(id).and_then(|id| self.store.get(id));
-        email.map(one).ok_or_else(|| not_stored(id))
+    fn get(&self, id: &str, scope: Option<InboxId>) -> Result<Response, ApiError> {
+        self.stored(id, scope).map(one)
     }
 
-    /// The stored message a path names, or the 404 that says it is not stored.
-    fn stored(&self, id: &str) -> Result<Arc<Email>, ApiError> {
+    /// The stored message a path names in a scope, or the 404 that says it is
+    /// not stored (the same for another inbox's message).
+    /// Stored message `id` (as the path gives it) as `request`'s scope sees
+    /// it, for a host that answers a route of its own about one message (the
+    /// checks that need the network); the 404 or 403 the core's routes give.
+    pub fn stored_for(&self, request: &Request, id: &str) -> Result<Arc<Email>, ApiError> {
+        self.stored(id, self.scope_of(request, None)?)
+    }
+
+    fn stored(&self, id: &str, scope: Option<InboxId>) -> Result<Arc<Email>, ApiError> {
         parse_path_id(id)
-            .and_then(|parsed| self.store.get(parsed))
+            .and_then(|parsed| self.view(scope).get(parsed))
             .ok_or_else(|| not_stored(id))
     }
 
-    fn raw(&self, id: &str) -> Result<Response, ApiError> {
-        self.stored(id).map(crate::download::raw_response)
+    fn raw(&self, id: &str, scope: Option<InboxId>) -> Result<Response, ApiError> {
+        self.stored(id, scope).map(crate::download::raw_response)
     }
 
-    fn attachment(&self, id: &str, index: &str) -> Result<Step, ApiError> {
-        let email = self.stored(id)?;
+    fn attachment(&self, id: &str, index: &str, scope: Option<InboxId>) -> Result<Step, ApiError> {
+        let email = self.stored(id, scope)?;
         let index = crate::download::parse_index(index)
             .filter(|i| *i < email.attachments().len())
             .ok_or_else(|| {
@@ -293,7 +362,7 @@ impl<W> Api<W> {
         Ok(Step::Work(Box::new(JobKind::Attachment { email, index })))
     }
 
-    fn html(&self, id: &str, query: &Query) -> Result<Step, ApiError> {
+    fn html(&self, id: &str, query: &Query, scope: Option<InboxId>) -> Result<Step, ApiError> {
         query.only(&["remoteImages"])?;
         let remote_images = match query.get("remoteImages") {
             None | Some("false") => false,
@@ -305,20 +374,25 @@ impl<W> Api<W> {
                 )));
             }
         };
-        let email = self.stored(id)?;
+        let email = self.stored(id, scope)?;
         Ok(Step::Work(Box::new(JobKind::Html {
             email,
             remote_images,
         })))
     }
 
-    fn delete(&mut self, query: &Query) -> Result<Step, ApiError> {
+    fn delete(&mut self, query: &Query, scope: Option<InboxId>) -> Result<Step, ApiError> {
         query.only(&["to"])?;
         match query.get("to") {
+            None if scope.is_some() => {
+                let deleted = self.clear_inbox(scope);
+                Ok(Step::Ready(deleted_response(deleted)))
+            }
             None => {
+                self.clear_inbox(None);
                 let all = self.store.clear();
                 let deleted = all.len();
-                self.subscribers.deleted_all();
+                self.subscribers.deleted_all(None);
                 self.trash.snapshots.push(all);
                 self.deleting = true;
                 Ok(Step::Ready(deleted_response(deleted)))
@@ -332,27 +406,31 @@ impl<W> Api<W> {
                 }
                 Ok(Step::Work(Box::new(JobKind::DeleteTo {
                     to,
-                    messages: self.store.snapshot(),
+                    messages: self.view(scope).snapshot(),
+                    inbox: scope,
                 })))
             }
         }
     }
 
-    fn delete_one(&mut self, id: &str) -> Result<Response, ApiError> {
+    fn delete_one(&mut self, id: &str, scope: Option<InboxId>) -> Result<Response, ApiError> {
         let target = parse_path_id(id).ok_or_else(|| not_stored(id))?;
-        let removed = self.store.remove_ids(&[target]);
-        match removed.len() {
+        match self.remove_in(&[target], scope) {
             0 => Err(not_stored(id)),
-            n => {
-                self.forget(removed, Reason::Deleted);
-                Ok(deleted_response(n))
-            }
+            n => Ok(deleted_response(n)),
         }
     }
 }
 
 /// The filter parameters the list, latest and wait endpoints take.
-pub(super) const FILTERS: &[&str] = &["to", "subject", "subjectPattern", "subjectFlags", "afterId"];
+pub(super) const FILTERS: &[&str] = &[
+    "to",
+    "subject",
+    "subjectPattern",
+    "subjectFlags",
+    "afterId",
+    "inbox",
+];
 
 pub(super) fn deleted_response(deleted: usize) -> Response {
     Response::json(200, &serde_json::json!({ "deleted": deleted }))

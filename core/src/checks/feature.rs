@@ -9,6 +9,6 @@ pub struct Feature {
     pub title: &'static str,
     /// What in a message shows it is used (any one of these); see [`Facts`](super::facts::Facts).
     pub needles: &'static [&'static str],
-    /// Its support per client of [`clients`](super::html::clients): `y`es, `a` (partial), `n`o, `u`nknown.
+    /// Its support per client of the table's `CLIENTS`: `y`es, `a` (partial), `n`o, `u`nknown.
     pub support: &'static [u8],
 }

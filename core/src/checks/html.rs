@@ -54,6 +54,7 @@ pub struct Warning {
 }
 
 /// The common mail clients the check weighs, by name.
+#[cfg(test)]
 pub fn clients() -> &'static [&'static str] {
     CLIENTS
 }

@@ -24,8 +24,6 @@
 //! target. Covered by the property tests beside it (every chunk size gives
 //! the whole-body result).
 
-use std::sync::Arc;
-
 use crate::email::Email;
 use crate::message::AttachmentInfo;
 
@@ -344,23 +342,6 @@ fn percent_decode_lossy(s: &str) -> String {
         }
     }
     String::from_utf8_lossy(&out).into_owned()
-}
-
-/// The whole view of `email`'s HTML body (for tests and hosts that want it in one piece).
-pub fn view_all(email: &Arc<Email>, links: bool) -> Vec<u8> {
-    let rewrites = Rewrites::new(email, links);
-    let (html, crlf) = email.html_source();
-    let mut cursor = Cursor::default();
-    let mut out = Vec::new();
-    while cursor.fill(
-        html.as_bytes(),
-        crlf,
-        &rewrites,
-        email.attachments(),
-        &mut out,
-        64 * 1024,
-    ) {}
-    out
 }
 
 #[cfg(test)]

@@ -446,7 +446,7 @@ impl Shape {
     }
 }
 
-/// Everything [`worst_case_nanos`] needs of a compiled pattern.
+/// Everything [`Profile::worst_case_nanos`] needs of a compiled pattern.
 #[derive(Debug, Clone)]
 pub(super) struct Profile {
     shape: Shape,

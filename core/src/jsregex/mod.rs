@@ -20,7 +20,7 @@
 //! and `utf16` are leaves): `tables` (Unicode property names, data only), `emoji_table` (the
 //! emoji sequences, data only), `error`, `utf16` (code units), `flags`, `charset` (code point
 //! sets, case folding), `ast`, `emoji` (properties of strings), `strings` (a class with
-//! strings as alternatives), `parser` (pattern to [`ast`]), `translate` (ast to a Rust pattern
+//! strings as alternatives), `parser` (pattern to `ast`), `translate` (ast to a Rust pattern
 //! and the engine choice), and this module ([`JsRegex`]: compiling and matching).
 //!
 //! Known, documented gaps (all rare in practice):

@@ -16,8 +16,7 @@ use mail_auth::MessageAuthenticator;
 use mail_auth::hickory_resolver::config::{NameServerConfig, ResolverConfig, ResolverOpts};
 use mail_auth::hickory_resolver::net::runtime::TokioRuntimeProvider;
 use mail_auth::hickory_resolver::{TokioResolver, system_conf};
-use mailjar_core::api::Response;
-use mailjar_core::id::MessageId;
+use mailjar_core::api::{Request, Response};
 
 use crate::config::CheckSettings;
 use crate::state::Shared;
@@ -112,25 +111,25 @@ fn own_addresses(listeners: &[SocketAddr]) -> Vec<IpAddr> {
     own
 }
 
-/// Answers a check request, or `None` when the request is not one.
-pub async fn route(checks: &Checks, shared: &Shared, method: &str, path: &str) -> Option<Response> {
-    let (id, kind) = path.strip_prefix("/api/emails/")?.split_once("/checks/")?;
+/// Answers a check request, or `None` when the request is not one. The
+/// message is looked up as the core's routes do, in the request's scope.
+pub async fn route(checks: &Checks, shared: &Shared, request: &Request) -> Option<Response> {
+    let (id, kind) = request
+        .path
+        .strip_prefix("/api/emails/")?
+        .split_once("/checks/")?;
     if !matches!(kind, "links" | "spam" | "auth") {
         return None;
     }
     // Not even HEAD: a check does work (and the links check fetches) on every call.
-    if method != "GET" {
+    if request.method != "GET" {
         let mut response = Response::error(405, "the checks answer GET only");
         response.headers.push(("allow", "GET".into()));
         return Some(response);
     }
-    let email = id.parse::<MessageId>().ok().and_then(|id| shared.email(id));
-    let Some(email) = email else {
-        let shown: String = id.chars().take(100).collect();
-        return Some(Response::error(
-            404,
-            &format!("no stored message has id {shown}"),
-        ));
+    let email = match shared.email(request, id) {
+        Ok(email) => email,
+        Err(e) => return Some(e.response()),
     };
     // Closed only at shutdown; then there is nothing to run.
     let Ok(_permit) = checks.running.acquire().await else {
