@@ -149,6 +149,9 @@ pub struct ApiConfig {
     pub durable: bool,
     /// Access control is on (`--admin-token`): inboxes can be made.
     pub access_control: bool,
+    /// Anyone who reaches the HTTP port reads every message (a non-loopback
+    /// address without access control): `/health` says `"open": true`.
+    pub open: bool,
     /// Seeds the fault rules' probability rolls (host entropy, or fixed for repeatable runs).
     pub fault_seed: u64,
 }
@@ -176,6 +179,7 @@ impl Default for ApiConfig {
             max_faults: crate::faults::DEFAULT_MAX_FAULTS,
             durable: false,
             access_control: false,
+            open: false,
             fault_seed: 0,
         }
     }
@@ -772,11 +776,13 @@ fn unwritten_delete(e: &WriteError) -> String {
 
 pub use crate::view::format_rfc3339_ms;
 
+mod access;
 mod faults;
 mod inboxes;
 mod inline;
 mod persist;
 mod routes;
+pub use access::SmtpLogin;
 pub use inboxes::{InboxLimits, Scope};
 pub use persist::{Assigned, Removal, StorageReport};
 

@@ -230,7 +230,12 @@ impl Inboxes {
 
     /// The inbox whose API token this is.
     pub fn by_token(&self, token: &str) -> Option<InboxId> {
-        self.tokens.get(&Digest32::of(token)).copied()
+        self.by_token_digest(&Digest32::of(token))
+    }
+
+    /// The inbox whose API token has this digest.
+    pub fn by_token_digest(&self, digest: &Digest32) -> Option<InboxId> {
+        self.tokens.get(digest).copied()
     }
 
     /// The inbox whose SMTP user name this is: `Ok(Some)` when the password
