@@ -6,13 +6,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use mailjar_core::api::{Request, Response, Subscription};
+use mailjar_core::api::{Request, Response, Scope, Subscription};
 use mailjar_core::response::Body;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use warp::Filter;
 use warp::http::{self, StatusCode};
 
+use crate::access::Admitted;
 use crate::events::EventStream;
 use crate::http1::{self, LiveBody};
 use crate::state::{Answer, Shared};
@@ -34,6 +35,10 @@ pub struct HttpContext {
     pub shutdown: watch::Receiver<bool>,
     /// Whether the web UI is served at `/` (false with `--no-ui`).
     pub ui: bool,
+    /// Access control (`--admin-token`); None: every request sees everything.
+    pub access: Option<Arc<crate::access::Access>>,
+    /// The API is served over HTTPS (session cookies are `Secure`).
+    pub https: bool,
 }
 
 /// The warp filter that serves the whole API.
@@ -71,26 +76,51 @@ pub fn routes(
                         let tag = tag.and_then(|v| v.to_str().ok());
                         crate::ui::respond(&method, path.as_str(), tag)
                     });
+                    let body = body.map(|b| b.0).unwrap_or_default();
+                    let preflight_asked = method == http::Method::OPTIONS && cors.is_some();
+                    let admitted = match (&refusal, &context.access) {
+                        (None, Some(access)) if !preflight_asked => {
+                            let asked = crate::access::Asked {
+                                method: &method,
+                                path: path.as_str(),
+                                headers: &headers,
+                                body: &body,
+                                https: context.https,
+                            };
+                            access.admit(&context.shared, &asked)
+                        }
+                        _ => Admitted::Scope(Scope::All),
+                    };
                     // A parked wait should not keep a copy of the headers alive.
                     drop(headers);
-                    let mut response = match (refusal, page.flatten()) {
-                        (Some(refusal), _) => json(refusal),
-                        (None, _) if method == http::Method::OPTIONS && cors.is_some() => {
-                            preflight()
-                        }
-                        (None, Some(page)) => page,
-                        (None, None) => {
+                    let mut response = match (refusal, admitted, page.flatten()) {
+                        (Some(refusal), _, _) => json(refusal),
+                        (None, _, _) if preflight_asked => preflight(),
+                        (None, Admitted::Answer(answer), _) => json(answer),
+                        (None, _, Some(page)) => page,
+                        (None, Admitted::Scope(scope), None) => {
                             let request = Request {
                                 method: method.as_str().to_owned(),
                                 path: path.as_str().to_owned(),
                                 query,
                                 last_event_id,
                                 content_type,
-                                body: body.map(|b| b.0).unwrap_or_default(),
-                                scope: mailjar_core::api::Scope::All,
+                                body,
+                                scope,
                                 entropy: crate::state::request_entropy(&method),
                             };
-                            match respond(&context, &request).await {
+                            let answer = respond(&context, &request).await;
+                            if let (Some(access), Answer::Response(response)) =
+                                (&context.access, &answer)
+                            {
+                                access.after(
+                                    &context.shared,
+                                    &method,
+                                    &request.path,
+                                    response.status,
+                                );
+                            }
+                            match answer {
                                 Answer::Response(response) => json(response),
                                 Answer::Subscribe(subscription) => {
                                     event_stream(&context, subscription)
@@ -149,7 +179,7 @@ fn preflight() -> http::Response<Bytes> {
     );
     h.insert(
         http::header::ACCESS_CONTROL_ALLOW_HEADERS,
-        http::HeaderValue::from_static("content-type"),
+        http::HeaderValue::from_static("content-type, authorization"),
     );
     h.insert(
         http::header::ACCESS_CONTROL_MAX_AGE,

@@ -1,0 +1,53 @@
+//! What the HTTP and SMTP sides ask the core about inboxes: whose token,
+//! session or login this is, and whether an address is routed. Each is one
+//! call into the core ([`Shared::call`]), a hash lookup under the lock.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use mailjar_core::api::SmtpLogin;
+use mailjar_core::inbox::Digest32;
+
+use crate::state::Shared;
+
+impl Shared {
+    /// The name of the inbox whose API token this is.
+    pub fn inbox_by_token(self: &Arc<Self>, token: &str) -> Option<String> {
+        // Hashed before the lock is taken.
+        let digest = Digest32::of(token);
+        self.inbox_by_token_digest(&digest)
+    }
+
+    /// The name of the inbox whose API token has this digest.
+    pub fn inbox_by_token_digest(self: &Arc<Self>, digest: &Digest32) -> Option<String> {
+        self.call(|api| api.inbox_by_token_digest(digest))
+    }
+
+    /// Of these token digests, those that open no inbox any more.
+    pub fn stale_tokens(self: &Arc<Self>, tokens: Vec<Digest32>) -> Vec<Digest32> {
+        self.call(|api| {
+            tokens
+                .into_iter()
+                .filter(|t| api.inbox_by_token_digest(t).is_none())
+                .collect()
+        })
+    }
+
+    /// Whether an inbox exists (no lock: as of the last call into the core).
+    pub fn any_inboxes(&self) -> bool {
+        self.any_inboxes.load(Ordering::Acquire)
+    }
+
+    /// Checks SMTP credentials against the inboxes'; no lock while there is no inbox.
+    pub fn smtp_login(self: &Arc<Self>, user: &str, password: &str) -> SmtpLogin {
+        if !self.any_inboxes() {
+            return SmtpLogin::NotAnInbox;
+        }
+        self.call(|api| api.smtp_login(user, password))
+    }
+
+    /// Whether mail to `recipient` is routed to an inbox.
+    pub fn is_routed(self: &Arc<Self>, recipient: &str) -> bool {
+        self.any_inboxes() && self.call(|api| api.is_routed(recipient))
+    }
+}
