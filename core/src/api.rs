@@ -152,6 +152,9 @@ pub struct ApiConfig {
     /// Anyone who reaches the HTTP port reads every message (a non-loopback
     /// address without access control): `/health` says `"open": true`.
     pub open: bool,
+    /// Mail that no inbox takes is refused at RCPT (550 5.1.1) instead of
+    /// kept for the admin, unless the session logged in as an inbox (`--unrouted reject`).
+    pub reject_unrouted: bool,
     /// Seeds the fault rules' probability rolls (host entropy, or fixed for repeatable runs).
     pub fault_seed: u64,
 }
@@ -180,6 +183,7 @@ impl Default for ApiConfig {
             durable: false,
             access_control: false,
             open: false,
+            reject_unrouted: false,
             fault_seed: 0,
         }
     }
@@ -782,7 +786,6 @@ mod inboxes;
 mod inline;
 mod persist;
 mod routes;
-pub use access::SmtpLogin;
 pub use inboxes::{InboxLimits, Scope};
 pub use persist::{Assigned, Removal, StorageReport};
 

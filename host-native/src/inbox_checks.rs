@@ -5,8 +5,8 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use mailjar_core::api::SmtpLogin;
 use mailjar_core::inbox::Digest32;
+use mailjar_core::smtp::InboxLogin;
 
 use crate::state::Shared;
 
@@ -39,15 +39,16 @@ impl Shared {
     }
 
     /// Checks SMTP credentials against the inboxes'; no lock while there is no inbox.
-    pub fn smtp_login(self: &Arc<Self>, user: &str, password: &str) -> SmtpLogin {
+    pub fn smtp_login(self: &Arc<Self>, user: &str, password: &str) -> InboxLogin {
         if !self.any_inboxes() {
-            return SmtpLogin::NotAnInbox;
+            return InboxLogin::NotAnInbox;
         }
         self.call(|api| api.smtp_login(user, password))
     }
 
-    /// Whether mail to `recipient` is routed to an inbox.
-    pub fn is_routed(self: &Arc<Self>, recipient: &str) -> bool {
-        self.any_inboxes() && self.call(|api| api.is_routed(recipient))
+    /// With `--unrouted reject`: whether `RCPT TO:<recipient>` is taken in a
+    /// session logged in as `login` (no inbox: none is).
+    pub fn takes_recipient(self: &Arc<Self>, recipient: &str, login: Option<&str>) -> bool {
+        self.any_inboxes() && self.call(|api| api.takes_recipient(recipient, login))
     }
 }

@@ -201,6 +201,7 @@ impl Server {
             // Inboxes come with `--admin-token` (the host's access control).
             access_control: settings.admin_token.is_some(),
             open: settings.open_to_the_network(),
+            reject_unrouted: settings.unrouted == config::Unrouted::Reject,
             fault_seed: state::seed(),
         });
         if settings.open_to_the_network() {
@@ -313,6 +314,7 @@ impl Server {
             shutdown: shutdown_rx.clone(),
             tls: self.tls.clone(),
             implicit_tls: false,
+            reject_unrouted: self.settings.unrouted == config::Unrouted::Reject,
         };
         let smtps_task = self.smtps.map(|listener| {
             let context = smtp_server::SmtpContext {

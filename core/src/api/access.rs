@@ -1,21 +1,12 @@
 //! What a host asks the API about credentials: whose token, session or SMTP
-//! login this is, and whether an address is routed anywhere. Each answer is
+//! login this is, and whether an address is routed anywhere (and taken,
+//! with `--unrouted reject`). Each answer is
 //! one hash lookup (a SHA-256 of the secret first), so a host may ask under
 //! its lock on every request.
 
 use super::Api;
 use crate::inbox::{Digest32, WrongPassword};
-
-/// What the SMTP credentials of a session say ([`Api::smtp_login`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SmtpLogin {
-    /// No inbox has this user name: the session's own rules decide (`--auth`, or anything).
-    NotAnInbox,
-    /// The user name and password of this inbox.
-    Inbox(String),
-    /// An inbox's user name with a wrong password: 535 5.7.8.
-    WrongPassword,
-}
+use crate::smtp::{InboxCheck, InboxLogin};
 
 impl<W> Api<W> {
     /// Whether access control is on (`--admin-token`).
@@ -42,22 +33,38 @@ impl<W> Api<W> {
     }
 
     /// Checks SMTP credentials against the inboxes' own.
-    pub fn smtp_login(&self, user: &str, password: &str) -> SmtpLogin {
+    pub fn smtp_login(&self, user: &str, password: &str) -> InboxLogin {
         match self.inboxes.smtp_login(user, password) {
-            Ok(None) => SmtpLogin::NotAnInbox,
-            Ok(Some(id)) => self
-                .inbox_boxes
-                .get(&id)
-                .map_or(SmtpLogin::NotAnInbox, |inbox| {
-                    SmtpLogin::Inbox(inbox.name.clone())
-                }),
-            Err(WrongPassword) => SmtpLogin::WrongPassword,
+            Ok(None) => InboxLogin::NotAnInbox,
+            Ok(Some(_)) => InboxLogin::Inbox,
+            Err(WrongPassword) => InboxLogin::WrongPassword,
         }
     }
 
     /// Whether mail to this address would be routed to an inbox.
     pub fn is_routed(&self, recipient: &str) -> bool {
         !self.inboxes.route([recipient], None).is_empty()
+    }
+
+    /// Whether `RCPT TO:<recipient>` is taken in a session that logged in
+    /// as `login`: always, unless unrouted mail is refused
+    /// ([`ApiConfig::reject_unrouted`](super::ApiConfig::reject_unrouted));
+    /// then only when an inbox takes it, or the session is an inbox's.
+    pub fn takes_recipient(&self, recipient: &str, login: Option<&str>) -> bool {
+        !self.config.reject_unrouted
+            || login.is_some_and(|user| self.inboxes.by_smtp_user(user).is_some())
+            || self.is_routed(recipient)
+    }
+}
+
+/// A session asks the API directly (a host without a lock, or tests).
+impl<W> InboxCheck for Api<W> {
+    fn login(&mut self, user: &str, password: &str) -> InboxLogin {
+        self.smtp_login(user, password)
+    }
+
+    fn takes(&mut self, recipient: &str, login: Option<&str>) -> bool {
+        self.takes_recipient(recipient, login)
     }
 }
 
@@ -86,18 +93,22 @@ mod tests {
         assert!(api.has_inboxes());
         assert_eq!(api.inbox_by_token(&token), Some("qa".to_owned()));
         assert_eq!(api.inbox_by_token("nope"), None);
-        assert_eq!(
-            api.smtp_login("QA", password),
-            SmtpLogin::Inbox("qa".into())
-        );
-        assert_eq!(api.smtp_login("qa", "wrong"), SmtpLogin::WrongPassword);
-        assert_eq!(api.smtp_login("bob", "x"), SmtpLogin::NotAnInbox);
+        assert_eq!(api.smtp_login("QA", password), InboxLogin::Inbox);
+        assert_eq!(api.smtp_login("qa", "wrong"), InboxLogin::WrongPassword);
+        assert_eq!(api.smtp_login("bob", "x"), InboxLogin::NotAnInbox);
         assert!(api.is_routed("a@QA.test") && !api.is_routed("a@sub.qa.test"));
+        // Unrouted mail is taken unless it is refused.
+        assert!(api.takes_recipient("x@elsewhere.test", None));
+        api.config.reject_unrouted = true;
+        assert!(!api.takes_recipient("x@elsewhere.test", None));
+        assert!(!api.takes_recipient("x@elsewhere.test", Some("bob")));
+        assert!(api.takes_recipient("x@elsewhere.test", Some("QA")));
+        assert!(api.takes_recipient("x@qa.test", None));
         let mut rotate = Request::new("POST", "/api/inboxes/qa/token");
         rotate.entropy = [9; 32];
         rotate.scope = Scope::All;
         let _ = api.answer(0, &rotate, 0, &StoppedClock);
         assert_eq!(api.inbox_by_token(&token), None);
-        assert_eq!(api.smtp_login("qa", password), SmtpLogin::WrongPassword);
+        assert_eq!(api.smtp_login("qa", password), InboxLogin::WrongPassword);
     }
 }

@@ -48,4 +48,8 @@ impl<W> crate::smtp::FaultCheck for Api<W> {
     fn fire(&mut self, event: &FaultEvent<'_>) -> Option<Fired> {
         self.fire_fault(event)
     }
+
+    fn inboxes(&mut self) -> Option<&mut dyn crate::smtp::InboxCheck> {
+        Some(self)
+    }
 }
