@@ -786,7 +786,7 @@ mod inboxes;
 mod inline;
 mod persist;
 mod routes;
-pub use inboxes::{InboxLimits, Scope};
+pub use inboxes::{InboxLimits, InboxRecord, Scope};
 pub use persist::{Assigned, Removal, StorageReport};
 
 #[cfg(test)]

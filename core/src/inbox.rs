@@ -223,6 +223,27 @@ impl Inboxes {
         Some(id)
     }
 
+    /// Every inbox's credentials (digests only), for keeping them on disk.
+    pub fn all_credentials(&self) -> HashMap<InboxId, Credentials> {
+        let mut all = HashMap::with_capacity(self.names.len());
+        for (user, (id, password)) in &self.smtp_users {
+            all.insert(
+                *id,
+                Credentials {
+                    token: Digest32([0; 32]),
+                    smtp_user: user.clone(),
+                    smtp_password: *password,
+                },
+            );
+        }
+        for (token, id) in &self.tokens {
+            if let Some(credentials) = all.get_mut(id) {
+                credentials.token = *token;
+            }
+        }
+        all
+    }
+
     /// The inbox whose SMTP user name this is (its session authenticated as it).
     pub fn by_smtp_user(&self, user: &str) -> Option<InboxId> {
         self.smtp_users.get(&user.to_lowercase()).map(|(id, _)| *id)

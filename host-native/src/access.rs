@@ -215,9 +215,7 @@ impl Access {
         path: &str,
         status: u16,
     ) {
-        let changed = status == 200
-            && matches!(*method, http::Method::POST | http::Method::DELETE)
-            && path.starts_with("/api/inboxes/");
+        let changed = changes_inboxes(method, path, status) && path.starts_with("/api/inboxes/");
         if changed && !self.sessions.is_empty() {
             self.sessions.end_stale(shared);
         }
@@ -284,6 +282,13 @@ impl Access {
             .push(("set-cookie", cookie(&id, asked.https, false)));
         response
     }
+}
+
+/// Whether a request that got `status` made, rotated or deleted an inbox.
+pub fn changes_inboxes(method: &http::Method, path: &str, status: u16) -> bool {
+    status == 200
+        && matches!(*method, http::Method::POST | http::Method::DELETE)
+        && path.starts_with("/api/inboxes")
 }
 
 /// The `Set-Cookie` value of a session (or of its end).

@@ -109,16 +109,12 @@ pub fn routes(
                                 scope,
                                 entropy: crate::state::request_entropy(&method),
                             };
-                            let answer = respond(&context, &request).await;
+                            let mut answer = respond(&context, &request).await;
                             if let (Some(access), Answer::Response(response)) =
-                                (&context.access, &answer)
+                                (&context.access, &mut answer)
                             {
-                                access.after(
-                                    &context.shared,
-                                    &method,
-                                    &request.path,
-                                    response.status,
-                                );
+                                after_access(&context, access, &method, &request.path, response)
+                                    .await;
                             }
                             match answer {
                                 Answer::Response(response) => json(response),
@@ -137,6 +133,31 @@ pub fn routes(
                 }
             },
         )
+}
+
+/// After a request that may have changed inboxes: their sessions end with
+/// their token, and with `--data-dir` the change is on disk before the
+/// answer (503 when the disk refused it).
+async fn after_access(
+    context: &HttpContext,
+    access: &crate::access::Access,
+    method: &http::Method,
+    path: &str,
+    response: &mut Response,
+) {
+    access.after(&context.shared, method, path, response.status);
+    if !crate::access::changes_inboxes(method, path, response.status) {
+        return;
+    }
+    if let Err(e) = context.shared.save_inboxes().await {
+        tracing::warn!("inboxes not written to disk: {e}");
+        *response = error(
+            503,
+            &format!(
+                "the inboxes changed in memory but not on disk: {e}; a restart brings back the inboxes as they were"
+            ),
+        );
+    }
 }
 
 fn error(status: u16, text: &str) -> Response {

@@ -52,3 +52,25 @@ impl Shared {
         self.any_inboxes() && self.call(|api| api.takes_recipient(recipient, login))
     }
 }
+
+impl Shared {
+    /// With `--data-dir`: writes every inbox (digests only) after a change,
+    /// and returns once it is on disk; at once without `--data-dir`.
+    pub async fn save_inboxes(self: &Arc<Self>) -> Result<(), crate::storage::StorageError> {
+        let Some(writer) = self.writer() else {
+            return Ok(());
+        };
+        let (ack, written) = tokio::sync::oneshot::channel();
+        // Taken and queued under one lock: the writer sees the changes in order.
+        self.call(|api| {
+            let records = api.inbox_records();
+            writer.send(crate::storage::writer::Job::Inboxes(records, ack))
+        })
+        .map_err(|_| crate::storage::StorageError("the storage writer has stopped".to_owned()))?;
+        written.await.unwrap_or_else(|_| {
+            Err(crate::storage::StorageError(
+                "the storage writer has stopped".to_owned(),
+            ))
+        })
+    }
+}

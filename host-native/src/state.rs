@@ -376,6 +376,11 @@ impl Shared {
         receiver.await.unwrap_or_else(|_| Err(writer_stopped()))
     }
 
+    /// With `--data-dir`: the storage writer's queue.
+    pub(crate) fn writer(&self) -> Option<&std::sync::mpsc::Sender<writer::Job>> {
+        self.writer.get()
+    }
+
     /// With `--data-dir`: has the writer finish what is queued and close the
     /// database and its lock; returns once it has. Later deliveries get 452.
     pub async fn stop_writer(&self) {

@@ -84,7 +84,10 @@ fn auth_with_an_inbox_credentials_routes_to_it_and_a_wrong_password_is_535() {
     // Its old password stops with a rotation.
     let rotated = inboxes_common::call(&server, "POST", "/api/inboxes/a/token", Some(ADMIN), None);
     assert_eq!(rotated.status, 200);
-    let token = rotated.json()["inbox"]["token"].as_str().unwrap().to_owned();
+    let token = rotated.json()["inbox"]["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let old = smtplib(
         &server,
         Some((&a.user, &a.password)),

@@ -24,6 +24,9 @@ use crate::query::truncate;
 use crate::response::Response;
 use crate::store::{Store, StoreLimits};
 
+mod saved;
+pub use saved::InboxRecord;
+
 /// Whose mail a request may see: the host sets it from the request's credentials.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum Scope {
