@@ -80,14 +80,7 @@ pub fn routes(
                     let preflight_asked = method == http::Method::OPTIONS && cors.is_some();
                     let admitted = match (&refusal, &context.access) {
                         (None, Some(access)) if !preflight_asked => {
-                            let asked = crate::access::Asked {
-                                method: &method,
-                                path: path.as_str(),
-                                headers: &headers,
-                                body: &body,
-                                https: context.https,
-                            };
-                            access.admit(&context.shared, &asked)
+                            admit(&context, access, &method, path.as_str(), &headers, &body)
                         }
                         _ => Admitted::Scope(Scope::All),
                     };
@@ -109,19 +102,7 @@ pub fn routes(
                                 scope,
                                 entropy: crate::state::request_entropy(&method),
                             };
-                            let mut answer = respond(&context, &request).await;
-                            if let (Some(access), Answer::Response(response)) =
-                                (&context.access, &mut answer)
-                            {
-                                after_access(&context, access, &method, &request.path, response)
-                                    .await;
-                            }
-                            match answer {
-                                Answer::Response(response) => json(response),
-                                Answer::Subscribe(subscription) => {
-                                    event_stream(&context, subscription)
-                                }
-                            }
+                            to_core(&context, &method, &request).await
                         }
                     };
                     if let Some(origin) = cors {
@@ -133,6 +114,41 @@ pub fn routes(
                 }
             },
         )
+}
+
+/// Checks a request's credentials before routing ([`crate::access::Access::admit`]).
+fn admit(
+    context: &HttpContext,
+    access: &crate::access::Access,
+    method: &http::Method,
+    path: &str,
+    headers: &http::HeaderMap,
+    body: &[u8],
+) -> Admitted {
+    let asked = crate::access::Asked {
+        method,
+        path,
+        headers,
+        body,
+        https: context.https,
+    };
+    access.admit(&context.shared, &asked)
+}
+
+/// Hands a request to the core and makes its answer an HTTP response.
+async fn to_core(
+    context: &HttpContext,
+    method: &http::Method,
+    request: &Request,
+) -> http::Response<Bytes> {
+    let mut answer = respond(context, request).await;
+    if let (Some(access), Answer::Response(response)) = (&context.access, &mut answer) {
+        after_access(context, access, method, &request.path, response).await;
+    }
+    match answer {
+        Answer::Response(response) => json(response),
+        Answer::Subscribe(subscription) => event_stream(context, subscription),
+    }
 }
 
 /// After a request that may have changed inboxes: their sessions end with

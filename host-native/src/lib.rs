@@ -152,6 +152,40 @@ fn host_limits(settings: &Settings) -> Vec<(&'static str, u64)> {
     limits
 }
 
+/// Access control with `--admin-token`; a warning when the API is open to the network without it.
+fn access_control(settings: &Settings) -> Option<Arc<access::Access>> {
+    if settings.open_to_the_network() {
+        tracing::warn!(
+            "the HTTP API listens on {} without --admin-token: anyone who reaches it reads and deletes every message",
+            settings.http_host
+        );
+    }
+    settings
+        .admin_token
+        .clone()
+        .map(|token| Arc::new(access::Access::new(token, settings.max_sessions)))
+}
+
+/// The host's live counts in `/health`.
+fn live_counts(
+    smtp_load: &Arc<smtp_load::SmtpLoad>,
+    http_connections: &http1::HttpConnections,
+    access: &Option<Arc<access::Access>>,
+) -> mailjar_core::api::LiveCounts {
+    let (load, open_http, sessions) = (smtp_load.clone(), http_connections.clone(), access.clone());
+    Box::new(move || {
+        let mut counts = vec![
+            ("inflightBytes", load.inflight_bytes() as u64),
+            ("smtpConnections", load.connections() as u64),
+            ("httpConnections", open_http.open() as u64),
+        ];
+        if let Some(access) = &sessions {
+            counts.push(("sessions", access.sessions().len() as u64));
+        }
+        counts
+    })
+}
+
 impl Server {
     /// Binds both listeners; fails when an address is taken or not local.
     pub async fn bind(settings: Settings) -> std::io::Result<Server> {
@@ -204,31 +238,9 @@ impl Server {
             reject_unrouted: settings.unrouted == config::Unrouted::Reject,
             fault_seed: state::seed(),
         });
-        if settings.open_to_the_network() {
-            tracing::warn!(
-                "the HTTP API listens on {} without --admin-token: anyone who reaches it reads and deletes every message",
-                settings.http_host
-            );
-        }
-        let access = settings
-            .admin_token
-            .clone()
-            .map(|token| Arc::new(access::Access::new(token, settings.max_sessions)));
+        let access = access_control(&settings);
         let http_connections = http1::HttpConnections::new(settings.max_http_connections);
-        let load = smtp_load.clone();
-        let open_http = http_connections.clone();
-        let sessions = access.clone();
-        api.set_live_counts(Box::new(move || {
-            let mut counts = vec![
-                ("inflightBytes", load.inflight_bytes() as u64),
-                ("smtpConnections", load.connections() as u64),
-                ("httpConnections", open_http.open() as u64),
-            ];
-            if let Some(access) = &sessions {
-                counts.push(("sessions", access.sessions().len() as u64));
-            }
-            counts
-        }));
+        api.set_live_counts(live_counts(&smtp_load, &http_connections, &access));
         let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
         api.set_max_age(
             settings
@@ -291,13 +303,9 @@ impl Server {
         self.http_connections.clone()
     }
 
-    /// Serves until `stop` resolves, then stops accepting, lets messages in
-    /// flight finish within the grace period, answers parked waits with 503,
-    /// and returns.
-    pub async fn run(self, stop: impl std::future::Future<Output = ()>) {
-        let (shutdown_tx, shutdown_rx) = watch::channel(false);
-        let slots = Arc::new(Semaphore::new(self.settings.max_connections));
-        let smtp_context = smtp_server::SmtpContext {
+    /// What every SMTP connection of the plain listener needs.
+    fn smtp_context(&self, shutdown: watch::Receiver<bool>) -> smtp_server::SmtpContext {
+        smtp_server::SmtpContext {
             config: smtp::Config {
                 hostname: self.settings.domain.clone(),
                 max_message_bytes: self.settings.max_message_bytes,
@@ -311,11 +319,20 @@ impl Server {
             },
             load: self.smtp_load.clone(),
             shared: self.shared.clone(),
-            shutdown: shutdown_rx.clone(),
+            shutdown,
             tls: self.tls.clone(),
             implicit_tls: false,
             reject_unrouted: self.settings.unrouted == config::Unrouted::Reject,
-        };
+        }
+    }
+
+    /// Serves until `stop` resolves, then stops accepting, lets messages in
+    /// flight finish within the grace period, answers parked waits with 503,
+    /// and returns.
+    pub async fn run(self, stop: impl std::future::Future<Output = ()>) {
+        let (shutdown_tx, shutdown_rx) = watch::channel(false);
+        let slots = Arc::new(Semaphore::new(self.settings.max_connections));
+        let smtp_context = self.smtp_context(shutdown_rx.clone());
         let smtps_task = self.smtps.map(|listener| {
             let context = smtp_server::SmtpContext {
                 implicit_tls: true,

@@ -67,62 +67,71 @@ fn a_session_cookie_opens_reads_streams_and_same_site_writes() {
         "{}",
         list.body
     );
-    // The HTML iframe and the event stream work with the cookie alone.
+    reads_and_streams_with_the_cookie(&server, &session, &id_a);
+    writes_need_the_same_site(&server, &session, &a.token, &id_a);
+}
+
+/// The HTML iframe and the event stream work with the cookie alone.
+fn reads_and_streams_with_the_cookie(server: &common::Server, session: &str, id_a: &str) {
     let html = call_with(
-        &server,
+        server,
         "GET",
         &format!("/api/emails/{id_a}/html"),
-        &[cookie(&session)],
+        &[cookie(session)],
         b"",
     );
     assert_ne!(html.status, 401, "{}", html.body);
     let watcher = {
-        let (http, headers) = (server.http, vec![cookie(&session)]);
+        let (http, headers) = (server.http, vec![cookie(session)]);
         std::thread::spawn(move || {
             events(http, "/api/events", &headers, Duration::from_millis(1200))
         })
     };
     std::thread::sleep(Duration::from_millis(300));
-    let live_b = send(&server, &["y@b.test"], "live for b");
-    let live_a = send(&server, &["x@a.test"], "live for a");
+    let live_b = send(server, &["y@b.test"], "live for b");
+    let live_a = send(server, &["x@a.test"], "live for a");
     let (status, text) = watcher.join().expect("watcher");
     assert_eq!(status, 200, "{text}");
     assert!(text.contains(&live_a) && !text.contains(&live_b), "{text}");
+}
+
+/// Cookie writes pass the cross-site check first; logout ends the session.
+fn writes_need_the_same_site(server: &common::Server, session: &str, a_token: &str, id_a: &str) {
     // A cross-site write with the cookie: 403 before anything else, even
     // for a message that does not exist.
     let target = format!("/api/emails/{id_a}");
     for headers in [
-        vec![cookie(&session)],
-        vec![cookie(&session), "Origin: http://evil.test".to_owned()],
-        vec![cookie(&session), "Content-Type: text/plain".to_owned()],
+        vec![cookie(session)],
+        vec![cookie(session), "Origin: http://evil.test".to_owned()],
+        vec![cookie(session), "Content-Type: text/plain".to_owned()],
     ] {
-        let refused = call_with(&server, "DELETE", &target, &headers, b"");
+        let refused = call_with(server, "DELETE", &target, &headers, b"");
         assert_eq!(refused.status, 403, "{headers:?}: {}", refused.body);
         assert!(refused.error().contains("cross-site"), "{}", refused.body);
-        let unknown = call_with(&server, "POST", "/api/nothing-here", &headers, b"x");
+        let unknown = call_with(server, "POST", "/api/nothing-here", &headers, b"x");
         assert_eq!(unknown.status, 403, "{headers:?}");
     }
-    assert_eq!(call(&server, "GET", &target, Some(ADMIN), None).status, 200);
+    assert_eq!(call(server, "GET", &target, Some(ADMIN), None).status, 200);
     // Same-site: its own Origin, or JSON.
     let origin = format!("Origin: http://{}", server.http);
-    let deleted = call_with(&server, "DELETE", &target, &[cookie(&session), origin], b"");
+    let deleted = call_with(server, "DELETE", &target, &[cookie(session), origin], b"");
     assert_eq!(deleted.status, 200, "{}", deleted.body);
-    assert_eq!(call(&server, "GET", &target, Some(ADMIN), None).status, 404);
+    assert_eq!(call(server, "GET", &target, Some(ADMIN), None).status, 404);
     // A bearer token is not a cookie: no cross-site check applies.
-    let by_token = call(&server, "DELETE", "/api/emails", Some(&a.token), None);
+    let by_token = call(server, "DELETE", "/api/emails", Some(a_token), None);
     assert_eq!(by_token.status, 200);
     // Logout ends the session on the server: the same cookie is refused after.
     let json_type = "Content-Type: application/json".to_owned();
     let out = call_with(
-        &server,
+        server,
         "DELETE",
         "/api/session",
-        &[cookie(&session), json_type],
+        &[cookie(session), json_type],
         b"",
     );
     assert_eq!(out.status, 200, "{}", out.body);
     assert_eq!(out.json()["ended"], true);
-    let after = call_with(&server, "GET", "/api/emails", &[cookie(&session)], b"");
+    let after = call_with(server, "GET", "/api/emails", &[cookie(session)], b"");
     assert_eq!(after.status, 401);
 }
 
