@@ -297,7 +297,22 @@ fn rotation_ends_the_old_token_at_once() {
     let a = inbox(&server, "a", &["*@a.test"]);
     let id = send(&server, &["x@a.test"], "rotate me");
     assert_eq!(ids(&server, &a.token, ""), vec![id.clone()]);
+    // A stream opened with the old token ends with it: no later mail reaches it.
+    let watcher = {
+        let (http, headers) = (server.http, auth_lines(&a.token));
+        std::thread::spawn(move || {
+            events(http, "/api/events", &headers, Duration::from_millis(1500))
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300));
     let rotated = call(&server, "POST", "/api/inboxes/a/token", Some(ADMIN), None);
+    let after = send(&server, &["y@a.test"], "after the rotation");
+    let (status, text) = watcher.join().expect("watcher");
+    assert_eq!(status, 200, "{text}");
+    assert!(
+        !text.contains(&after),
+        "the old token's stream got {after}: {text}"
+    );
     assert_eq!(rotated.status, 200, "{}", rotated.body);
     let new_token = rotated.json()["inbox"]["token"]
         .as_str()
@@ -307,7 +322,7 @@ fn rotation_ends_the_old_token_at_once() {
     assert!(new_token.len() >= 22);
     let old = call(&server, "GET", "/api/emails", Some(&a.token), None);
     assert_eq!(old.status, 401, "{}", old.body);
-    assert_eq!(ids(&server, &new_token, ""), vec![id]);
+    assert_eq!(ids(&server, &new_token, ""), vec![id, after]);
     // Deleted: its token opens nothing.
     assert_eq!(
         call(&server, "DELETE", "/api/inboxes/a", Some(ADMIN), None).status,

@@ -313,6 +313,8 @@ impl<W> Api<W> {
         let (token, password) = secrets(&request.entropy);
         self.inboxes
             .set_credentials(id, &credentials_of(name, &token, &password));
+        // Streams opened with the old token end with it (an admin's `?inbox=` one reconnects).
+        self.subscribers.end_inbox(id);
         let inbox = self
             .inbox_boxes
             .get(&id)
