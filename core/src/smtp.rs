@@ -1092,7 +1092,7 @@ impl Session {
             )));
             return;
         }
-        if !self.takes_recipient(env.faults, &path) {
+        if !self.takes_recipient(env.faults.inboxes(), &path) {
             out.push(Output::Reply(inboxes::unrouted()));
             return;
         }

@@ -17,7 +17,7 @@ fn invalid() -> Reply {
 /// Whether a login is accepted: an inbox's user name must come with its
 /// password; other names follow the session's rules (`ours`: `--auth`, or anything).
 fn accepted(host: &mut dyn FaultCheck, user: &[u8], password: &[u8], ours: bool) -> bool {
-    match Session::inbox_login(host, user, password) {
+    match Session::inbox_login(host.inboxes(), user, password) {
         InboxLogin::Inbox => true,
         InboxLogin::WrongPassword => false,
         InboxLogin::NotAnInbox => ours,
@@ -116,7 +116,8 @@ impl Session {
                     cram_md5_digest(password, &challenge)
                         .as_bytes()
                         .eq_ignore_ascii_case(digest)
-                }) && Session::inbox_login(host, user, b"") == InboxLogin::NotAnInbox;
+                }) && Session::inbox_login(host.inboxes(), user, b"")
+                    == InboxLogin::NotAnInbox;
                 ("CRAM-MD5", user.to_vec(), ok)
             }
         };

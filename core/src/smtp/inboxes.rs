@@ -5,7 +5,9 @@
 //! caller of [`Session::handle_input`] stays as it was; without one, no
 //! login is an inbox's and every recipient is taken.
 
-use super::{FaultCheck, Session};
+#[cfg(doc)]
+use super::FaultCheck;
+use super::Session;
 
 /// What the inboxes make of SMTP credentials.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,7 +32,7 @@ pub trait InboxCheck {
 impl Session {
     /// What the inboxes make of a login (no host check: not an inbox's).
     pub(super) fn inbox_login(
-        faults: &mut dyn FaultCheck,
+        inboxes: Option<&mut dyn InboxCheck>,
         user: &[u8],
         password: &[u8],
     ) -> InboxLogin {
@@ -38,23 +40,24 @@ impl Session {
         else {
             return InboxLogin::NotAnInbox;
         };
-        match faults.inboxes() {
-            Some(inboxes) => inboxes.login(user, password),
-            None => InboxLogin::NotAnInbox,
-        }
+        inboxes.map_or(InboxLogin::NotAnInbox, |inboxes| {
+            inboxes.login(user, password)
+        })
     }
 
     /// Whether the host takes mail for `recipient` in this session.
-    pub(super) fn takes_recipient(&self, faults: &mut dyn FaultCheck, recipient: &str) -> bool {
+    pub(super) fn takes_recipient(
+        &self,
+        inboxes: Option<&mut dyn InboxCheck>,
+        recipient: &str,
+    ) -> bool {
         let login = self
             .security
             .facts
             .auth
             .as_ref()
             .map(|a| a.username.as_str());
-        faults
-            .inboxes()
-            .is_none_or(|inboxes| inboxes.takes(recipient, login))
+        inboxes.is_none_or(|inboxes| inboxes.takes(recipient, login))
     }
 }
 
@@ -66,7 +69,7 @@ pub(super) fn unrouted() -> super::Reply {
 #[cfg(test)]
 mod tests {
     use super::super::tests::Drive;
-    use super::super::{Config, FaultEvent, Fired, Output, Session};
+    use super::super::{Config, FaultCheck, FaultEvent, Fired, Output, Session};
     use super::*;
 
     /// One inbox, `team` with password `secret`, taking `*@team.test`.
