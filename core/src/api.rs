@@ -153,6 +153,12 @@ pub struct ApiConfig {
     pub durable: bool,
     /// Access control is on (`--admin-token`): inboxes can be made.
     pub access_control: bool,
+    /// Anyone who reaches the HTTP port reads every message (a non-loopback
+    /// address without access control): `/health` says `"open": true`.
+    pub open: bool,
+    /// Mail that no inbox takes is refused at RCPT (550 5.1.1) instead of
+    /// kept for the admin, unless the session logged in as an inbox (`--unrouted reject`).
+    pub reject_unrouted: bool,
     /// Seeds the fault rules' probability rolls (host entropy, or fixed for repeatable runs).
     pub fault_seed: u64,
 }
@@ -180,6 +186,8 @@ impl Default for ApiConfig {
             max_faults: crate::faults::DEFAULT_MAX_FAULTS,
             durable: false,
             access_control: false,
+            open: false,
+            reject_unrouted: false,
             fault_seed: 0,
         }
     }
@@ -776,12 +784,13 @@ fn unwritten_delete(e: &WriteError) -> String {
 
 pub use crate::view::format_rfc3339_ms;
 
+mod access;
 mod faults;
 mod inboxes;
 mod inline;
 mod persist;
 mod routes;
-pub use inboxes::{InboxLimits, Scope};
+pub use inboxes::{InboxLimits, InboxRecord, Scope};
 pub use persist::{Assigned, Removal, StorageReport};
 
 #[cfg(test)]

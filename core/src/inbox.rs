@@ -223,6 +223,27 @@ impl Inboxes {
         Some(id)
     }
 
+    /// Every inbox's credentials (digests only), for keeping them on disk.
+    pub fn all_credentials(&self) -> HashMap<InboxId, Credentials> {
+        let mut all = HashMap::with_capacity(self.names.len());
+        for (user, (id, password)) in &self.smtp_users {
+            all.insert(
+                *id,
+                Credentials {
+                    token: Digest32([0; 32]),
+                    smtp_user: user.clone(),
+                    smtp_password: *password,
+                },
+            );
+        }
+        for (token, id) in &self.tokens {
+            if let Some(credentials) = all.get_mut(id) {
+                credentials.token = *token;
+            }
+        }
+        all
+    }
+
     /// The inbox whose SMTP user name this is (its session authenticated as it).
     pub fn by_smtp_user(&self, user: &str) -> Option<InboxId> {
         self.smtp_users.get(&user.to_lowercase()).map(|(id, _)| *id)
@@ -230,7 +251,12 @@ impl Inboxes {
 
     /// The inbox whose API token this is.
     pub fn by_token(&self, token: &str) -> Option<InboxId> {
-        self.tokens.get(&Digest32::of(token)).copied()
+        self.by_token_digest(&Digest32::of(token))
+    }
+
+    /// The inbox whose API token has this digest.
+    pub fn by_token_digest(&self, digest: &Digest32) -> Option<InboxId> {
+        self.tokens.get(digest).copied()
     }
 
     /// The inbox whose SMTP user name this is: `Ok(Some)` when the password

@@ -88,6 +88,7 @@
 mod auth;
 mod budget;
 mod faults;
+mod inboxes;
 mod path;
 mod reply;
 mod security;
@@ -139,6 +140,7 @@ impl Default for Config {
 
 pub use budget::{Budget, Unlimited};
 pub use faults::{Action, FaultCheck, FaultEvent, Fired, NoFaults, Stage};
+pub use inboxes::{InboxCheck, InboxLogin};
 pub use path::MAX_PATH_OCTETS;
 use path::{parse_path, refuse_mailbox, strip_prefix_ignore_case};
 pub use reply::Reply;
@@ -845,7 +847,7 @@ impl Session {
     fn handle_line(&mut self, line: &[u8], out: &mut Outputs, env: &mut Env<'_>) {
         if let Mode::Auth(step) = self.mode {
             self.mode = Mode::Command;
-            self.auth_answer(step, line, out);
+            self.auth_answer(step, line, out, env.faults);
             return;
         }
         let Ok(line) = std::str::from_utf8(line) else {
@@ -892,7 +894,7 @@ impl Session {
                 },
                 out,
             ),
-            "AUTH" => self.auth(args, out),
+            "AUTH" => self.auth(args, out, env.faults),
             "STARTTLS" => self.starttls(args, out),
             "" => self.error(Reply::new(500, "5.5.2 Syntax error: empty command"), out),
             _ => {
@@ -1124,6 +1126,10 @@ impl Session {
             )));
             return;
         }
+        if !self.takes_recipient(env.faults.inboxes(), &path) {
+            out.push(Output::Reply(inboxes::unrouted()));
+            return;
+        }
         let from = self.transaction.from.as_deref();
         let fired = Session::fault_for(env.faults, Stage::Rcpt, from, std::slice::from_ref(&path));
         if !self.go_on(fired, out) {
@@ -1214,7 +1220,7 @@ impl Session {
         }
     }
 
-    fn auth(&mut self, args: &str, out: &mut Outputs) {
+    fn auth(&mut self, args: &str, out: &mut Outputs, host: &mut dyn FaultCheck) {
         if self.authenticated {
             self.error(Reply::new(503, "5.5.1 Already authenticated"), out);
             return;
@@ -1235,13 +1241,15 @@ impl Session {
                 self.mode = Mode::Auth(AuthStep::Plain);
                 self.challenge(Reply::new(334, ""), out);
             }
-            ("PLAIN", Some(answer)) => self.auth_answer(AuthStep::Plain, answer.as_bytes(), out),
+            ("PLAIN", Some(answer)) => {
+                self.auth_answer(AuthStep::Plain, answer.as_bytes(), out, host)
+            }
             ("LOGIN", None) => {
                 self.mode = Mode::Auth(AuthStep::LoginUser);
                 self.challenge(Reply::new(334, "VXNlcm5hbWU6"), out);
             }
             ("LOGIN", Some(answer)) => {
-                self.auth_answer(AuthStep::LoginUser, answer.as_bytes(), out)
+                self.auth_answer(AuthStep::LoginUser, answer.as_bytes(), out, host)
             }
             ("CRAM-MD5", None) if self.offers_cram_md5() => self.start_cram_md5(out),
             _ => self.error(
@@ -1255,7 +1263,13 @@ impl Session {
     }
 
     /// The client's answer to an AUTH challenge (or its initial response).
-    fn auth_answer(&mut self, step: AuthStep, answer: &[u8], out: &mut Outputs) {
+    fn auth_answer(
+        &mut self,
+        step: AuthStep,
+        answer: &[u8],
+        out: &mut Outputs,
+        host: &mut dyn FaultCheck,
+    ) {
         let answer = answer.trim_ascii();
         if answer == b"*" {
             self.error(Reply::new(501, "5.7.0 Authentication cancelled"), out);
@@ -1272,7 +1286,7 @@ impl Session {
                 }
             },
         };
-        self.auth_decoded(step, decoded, out);
+        self.auth_decoded(step, decoded, out, host);
     }
 }
 

@@ -145,6 +145,20 @@ pub struct Settings {
     /// Evict messages this old (24h, 90m, 2s), from memory and disk; off by default.
     #[arg(long, env = "MAILJAR_MAX_AGE", value_parser = humantime::parse_duration)]
     pub max_age: Option<Duration>,
+    /// Turn access control on: every HTTP request but /health, /api/openapi.json and the UI's files needs `Authorization: Bearer` with this token (at least 16 characters) or an inbox's token; inboxes can then be made (POST /api/inboxes).
+    #[arg(
+        long,
+        env = "MAILJAR_ADMIN_TOKEN",
+        value_name = "TOKEN",
+        hide_env_values = true
+    )]
+    pub admin_token: Option<String>,
+    /// Most browser sessions (POST /api/session) open at once; past it a new one ends the oldest.
+    #[arg(long, env = "MAILJAR_MAX_SESSIONS", default_value_t = crate::sessions::DEFAULT_MAX_SESSIONS)]
+    pub max_sessions: usize,
+    /// What becomes of mail no inbox's addresses match: `admin` keeps it for the admin token only, `reject` answers its RCPT with 550 5.1.1 (unless the session authenticated as an inbox).
+    #[arg(long, env = "MAILJAR_UNROUTED", value_enum, default_value_t = Unrouted::Admin)]
+    pub unrouted: Unrouted,
     /// Print one JSON line on stdout once both listeners are bound: {"smtp": "127.0.0.1:PORT", "http": "http://127.0.0.1:PORT"}, plus "smtps" with --smtps-port.
     #[arg(long)]
     pub ready_json: bool,
@@ -154,6 +168,15 @@ pub struct Settings {
     /// The checks' flags (below).
     #[command(flatten)]
     pub checks: CheckSettings,
+}
+
+/// What becomes of mail that no inbox's addresses match (`--unrouted`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Unrouted {
+    /// Kept, for the admin token only.
+    Admin,
+    /// Its RCPT is answered 550 5.1.1.
+    Reject,
 }
 
 /// Parses `1048576`, `512KiB`, `25MiB`, `1GB` and the like.
@@ -255,10 +278,42 @@ impl Settings {
         if self.max_age.is_some_and(|d| d.as_millis() == 0) {
             return Err("--max-age must be at least 1ms".to_owned());
         }
+        self.validate_access()?;
         if self.fsync && self.data_dir.is_none() {
             return Err("--fsync needs --data-dir".to_owned());
         }
         Ok(())
+    }
+}
+
+/// The access-control flags.
+impl Settings {
+    /// Checks `--admin-token`, `--max-sessions` and `--unrouted` (part of [`Settings::validate`]).
+    fn validate_access(&self) -> Result<(), String> {
+        let min = mailjar_core::inbox::MIN_ADMIN_TOKEN_CHARS;
+        if let Some(token) = &self.admin_token
+            && (token.chars().count() < min || token.trim() != token)
+        {
+            return Err(format!(
+                "--admin-token must be at least {min} characters, without spaces at either end (e.g. `openssl rand -base64 24`)"
+            ));
+        }
+        if self.max_sessions == 0 {
+            return Err("--max-sessions must be greater than 0".to_owned());
+        }
+        if self.unrouted == Unrouted::Reject && self.admin_token.is_none() {
+            return Err(
+                "--unrouted reject needs --admin-token (inboxes exist only with access control)"
+                    .to_owned(),
+            );
+        }
+        Ok(())
+    }
+
+    /// Whether anyone who reaches the HTTP port reads every message: a
+    /// non-loopback `--http-host` without `--admin-token`.
+    pub fn open_to_the_network(&self) -> bool {
+        self.admin_token.is_none() && !self.http_host.is_loopback()
     }
 }
 
@@ -386,6 +441,20 @@ mod tests {
         assert!(s.validate().unwrap_err().contains("--data-dir"));
         let s = Settings::parse_from(["mailjar", "--http-body-timeout", "2s"]);
         assert_eq!(s.http_body_timeout, Duration::from_secs(2));
+    }
+
+    #[test]
+    fn access_flags_are_checked() {
+        let s = Settings::parse_from(["mailjar", "--admin-token", "short"]);
+        assert!(s.validate().unwrap_err().contains("--admin-token"));
+        let s = Settings::parse_from(["mailjar", "--admin-token", "0123456789abcdef"]);
+        assert_eq!(s.validate(), Ok(()));
+        assert!(!s.open_to_the_network());
+        let s = Settings::parse_from(["mailjar", "--unrouted", "reject"]);
+        assert!(s.validate().unwrap_err().contains("--admin-token"));
+        let s = Settings::parse_from(["mailjar", "--http-host", "0.0.0.0"]);
+        assert!(s.open_to_the_network());
+        assert!(!Settings::parse_from(["mailjar"]).open_to_the_network());
     }
 }
 

@@ -6,9 +6,10 @@
 //! free), and what a client sends meanwhile is kept, up to a bound, for the
 //! session to read after the delay.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use mailjar_core::smtp::{Action, FaultCheck, FaultEvent, Fired};
+use mailjar_core::smtp::{Action, FaultCheck, FaultEvent, Fired, InboxCheck, InboxLogin};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::state::Shared;
@@ -18,12 +19,31 @@ use crate::state::Shared;
 const MAX_EARLY_BYTES: usize = crate::smtp_load::FREE_BYTES_PER_CONNECTION;
 
 /// A session asks the API's fault rules, under the API lock only while a rule
-/// is held (see [`Shared::fire_fault`]).
-pub struct ApiFaults<'a>(pub &'a Shared);
+/// is held (see [`Shared::fire_fault`]), and its inboxes (see [`crate::inbox_checks`]).
+pub struct ApiFaults<'a> {
+    /// The API.
+    pub shared: &'a Arc<Shared>,
+    /// `--unrouted reject`: recipients no inbox takes are refused.
+    pub reject_unrouted: bool,
+}
 
 impl FaultCheck for ApiFaults<'_> {
     fn fire(&mut self, event: &FaultEvent<'_>) -> Option<Fired> {
-        self.0.fire_fault(event)
+        self.shared.fire_fault(event)
+    }
+
+    fn inboxes(&mut self) -> Option<&mut dyn InboxCheck> {
+        Some(self)
+    }
+}
+
+impl InboxCheck for ApiFaults<'_> {
+    fn login(&mut self, user: &str, password: &str) -> InboxLogin {
+        self.shared.smtp_login(user, password)
+    }
+
+    fn takes(&mut self, recipient: &str, login: Option<&str>) -> bool {
+        !self.reject_unrouted || self.shared.takes_recipient(recipient, login)
     }
 }
 

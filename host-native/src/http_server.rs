@@ -6,13 +6,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use mailjar_core::api::Body;
-use mailjar_core::api::{Request, Response, Subscription};
+use mailjar_core::api::{Body, Request, Response, Scope, Subscription};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use warp::Filter;
 use warp::http::{self, StatusCode};
 
+use crate::access::Admitted;
 use crate::events::EventStream;
 use crate::http1::{self, LiveBody};
 use crate::state::{Answer, Shared};
@@ -34,7 +34,11 @@ pub struct HttpContext {
     pub shutdown: watch::Receiver<bool>,
     /// Whether the web UI is served at `/` (false with `--no-ui`).
     pub ui: bool,
-    /// The checks on a message (`/api/emails/:id/checks/...`).
+    /// Access control (`--admin-token`); None: every request sees everything.
+    pub access: Option<Arc<crate::access::Access>>,
+    /// The API is served over HTTPS (session cookies are `Secure`).
+    pub https: bool,
+    /// The checks on a message that need the network (`/api/emails/:id/checks/{links,spam,auth}`).
     pub checks: Arc<crate::checks::Checks>,
 }
 
@@ -73,57 +77,108 @@ pub fn routes(
                         let tag = tag.and_then(|v| v.to_str().ok());
                         crate::ui::respond(&method, path.as_str(), tag)
                     });
+                    let body = body.map(|b| b.0).unwrap_or_default();
+                    let preflight_asked = method == http::Method::OPTIONS && cors.is_some();
+                    let admitted = match (&refusal, &context.access) {
+                        (None, Some(access)) if !preflight_asked => {
+                            admit(&context, access, &method, path.as_str(), &headers, &body)
+                        }
+                        _ => Admitted::Scope(Scope::All),
+                    };
                     // A parked wait should not keep a copy of the headers alive.
                     drop(headers);
-                    let response = match (refusal, page.flatten()) {
-                        (Some(refusal), _) => json(refusal),
-                        (None, _) if method == http::Method::OPTIONS && cors.is_some() => {
-                            preflight()
-                        }
-                        (None, Some(page)) => page,
-                        (None, None) => {
+                    let mut response = match (refusal, admitted, page.flatten()) {
+                        (Some(refusal), _, _) => json(refusal),
+                        (None, _, _) if preflight_asked => preflight(),
+                        (None, Admitted::Answer(answer), _) => json(answer),
+                        (None, _, Some(page)) => page,
+                        (None, Admitted::Scope(scope), None) => {
                             let request = Request {
                                 method: method.as_str().to_owned(),
                                 path: path.as_str().to_owned(),
                                 query,
                                 last_event_id,
                                 content_type,
-                                body: body.map(|b| b.0).unwrap_or_default(),
-                                scope: mailjar_core::api::Scope::All,
+                                body,
+                                scope,
                                 entropy: crate::state::request_entropy(&method),
                             };
-                            // The checks that need the network; the rest is the core's.
-                            let (checks, shared) = (&context.checks, &context.shared);
-                            if let Some(answer) =
-                                crate::checks::route(checks, shared, &request).await
-                            {
-                                return with_cors(json(answer), cors);
-                            }
-                            match respond(&context, &request).await {
-                                Answer::Response(response) => json(response),
-                                Answer::Subscribe(subscription) => {
-                                    event_stream(&context, subscription)
-                                }
-                            }
+                            to_core(&context, &method, &request).await
                         }
                     };
-                    with_cors(response, cors)
+                    if let Some(origin) = cors {
+                        let h = response.headers_mut();
+                        h.insert(http::header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
+                        h.insert(http::header::VARY, http::HeaderValue::from_static("Origin"));
+                    }
+                    response
                 }
             },
         )
 }
 
-/// `response` with the CORS headers an allowed origin gets.
-fn with_cors(
-    mut response: http::Response<Bytes>,
-    cors: Option<http::HeaderValue>,
+/// Checks a request's credentials before routing ([`crate::access::Access::admit`]).
+fn admit(
+    context: &HttpContext,
+    access: &crate::access::Access,
+    method: &http::Method,
+    path: &str,
+    headers: &http::HeaderMap,
+    body: &[u8],
+) -> Admitted {
+    let asked = crate::access::Asked {
+        method,
+        path,
+        headers,
+        body,
+        https: context.https,
+    };
+    access.admit(&context.shared, &asked)
+}
+
+/// Hands a request to the core and makes its answer an HTTP response.
+async fn to_core(
+    context: &HttpContext,
+    method: &http::Method,
+    request: &Request,
 ) -> http::Response<Bytes> {
-    if let Some(origin) = cors {
-        let h = response.headers_mut();
-        h.insert(http::header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
-        h.insert(http::header::VARY, http::HeaderValue::from_static("Origin"));
+    // The checks that need the network, in the request's scope; the rest is the core's.
+    if let Some(answer) = crate::checks::route(&context.checks, &context.shared, request).await {
+        return json(answer);
     }
-    response
+    let mut answer = respond(context, request).await;
+    if let (Some(access), Answer::Response(response)) = (&context.access, &mut answer) {
+        after_access(context, access, method, &request.path, response).await;
+    }
+    match answer {
+        Answer::Response(response) => json(response),
+        Answer::Subscribe(subscription) => event_stream(context, subscription),
+    }
+}
+
+/// After a request that may have changed inboxes: their sessions end with
+/// their token, and with `--data-dir` the change is on disk before the
+/// answer (503 when the disk refused it).
+async fn after_access(
+    context: &HttpContext,
+    access: &crate::access::Access,
+    method: &http::Method,
+    path: &str,
+    response: &mut Response,
+) {
+    access.after(&context.shared, method, path, response.status);
+    if !crate::access::changes_inboxes(method, path, response.status) {
+        return;
+    }
+    if let Err(e) = context.shared.save_inboxes().await {
+        tracing::warn!("inboxes not written to disk: {e}");
+        *response = error(
+            503,
+            &format!(
+                "the inboxes changed in memory but not on disk: {e}; a restart brings back the inboxes as they were"
+            ),
+        );
+    }
 }
 
 fn error(status: u16, text: &str) -> Response {
@@ -166,7 +221,7 @@ fn preflight() -> http::Response<Bytes> {
     );
     h.insert(
         http::header::ACCESS_CONTROL_ALLOW_HEADERS,
-        http::HeaderValue::from_static("content-type"),
+        http::HeaderValue::from_static("content-type, authorization"),
     );
     h.insert(
         http::header::ACCESS_CONTROL_MAX_AGE,

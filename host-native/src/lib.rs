@@ -2,12 +2,15 @@
 //! small HTTP/1.1 driver of our own for the HTTP API, both driving the
 //! sans-IO core in `mailjar-core`.
 
+pub mod access;
 pub mod checks;
 pub mod config;
 pub mod events;
 pub mod faults;
 pub mod http1;
 pub mod http_server;
+pub mod inbox_checks;
+pub mod sessions;
 pub mod smtp_load;
 pub mod smtp_server;
 pub mod state;
@@ -37,6 +40,8 @@ pub struct Server {
     /// TLS, when configured.
     tls: Option<tls::Tls>,
     shared: Arc<Shared>,
+    /// Access control, with `--admin-token`.
+    access: Option<Arc<access::Access>>,
     smtp_load: Arc<smtp_load::SmtpLoad>,
     http_connections: http1::HttpConnections,
 }
@@ -118,7 +123,7 @@ fn listen(name: &str, addr: SocketAddr) -> std::io::Result<TcpListener> {
 
 /// The limits the host enforces, as `/health` reports them under `limits`.
 fn host_limits(settings: &Settings) -> Vec<(&'static str, u64)> {
-    vec![
+    let mut limits = vec![
         ("maxInflightBytes", settings.max_inflight_bytes as u64),
         ("maxConnections", settings.max_connections as u64),
         ("maxLineBytes", settings.max_line_bytes as u64),
@@ -141,7 +146,45 @@ fn host_limits(settings: &Settings) -> Vec<(&'static str, u64)> {
             "backtrackLimit",
             mailjar_core::jsregex::BACKTRACK_LIMIT as u64,
         ),
-    ]
+    ];
+    if settings.admin_token.is_some() {
+        limits.push(("maxSessions", settings.max_sessions as u64));
+    }
+    limits
+}
+
+/// Access control with `--admin-token`; a warning when the API is open to the network without it.
+fn access_control(settings: &Settings) -> Option<Arc<access::Access>> {
+    if settings.open_to_the_network() {
+        tracing::warn!(
+            "the HTTP API listens on {} without --admin-token: anyone who reaches it reads and deletes every message",
+            settings.http_host
+        );
+    }
+    settings
+        .admin_token
+        .clone()
+        .map(|token| Arc::new(access::Access::new(token, settings.max_sessions)))
+}
+
+/// The host's live counts in `/health`.
+fn live_counts(
+    smtp_load: &Arc<smtp_load::SmtpLoad>,
+    http_connections: &http1::HttpConnections,
+    access: &Option<Arc<access::Access>>,
+) -> mailjar_core::api::LiveCounts {
+    let (load, open_http, sessions) = (smtp_load.clone(), http_connections.clone(), access.clone());
+    Box::new(move || {
+        let mut counts = vec![
+            ("inflightBytes", load.inflight_bytes() as u64),
+            ("smtpConnections", load.connections() as u64),
+            ("httpConnections", open_http.open() as u64),
+        ];
+        if let Some(access) = &sessions {
+            counts.push(("sessions", access.sessions().len() as u64));
+        }
+        counts
+    })
 }
 
 impl Server {
@@ -191,19 +234,14 @@ impl Server {
             max_faults: settings.max_faults,
             durable: settings.data_dir.is_some(),
             // Inboxes come with `--admin-token` (the host's access control).
-            access_control: false,
+            access_control: settings.admin_token.is_some(),
+            open: settings.open_to_the_network(),
+            reject_unrouted: settings.unrouted == config::Unrouted::Reject,
             fault_seed: state::seed(),
         });
+        let access = access_control(&settings);
         let http_connections = http1::HttpConnections::new(settings.max_http_connections);
-        let load = smtp_load.clone();
-        let open_http = http_connections.clone();
-        api.set_live_counts(Box::new(move || {
-            vec![
-                ("inflightBytes", load.inflight_bytes() as u64),
-                ("smtpConnections", load.connections() as u64),
-                ("httpConnections", open_http.open() as u64),
-            ]
-        }));
+        api.set_live_counts(live_counts(&smtp_load, &http_connections, &access));
         let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
         api.set_max_age(
             settings
@@ -228,6 +266,7 @@ impl Server {
             shared.start_writer(storage)?;
         }
         Ok(Server {
+            access,
             shared,
             smtp_load,
             http_connections,
@@ -265,18 +304,9 @@ impl Server {
         self.http_connections.clone()
     }
 
-    /// Serves until `stop` resolves, then stops accepting, lets messages in
-    /// flight finish within the grace period, answers parked waits with 503,
-    /// and returns.
-    pub async fn run(self, stop: impl std::future::Future<Output = ()>) {
-        let (shutdown_tx, shutdown_rx) = watch::channel(false);
-        let slots = Arc::new(Semaphore::new(self.settings.max_connections));
-        let listening: Vec<SocketAddr> = [self.smtp.local_addr(), self.http.local_addr()]
-            .into_iter()
-            .chain(self.smtps.as_ref().map(TcpListener::local_addr))
-            .filter_map(Result::ok)
-            .collect();
-        let smtp_context = smtp_server::SmtpContext {
+    /// What every SMTP connection of the plain listener needs.
+    fn smtp_context(&self, shutdown: watch::Receiver<bool>) -> smtp_server::SmtpContext {
+        smtp_server::SmtpContext {
             config: smtp::Config {
                 hostname: self.settings.domain.clone(),
                 max_message_bytes: self.settings.max_message_bytes,
@@ -290,10 +320,25 @@ impl Server {
             },
             load: self.smtp_load.clone(),
             shared: self.shared.clone(),
-            shutdown: shutdown_rx.clone(),
+            shutdown,
             tls: self.tls.clone(),
             implicit_tls: false,
-        };
+            reject_unrouted: self.settings.unrouted == config::Unrouted::Reject,
+        }
+    }
+
+    /// Serves until `stop` resolves, then stops accepting, lets messages in
+    /// flight finish within the grace period, answers parked waits with 503,
+    /// and returns.
+    pub async fn run(self, stop: impl std::future::Future<Output = ()>) {
+        let (shutdown_tx, shutdown_rx) = watch::channel(false);
+        let slots = Arc::new(Semaphore::new(self.settings.max_connections));
+        let listening: Vec<SocketAddr> = [self.smtp.local_addr(), self.http.local_addr()]
+            .into_iter()
+            .chain(self.smtps.as_ref().map(TcpListener::local_addr))
+            .filter_map(Result::ok)
+            .collect();
+        let smtp_context = self.smtp_context(shutdown_rx.clone());
         let smtps_task = self.smtps.map(|listener| {
             let context = smtp_server::SmtpContext {
                 implicit_tls: true,
@@ -320,6 +365,8 @@ impl Server {
                 .collect(),
             shutdown: shutdown_rx,
             ui: !self.settings.no_ui,
+            access: self.access.clone(),
+            https: false,
             checks: Arc::new(checks::Checks::new(
                 &self.settings.checks,
                 &self.settings.domain,

@@ -44,6 +44,18 @@ pub struct SmtpContext {
     pub tls: Option<Tls>,
     /// This listener is implicit TLS (`--smtps-port`): the handshake comes before the greeting.
     pub implicit_tls: bool,
+    /// `--unrouted reject`: RCPT of an address no inbox takes is 550 5.1.1.
+    pub reject_unrouted: bool,
+}
+
+impl SmtpContext {
+    /// What a session asks: the fault rules and the inboxes.
+    fn checks(&self) -> ApiFaults<'_> {
+        ApiFaults {
+            shared: &self.shared,
+            reject_unrouted: self.reject_unrouted,
+        }
+    }
 }
 
 /// Accepts connections until shutdown; each holds a permit of `slots` while open.
@@ -145,7 +157,7 @@ impl Connection {
             }
             _ => SmtpStream::Plain(tcp),
         };
-        session.open(0, &mut ApiFaults(&context.shared));
+        session.open(0, &mut context.checks());
         Ok(Connection {
             session,
             stream,
@@ -276,7 +288,7 @@ impl Connection {
 
     fn feed(&mut self, input: &[u8]) {
         let now = self.now_ms();
-        let mut faults = ApiFaults(&self.context.shared);
+        let mut faults = self.context.checks();
         self.session
             .handle_input(input, now, &mut self.budget, &mut faults);
     }

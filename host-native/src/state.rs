@@ -64,6 +64,9 @@ pub struct Shared {
     /// Whether the API holds a fault rule, as of the last call into it
     /// ([`Shared::call`]): SMTP sessions skip the lock while it is false.
     any_faults: AtomicBool,
+    /// Whether an inbox exists, as of the last call into the API: SMTP
+    /// sessions ask about logins and routes only while one does.
+    pub(crate) any_inboxes: AtomicBool,
 }
 
 /// Why a write was not made: the writer has stopped (mailjar is shutting down).
@@ -149,6 +152,7 @@ impl Shared {
     /// Shares this API; `workers` is how many jobs may run at once (the core count).
     pub fn new(api: ClientApi, workers: usize) -> Shared {
         let deadline = api.poll_timeout();
+        let any_inboxes = AtomicBool::new(api.has_inboxes());
         Shared {
             inner: Mutex::new(api),
             workers: Semaphore::new(workers.max(1)),
@@ -160,6 +164,7 @@ impl Shared {
             runtime: tokio::runtime::Handle::try_current().ok(),
             writer: std::sync::OnceLock::new(),
             any_faults: AtomicBool::new(false),
+            any_inboxes,
         }
     }
 
@@ -175,13 +180,14 @@ impl Shared {
     /// drains the outputs and the next deadline, releases the lock, and then
     /// carries the outputs out (answers sent, jobs started, what left the
     /// store freed and written to disk).
-    fn call<T>(self: &Arc<Self>, f: impl FnOnce(&mut ClientApi) -> T) -> T {
+    pub(crate) fn call<T>(self: &Arc<Self>, f: impl FnOnce(&mut ClientApi) -> T) -> T {
         let (value, outputs, head, deadline) = {
             let mut api = self.lock();
             let value = f(&mut api);
             // Still under the lock: no change of the rules slips in between.
             self.any_faults
                 .store(api.fault_count() > 0, Ordering::Release);
+            self.any_inboxes.store(api.has_inboxes(), Ordering::Release);
             let outputs: Vec<Output<Client>> = std::iter::from_fn(|| api.poll_output()).collect();
             (value, outputs, api.event_head(), api.poll_timeout())
         };
@@ -368,6 +374,11 @@ impl Shared {
                 .map_err(|_| writer_stopped())
         })?;
         receiver.await.unwrap_or_else(|_| Err(writer_stopped()))
+    }
+
+    /// With `--data-dir`: the storage writer's queue.
+    pub(crate) fn writer(&self) -> Option<&std::sync::mpsc::Sender<writer::Job>> {
+        self.writer.get()
     }
 
     /// With `--data-dir`: has the writer finish what is queued and close the

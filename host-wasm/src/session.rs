@@ -5,7 +5,9 @@ use std::rc::Rc;
 
 use js_sys::Object;
 use mailjar_core::api;
-use mailjar_core::smtp::{self, FaultCheck, FaultEvent, Fired, Output, Unlimited};
+use mailjar_core::smtp::{
+    self, FaultCheck, FaultEvent, Fired, InboxCheck, InboxLogin, Output, Unlimited,
+};
 use wasm_bindgen::prelude::*;
 
 use crate::api::Api;
@@ -32,6 +34,24 @@ pub(crate) struct Linked<'a>(pub Option<&'a Rules>);
 impl FaultCheck for Linked<'_> {
     fn fire(&mut self, event: &FaultEvent<'_>) -> Option<Fired> {
         self.0?.borrow_mut().fire_fault(event)
+    }
+
+    fn inboxes(&mut self) -> Option<&mut dyn InboxCheck> {
+        Some(self)
+    }
+}
+
+/// Asks the linked API's inboxes about logins and recipients; without a linked API there are none.
+impl InboxCheck for Linked<'_> {
+    fn login(&mut self, user: &str, password: &str) -> InboxLogin {
+        self.0.map_or(InboxLogin::NotAnInbox, |api| {
+            api.borrow().smtp_login(user, password)
+        })
+    }
+
+    fn takes(&mut self, recipient: &str, login: Option<&str>) -> bool {
+        self.0
+            .is_none_or(|api| api.borrow().takes_recipient(recipient, login))
     }
 }
 

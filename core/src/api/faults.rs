@@ -27,6 +27,11 @@ impl<W> Api<W> {
         id: Option<&str>,
         request: &Request,
     ) -> Result<Step, ApiError> {
+        // Rules act on every session: only the admin makes them, until
+        // rules scoped to an inbox's mail exist.
+        if request.scope != super::Scope::All {
+            return Err(ApiError::Forbidden("admin token required".to_owned()));
+        }
         let content_type = request.content_type.as_deref();
         match self
             .faults
@@ -42,5 +47,9 @@ impl<W> Api<W> {
 impl<W> crate::smtp::FaultCheck for Api<W> {
     fn fire(&mut self, event: &FaultEvent<'_>) -> Option<Fired> {
         self.fire_fault(event)
+    }
+
+    fn inboxes(&mut self) -> Option<&mut dyn crate::smtp::InboxCheck> {
+        Some(self)
     }
 }

@@ -24,6 +24,9 @@ use crate::query::truncate;
 use crate::response::Response;
 use crate::store::{Store, StoreLimits};
 
+mod saved;
+pub use saved::InboxRecord;
+
 /// Whose mail a request may see: the host sets it from the request's credentials.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum Scope {
@@ -310,6 +313,8 @@ impl<W> Api<W> {
         let (token, password) = secrets(&request.entropy);
         self.inboxes
             .set_credentials(id, &credentials_of(name, &token, &password));
+        // Streams opened with the old token end with it (an admin's `?inbox=` one reconnects).
+        self.subscribers.end_inbox(id);
         let inbox = self
             .inbox_boxes
             .get(&id)

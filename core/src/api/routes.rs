@@ -207,6 +207,9 @@ impl<W> Api<W> {
         if let (true, Some(object)) = (self.config.access_control, body.as_object_mut()) {
             object.insert("inboxes".to_owned(), self.inbox_boxes.len().into());
         }
+        if let (true, Some(object)) = (self.config.open, body.as_object_mut()) {
+            object.insert("open".to_owned(), true.into());
+        }
         if let (Some(live), Some(object)) = (&self.live, body.as_object_mut()) {
             for (name, value) in live() {
                 object.insert(name.to_owned(), value.into());

@@ -7,11 +7,21 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use hmac::{Hmac, Mac};
 
 use super::security::AuthInfo;
-use super::{AuthStep, Mode, Outputs, Reply, Session};
+use super::{AuthStep, FaultCheck, InboxLogin, Mode, Outputs, Reply, Session};
 
 /// Login failed: a wrong user name or password, or malformed credentials.
 fn invalid() -> Reply {
     Reply::new(535, "5.7.8 Authentication credentials invalid")
+}
+
+/// Whether a login is accepted: an inbox's user name must come with its
+/// password; other names follow the session's rules (`ours`: `--auth`, or anything).
+fn accepted(host: &mut dyn FaultCheck, user: &[u8], password: &[u8], ours: bool) -> bool {
+    match Session::inbox_login(host.inboxes(), user, password) {
+        InboxLogin::Inbox => true,
+        InboxLogin::WrongPassword => false,
+        InboxLogin::NotAnInbox => ours,
+    }
 }
 
 /// The AUTH PLAIN message `authzid NUL authcid NUL passwd` as (authcid, passwd).
@@ -65,7 +75,13 @@ impl Session {
     }
 
     /// A decoded AUTH answer (or initial response) for `step`.
-    pub(super) fn auth_decoded(&mut self, step: AuthStep, decoded: Vec<u8>, out: &mut Outputs) {
+    pub(super) fn auth_decoded(
+        &mut self,
+        step: AuthStep,
+        decoded: Vec<u8>,
+        out: &mut Outputs,
+        host: &mut dyn FaultCheck,
+    ) {
         let credentials = self.config.security.credentials.clone();
         let (mechanism, user, accepted) = match step {
             AuthStep::LoginUser => {
@@ -77,12 +93,13 @@ impl Session {
             AuthStep::LoginPassword => {
                 let user = self.security.login_user.take().unwrap_or_default();
                 let ok = credentials.is_empty() || credentials.check(&user, &decoded);
+                let ok = accepted(host, &user, &decoded, ok);
                 ("LOGIN", user, ok)
             }
             AuthStep::Plain => match split_plain(&decoded) {
                 Some((user, password)) => {
                     let ok = credentials.is_empty() || credentials.check(user, password);
-                    ("PLAIN", user.to_vec(), ok)
+                    ("PLAIN", user.to_vec(), accepted(host, user, password, ok))
                 }
                 // Without configured credentials anything is accepted, as before.
                 None => ("PLAIN", Vec::new(), credentials.is_empty()),
@@ -94,11 +111,13 @@ impl Session {
                     Some(space) => (&decoded[..space], &decoded[space + 1..]),
                     None => (&decoded[..], &b""[..]),
                 };
+                // An inbox's password is kept only as a digest: CRAM-MD5 cannot check it.
                 let ok = credentials.password_of(user).is_some_and(|password| {
                     cram_md5_digest(password, &challenge)
                         .as_bytes()
                         .eq_ignore_ascii_case(digest)
-                });
+                }) && Session::inbox_login(host.inboxes(), user, b"")
+                    == InboxLogin::NotAnInbox;
                 ("CRAM-MD5", user.to_vec(), ok)
             }
         };

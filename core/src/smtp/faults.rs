@@ -102,6 +102,12 @@ pub struct Fired {
 pub trait FaultCheck {
     /// The fault that fires for `event`, if one does (a rule that fires may be used up).
     fn fire(&mut self, event: &FaultEvent<'_>) -> Option<Fired>;
+
+    /// The host's answers about inboxes (SMTP logins, `--unrouted reject`),
+    /// handed over with its rules; None (the default): no inboxes.
+    fn inboxes(&mut self) -> Option<&mut dyn super::InboxCheck> {
+        None
+    }
 }
 
 /// A [`FaultCheck`] where nothing ever fires.

@@ -40,7 +40,7 @@ pub const MAX_HEADERS: usize = 100;
 /// The most CR and LF bytes ignored before a request line (400 above it).
 pub const MAX_EMPTY_LINE_BYTES: usize = 64;
 /// The request headers the API looks at; the others are not handed to the filter.
-const FORWARDED_HEADERS: [&str; 7] = [
+const FORWARDED_HEADERS: [&str; 9] = [
     "host",
     "origin",
     "access-control-request-method",
@@ -51,6 +51,9 @@ const FORWARDED_HEADERS: [&str; 7] = [
     "if-none-match",
     // What a body is (POST /api/faults wants JSON).
     "content-type",
+    // Access control (`--admin-token`): a bearer token, or a browser session.
+    "authorization",
+    "cookie",
 ];
 
 /// An answer the driver gives instead of calling the API: a status and the

@@ -18,7 +18,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mailjar_core::api::{Api, Output, Removal};
+use mailjar_core::api::{Api, InboxRecord, Output, Removal};
 use mailjar_core::id::MessageId;
 use mailjar_core::smtp::{Envelope, Incoming, SmtpFacts};
 use mailjar_core::store::{Email, Prepared};
@@ -117,6 +117,15 @@ pub trait Storage: Send {
     /// (deleted or evicted): ids made after a restart must sort after it.
     fn id_floor(&self) -> Option<MessageId> {
         None
+    }
+    /// Replaces the stored inboxes (names, patterns, quotas, credential digests) with these.
+    fn save_inboxes(&mut self, records: &[InboxRecord]) -> Result<(), StorageError> {
+        let _ = records;
+        Ok(())
+    }
+    /// The stored inboxes, in creation order, at start.
+    fn load_inboxes(&mut self) -> Result<Vec<InboxRecord>, StorageError> {
+        Ok(Vec::new())
     }
     /// One small step of upkeep between batches (handing free pages back to
     /// the file system); true while there is more to do.
@@ -249,6 +258,7 @@ pub fn open<W>(options: &Options, api: &mut Api<W>, now_ms: u64) -> Result<Opene
             gaps.unwritten
         );
     }
+    restore_inboxes(&mut storage, api)?;
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let load = load_into(&mut storage, api, now_ms, threads)?;
     // What today's limits keep of what was read.
@@ -272,6 +282,31 @@ pub fn open<W>(options: &Options, api: &mut Api<W>, now_ms: u64) -> Result<Opene
         storage: Box::new(storage),
         status,
     })
+}
+
+/// Brings back the stored inboxes before the messages (which are routed to
+/// them again as they are restored). Without access control they stay on
+/// disk, unused.
+fn restore_inboxes<W>(storage: &mut dyn Storage, api: &mut Api<W>) -> Result<(), StorageError> {
+    let records = storage.load_inboxes()?;
+    if records.is_empty() {
+        return Ok(());
+    }
+    if !api.access_control() {
+        tracing::info!(
+            "{} inboxes are kept on disk, unused without --admin-token",
+            records.len()
+        );
+        return Ok(());
+    }
+    let count = records.len();
+    for record in records {
+        let name = record.name.clone();
+        api.restore_inbox(record)
+            .map_err(|e| StorageError(format!("the stored inbox {name:?}: {e}")))?;
+    }
+    tracing::info!("restored {count} inboxes");
+    Ok(())
 }
 
 /// Has `/health` report `storage`: what it describes of itself, its size,

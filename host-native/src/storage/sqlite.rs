@@ -24,6 +24,7 @@
 //! message gets at load.
 
 mod checkpointer;
+mod inboxes;
 mod row;
 mod schema;
 
@@ -31,7 +32,7 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
-use mailjar_core::api::Removal;
+use mailjar_core::api::{InboxRecord, Removal};
 use mailjar_core::id::MessageId;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 
@@ -433,6 +434,14 @@ impl Storage for Sqlite {
         }
         self.committed(records, removals, plan);
         Ok(())
+    }
+
+    fn save_inboxes(&mut self, records: &[InboxRecord]) -> Result<(), StorageError> {
+        inboxes::save(&self.connection, records).map_err(|e| error(&self.path, e))
+    }
+
+    fn load_inboxes(&mut self) -> Result<Vec<InboxRecord>, StorageError> {
+        inboxes::load(&self.connection).map_err(|e| error(&self.path, e))
     }
 
     fn load(&mut self, each: &mut dyn FnMut(Vec<Loaded>)) -> Result<LoadReport, StorageError> {

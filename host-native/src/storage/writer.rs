@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 use std::time::{Duration, Instant};
 
-use mailjar_core::api::Removal;
+use mailjar_core::api::{InboxRecord, Removal};
 use mailjar_core::id::MessageId;
 use mailjar_core::store::Email;
 use tokio::sync::oneshot;
@@ -48,6 +48,8 @@ pub enum Job {
     Remove(Vec<Removal>, Option<Ack>),
     /// Write what came before, close the storage (and its lock), then say so.
     Stop(oneshot::Sender<()>),
+    /// Replace the stored inboxes with these (the newest such job wins); the ack hears the write.
+    Inboxes(Vec<InboxRecord>, Ack),
 }
 
 /// How much one transaction takes at most.
@@ -180,6 +182,8 @@ pub enum Action {
     Wait(Option<Instant>),
     /// Close the storage, then tell these it is closed.
     Stop(Vec<oneshot::Sender<()>>),
+    /// Replace the stored inboxes with these, then tell the acks how it went.
+    Inboxes(Vec<InboxRecord>, Vec<Ack>),
 }
 
 /// The writer's policy: what goes in the next transaction, and when to write,
@@ -210,6 +214,8 @@ pub struct Writer {
     busy_at: Instant,
     /// Until then an idle writer looks at the size every [`SIZE_EVERY`].
     settle_until: Option<Instant>,
+    /// The inboxes to write, and who waits for them.
+    inboxes: Option<(Vec<InboxRecord>, Vec<Ack>)>,
 }
 
 impl Writer {
@@ -232,6 +238,7 @@ impl Writer {
             sized_at: now,
             busy_at: now,
             settle_until: None,
+            inboxes: None,
         }
     }
 
@@ -256,6 +263,15 @@ impl Writer {
                 self.acks.extend(ack);
             }
             Job::Stop(done) => self.stops.push(done),
+            Job::Inboxes(records, ack) => {
+                let mut acks = self
+                    .inboxes
+                    .take()
+                    .map(|(_, acks)| acks)
+                    .unwrap_or_default();
+                acks.push(ack);
+                self.inboxes = Some((records, acks));
+            }
         }
     }
 
@@ -276,6 +292,10 @@ impl Writer {
             for ack in self.acks.drain(..) {
                 let _ = ack.send(Ok(()));
             }
+        }
+        // Inboxes first, before a stop too: a few rows, and an admin waits.
+        if let Some((records, acks)) = self.inboxes.take() {
+            return Action::Inboxes(records, acks);
         }
         let work = !self.messages.is_empty() || !self.removals.is_empty();
         if self.done || (!work && (self.closed || !self.stops.is_empty())) {
@@ -452,6 +472,13 @@ pub fn run(
                         writer.handle_evicted(committed(std::mem::take(&mut done.emails)));
                     }
                     done.answer();
+                }
+            }
+            Action::Inboxes(records, acks) => {
+                let written = storage.save_inboxes(&records);
+                status.set(written.as_ref().err());
+                for ack in acks {
+                    let _ = ack.send(written.clone());
                 }
             }
             Action::Tidy => writer.handle_tidied(storage.tidy(), Instant::now()),

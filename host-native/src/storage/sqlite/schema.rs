@@ -13,7 +13,7 @@ use super::row::{COLUMNS, Fields};
 use crate::storage::StorageError;
 
 /// The schema this build writes (`PRAGMA user_version`).
-pub(super) const SCHEMA_VERSION: i64 = 3;
+pub(super) const SCHEMA_VERSION: i64 = 4;
 
 /// Pages of 16 KiB: a 2 KiB message and its metadata share a page instead of
 /// spilling into overflow pages (measured: twice the rows per second, 40% less disk).
@@ -64,6 +64,15 @@ pub(super) const MIGRATIONS: &[&str] = &[
         helo TEXT, remote_addr TEXT, tls_version TEXT, tls_cipher TEXT,
         auth_mechanism TEXT, auth_username TEXT, raw BLOB, checksum INTEGER,
         reason TEXT NOT NULL
+    );",
+    // 3 to 4: inboxes (`--admin-token`), with the digests of their credentials.
+    "CREATE TABLE inboxes (
+        position INTEGER PRIMARY KEY,
+        name TEXT NOT NULL UNIQUE,
+        addresses TEXT NOT NULL,
+        limits TEXT NOT NULL,
+        token BLOB NOT NULL,
+        smtp_password BLOB NOT NULL
     );",
 ];
 
