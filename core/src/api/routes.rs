@@ -1,5 +1,10 @@
 //! The routes of the API: which endpoint a request names, its parameters
 //! checked up front, and the answer or the [`JobKind`] that computes it.
+//!
+//! A slice pattern over the decoded path segments is the router: the routes
+//! are a dozen fixed shapes, and a router crate (`matchit`, warp's filters)
+//! would add a dependency to a sans-IO core that also builds for wasm
+//! without making one route shorter.
 
 use std::sync::Arc;
 
