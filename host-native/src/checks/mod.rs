@@ -26,21 +26,51 @@ use crate::state::Shared;
 /// many, not by the number of clients asking (README, "Resource model").
 pub const MAX_RUNNING: usize = 4;
 
-/// What the checks need, built once at start.
+/// What the checks need: the flags at start, the resolvers and clients at
+/// the first check that uses them (built at start, they were a third of an
+/// idle server's heap).
 pub struct Checks {
     /// One permit per running check.
     running: tokio::sync::Semaphore,
     spamd: Option<String>,
+    settings: CheckSettings,
+    /// The server's listening addresses, which the link check refuses.
+    listening: Vec<SocketAddr>,
+    domain: String,
+    clients: tokio::sync::OnceCell<Clients>,
+}
+
+/// The resolvers and clients of the checks that need the network.
+struct Clients {
     /// `Err` when the HTTP client could not be built: the check answers 503
     /// rather than fall back to a client without the guard.
     links: Result<Arc<links::LinkChecker>, String>,
     authenticator: Result<MessageAuthenticator, String>,
-    domain: String,
 }
 
 impl Checks {
     /// The checks as the flags set them; `own` are the server's listening addresses.
     pub fn new(settings: &CheckSettings, domain: &str, own: &[SocketAddr]) -> Checks {
+        Checks {
+            running: tokio::sync::Semaphore::new(MAX_RUNNING),
+            spamd: settings.spamassassin.clone(),
+            settings: settings.clone(),
+            listening: own.to_vec(),
+            domain: domain.to_owned(),
+            clients: tokio::sync::OnceCell::new(),
+        }
+    }
+
+    /// The resolvers and clients, built by the first check that asks.
+    async fn clients(&self) -> &Clients {
+        self.clients
+            .get_or_init(|| async { Clients::new(&self.settings, &self.listening) })
+            .await
+    }
+}
+
+impl Clients {
+    fn new(settings: &CheckSettings, own: &[SocketAddr]) -> Clients {
         let (config, options) = resolver_config(settings.dns);
         let resolver = config.clone().and_then(|config| {
             TokioResolver::builder_with_config(config, TokioRuntimeProvider::default())
@@ -68,12 +98,9 @@ impl Checks {
         let authenticator = config.and_then(|config| {
             MessageAuthenticator::new(config, options).map_err(|e| e.to_string())
         });
-        Checks {
-            running: tokio::sync::Semaphore::new(MAX_RUNNING),
-            spamd: settings.spamassassin.clone(),
+        Clients {
             links,
             authenticator,
-            domain: domain.to_owned(),
         }
     }
 }
@@ -136,7 +163,7 @@ pub async fn route(checks: &Checks, shared: &Shared, request: &Request) -> Optio
         return Some(Response::error(503, "shutting down"));
     };
     Some(match kind {
-        "links" => match &checks.links {
+        "links" => match &checks.clients().await.links {
             Ok(checker) => {
                 let links = email.links().iter().map(|l| l.to_string()).collect();
                 Response::json(200, &checker.check(links).await)
@@ -155,7 +182,7 @@ pub async fn route(checks: &Checks, shared: &Shared, request: &Request) -> Optio
 }
 
 async fn auth(checks: &Checks, email: &mailjar_core::store::Email) -> Response {
-    let authenticator = match &checks.authenticator {
+    let authenticator = match &checks.clients().await.authenticator {
         Ok(a) => a,
         Err(e) => return Response::error(503, e),
     };
