@@ -29,6 +29,24 @@ const POOR: &str = r#"<!DOCTYPE html><html><head><style>
 .row { display: flex; position: absolute; color: var(--brand); }
 </style></head><body><div class="row">Hi</div><video src="https://example.com/v.mp4"></video></body></html>"#;
 
+/// Features that `POOR` uses and that many mail clients lack.
+const POORLY_SUPPORTED: [&str; 4] = [
+    "css-display-flex",
+    "css-position",
+    "html-video",
+    "css-variables",
+];
+
+/// The features an HTML check warned about.
+fn features(check: &serde_json::Value) -> Vec<&str> {
+    check["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["feature"].as_str().unwrap())
+        .collect()
+}
+
 #[test]
 fn poorly_supported_features_are_warned_and_a_plain_message_is_not() {
     let server = Server::start();
@@ -38,18 +56,8 @@ fn poorly_supported_features_are_warned_and_a_plain_message_is_not() {
     ));
     let clients = poor["clients"].as_u64().unwrap();
     assert!(clients >= 10, "{poor}");
-    let warned: Vec<&str> = poor["warnings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|w| w["feature"].as_str().unwrap())
-        .collect();
-    for feature in [
-        "css-display-flex",
-        "css-position",
-        "html-video",
-        "css-variables",
-    ] {
+    let warned = features(&poor);
+    for feature in POORLY_SUPPORTED {
         assert!(warned.contains(&feature), "{feature} not in {warned:?}");
     }
     let video = poor["warnings"]
@@ -73,18 +81,8 @@ fn poorly_supported_features_are_warned_and_a_plain_message_is_not() {
         "/api/emails/{}/checks/html",
         stored_id(&server, &html_message("plain", plain_html))
     ));
-    let plain_warned: Vec<&str> = plain["warnings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|w| w["feature"].as_str().unwrap())
-        .collect();
-    for feature in [
-        "css-display-flex",
-        "css-position",
-        "html-video",
-        "css-variables",
-    ] {
+    let plain_warned = features(&plain);
+    for feature in POORLY_SUPPORTED {
         assert!(
             !plain_warned.contains(&feature),
             "{feature} in {plain_warned:?}"

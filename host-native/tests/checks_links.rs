@@ -106,16 +106,26 @@ fn html_with_links(links: &[String]) -> Vec<u8> {
     .into_bytes()
 }
 
-fn check(server: &Server, links: &[String]) -> Vec<Value> {
+/// Sends a message with these links; its id.
+fn send_links(server: &Server, links: &[String]) -> String {
     assert_eq!(
         server
             .send("a@example.com", &["b@example.com"], &html_with_links(links))
             .code,
         250
     );
-    let id = server.latest()["id"].as_str().unwrap().to_owned();
-    let report = server.get_ok(&format!("/api/emails/{id}/checks/links"));
-    report["links"].as_array().unwrap().clone()
+    server.latest()["id"].as_str().unwrap().to_owned()
+}
+
+/// The link check of a stored message.
+fn report(server: &Server, id: &str) -> Value {
+    server.get_ok(&format!("/api/emails/{id}/checks/links"))
+}
+
+/// Sends a message with these links and checks them.
+fn check(server: &Server, links: &[String]) -> Vec<Value> {
+    let id = send_links(server, links);
+    report(server, &id)["links"].as_array().unwrap().clone()
 }
 
 #[test]
@@ -130,23 +140,14 @@ fn without_the_flag_no_request_reaches_an_internal_server_and_nothing_is_fetched
         format!("http://[::ffff:127.0.0.1]:{}/ok", web.port()),
         format!("http://{}/ok", server.http),
     ];
-    assert_eq!(
-        server
-            .send(
-                "a@example.com",
-                &["b@example.com"],
-                &html_with_links(&links)
-            )
-            .code,
-        250
-    );
+    let id = send_links(&server, &links);
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(
         hits.load(Ordering::SeqCst),
         0,
         "a link was fetched on arrival"
     );
-    let results = check(&server, &links);
+    let results = report(&server, &id)["links"].as_array().unwrap().clone();
     assert_eq!(results.len(), links.len());
     for result in &results {
         assert_eq!(result["error"], "address not allowed", "{result}");
@@ -213,18 +214,8 @@ fn the_number_of_links_checked_is_bounded() {
     let (web, hits) = web_server();
     let server = Server::start_with(&["--link-check-allow-private", "--link-check-max-links", "3"]);
     let links: Vec<String> = (0..10).map(|i| format!("http://{web}/ok?{i}")).collect();
-    assert_eq!(
-        server
-            .send(
-                "a@example.com",
-                &["b@example.com"],
-                &html_with_links(&links)
-            )
-            .code,
-        250
-    );
-    let id = server.latest()["id"].as_str().unwrap().to_owned();
-    let report = server.get_ok(&format!("/api/emails/{id}/checks/links"));
+    let id = send_links(&server, &links);
+    let report = report(&server, &id);
     assert_eq!(report["links"].as_array().unwrap().len(), 3);
     assert_eq!(report["skipped"], 7);
     assert_eq!(hits.load(Ordering::SeqCst), 3);

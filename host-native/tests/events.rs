@@ -178,21 +178,11 @@ fn curl_ids(rx: &mpsc::Receiver<String>, n: usize) -> Vec<String> {
 }
 
 fn swaks(server: &Server, to: &str, subject: &str) {
-    let out = Command::new("swaks")
-        .args(["--server", &server.smtp.to_string(), "--to", to])
-        .args([
-            "--from",
-            "app@app.test",
-            "--header",
-            &format!("Subject: {subject}"),
-        ])
-        .args(["--body", "sent by swaks"])
-        .output()
-        .expect("swaks must be installed");
-    assert!(
-        out.status.success(),
-        "swaks failed: {}",
-        String::from_utf8_lossy(&out.stdout)
+    common::run_ok(
+        common::swaks(server)
+            .args(["--to", to, "--from", "app@app.test"])
+            .args(["--header", &format!("Subject: {subject}")])
+            .args(["--body", "sent by swaks"]),
     );
 }
 

@@ -17,15 +17,7 @@ use serde_json::{Value, json};
 
 /// `POST /api/faults` with `rule` as its JSON body; the response.
 fn post_fault(server: &Server, rule: &Value) -> Http {
-    let body = rule.to_string();
-    let request = format!(
-        "POST /api/faults HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        server.http,
-        body.len()
-    );
-    let response = http_exchange(server.http, request.as_bytes());
-    response.assert_json_contract("POST /api/faults");
-    response
+    server.post_json("/api/faults", &rule.to_string())
 }
 
 /// Adds a rule, which must be accepted; its id.

@@ -3,19 +3,12 @@
 
 mod common;
 
-use common::{Http, Server, http_exchange, message};
+use common::{Http, Server, message};
 use serde_json::{Value, json};
 
 /// `POST /api/faults` with `body` sent as it is.
 fn post_raw(server: &Server, body: &str) -> Http {
-    let request = format!(
-        "POST /api/faults HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        server.http,
-        body.len()
-    );
-    let response = http_exchange(server.http, request.as_bytes());
-    response.assert_json_contract("POST /api/faults");
-    response
+    server.post_json("/api/faults", body)
 }
 
 #[test]

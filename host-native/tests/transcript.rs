@@ -115,18 +115,12 @@ s.quit()
 #[test]
 fn swaks_session_with_auth_login() {
     let server = Server::start_with(&["--auth", &format!("tester:{PASSWORD}")]);
-    let out = Command::new("swaks")
-        .args(["--server", &server.smtp.to_string()])
-        .args(["--from", "app@example.com", "--to", "user@example.com"])
-        .args(["--auth", "LOGIN", "--auth-user", "tester"])
-        .args(["--auth-password", PASSWORD])
-        .args(["--body", "swaks body words"])
-        .output()
-        .expect("swaks must be installed");
-    assert!(
-        out.status.success(),
-        "swaks failed: {}",
-        String::from_utf8_lossy(&out.stdout)
+    run_ok(
+        common::swaks(&server)
+            .args(["--from", "app@example.com", "--to", "user@example.com"])
+            .args(["--auth", "LOGIN", "--auth-user", "tester"])
+            .args(["--auth-password", PASSWORD])
+            .args(["--body", "swaks body words"]),
     );
     let id = server.latest()["id"].as_str().unwrap().to_owned();
     let lines = transcript(&server, &id);

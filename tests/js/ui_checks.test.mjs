@@ -6,25 +6,20 @@
 // that never answers). Screenshots: target/ui-screenshots/checks-*.png.
 import assert from "node:assert/strict";
 import dgram from "node:dgram";
-import { existsSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import http from "node:http";
-import { tmpdir } from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
 
 import nodemailer from "nodemailer";
-import { chromium } from "playwright-core";
 
-import { root, startServer } from "./lib/native.mjs";
-
-const CHROMIUM = process.env.MAILJAR_CHROMIUM ?? "/usr/bin/chromium";
-const SHOTS = path.join(process.env.CARGO_TARGET_DIR ?? path.join(root, "target"), "ui-screenshots");
+import { SHOTS, launchChromium } from "./lib/chromium.mjs";
+import { startServer } from "./lib/native.mjs";
 
 let server;
 let web;
 let silentDns;
+let chromium;
 let browser;
-let profile;
 
 before(async () => {
   web = http.createServer((req, res) => {
@@ -35,20 +30,12 @@ before(async () => {
   silentDns = dgram.createSocket("udp4");
   await new Promise((resolve) => silentDns.bind(0, "127.0.0.1", resolve));
   server = await startServer(["--link-check-allow-private", "--dns", `127.0.0.1:${silentDns.address().port}`]);
-  assert.ok(existsSync(CHROMIUM), `${CHROMIUM} is missing: apt-get install chromium (scripts/test-wasm.sh does)`);
-  profile = mkdtempSync(path.join(tmpdir(), "mailjar-ui-checks-"));
-  browser = await chromium.launchPersistentContext(profile, {
-    executablePath: CHROMIUM,
-    headless: true,
-    viewport: { width: 1280, height: 900 },
-    args: ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"],
-  });
-  mkdirSync(SHOTS, { recursive: true });
+  chromium = await launchChromium({ viewport: { width: 1280, height: 900 } });
+  browser = chromium.context;
 });
 
 after(async () => {
-  await browser?.close();
-  if (profile) rmSync(profile, { recursive: true, force: true });
+  await chromium?.close();
   server?.child.kill();
   web?.close();
   silentDns?.close();

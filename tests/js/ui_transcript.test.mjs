@@ -4,40 +4,28 @@
 // the password elided; a message of another session shows only its own
 // transaction. Screenshots: target/ui-screenshots/transcript-*.png.
 import assert from "node:assert/strict";
-import { existsSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
 
 import nodemailer from "nodemailer";
-import { chromium } from "playwright-core";
 
-import { root, startServer } from "./lib/native.mjs";
+import { SHOTS, launchChromium } from "./lib/chromium.mjs";
+import { startServer } from "./lib/native.mjs";
 
-const CHROMIUM = process.env.MAILJAR_CHROMIUM ?? "/usr/bin/chromium";
-const SHOTS = path.join(process.env.CARGO_TARGET_DIR ?? path.join(root, "target"), "ui-screenshots");
 const PASSWORD = "ui-Secret-pw-42";
 
 let server;
+let chromium;
 let browser;
-let profile;
 
 before(async () => {
   server = await startServer(["--auth", `tester:${PASSWORD}`]);
-  assert.ok(existsSync(CHROMIUM), `${CHROMIUM} is missing: apt-get install chromium (scripts/test-wasm.sh does)`);
-  profile = mkdtempSync(path.join(tmpdir(), "mailjar-ui-transcript-"));
-  browser = await chromium.launchPersistentContext(profile, {
-    executablePath: CHROMIUM,
-    headless: true,
-    viewport: { width: 1280, height: 900 },
-    args: ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"],
-  });
-  mkdirSync(SHOTS, { recursive: true });
+  chromium = await launchChromium({ viewport: { width: 1280, height: 900 } });
+  browser = chromium.context;
 });
 
 after(async () => {
-  await browser?.close();
-  if (profile) rmSync(profile, { recursive: true, force: true });
+  await chromium?.close();
   server?.child.kill();
 });
 

@@ -143,6 +143,18 @@ impl Server {
         response
     }
 
+    /// `POST target` with this JSON body sent as it is, checked like [`Server::request`].
+    pub fn post_json(&self, target: &str, body: &str) -> Http {
+        let request = format!(
+            "POST {target} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            self.http,
+            body.len()
+        );
+        let response = http_exchange(self.http, request.as_bytes());
+        response.assert_json_contract(&format!("POST {target}"));
+        response
+    }
+
     /// `GET target`, checked like [`Server::request`].
     pub fn get(&self, target: &str) -> Http {
         self.request("GET", target)
@@ -1055,6 +1067,29 @@ impl ProbeState {
             .map_or(Duration::ZERO, |since| since.elapsed());
         worst.max(waiting)
     }
+
+    /// Runs one probe, timing it while it is in flight; counts whether it succeeded.
+    fn probe(&self, run: impl FnOnce() -> bool) -> bool {
+        use std::sync::atomic::Ordering;
+        let start = Instant::now();
+        *self
+            .in_flight_since
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(start);
+        let ok = run();
+        let took = start.elapsed();
+        *self
+            .in_flight_since
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = None;
+        {
+            let mut worst = self.worst.lock().unwrap_or_else(|e| e.into_inner());
+            *worst = (*worst).max(took);
+        }
+        let counter = if ok { &self.probes } else { &self.failures };
+        counter.fetch_add(1, Ordering::Relaxed);
+        ok
+    }
 }
 
 /// How long one `/health` probe or SMTP greeting may wait for its answer before it counts as
@@ -1085,28 +1120,13 @@ impl HealthProber {
             threads.push(std::thread::spawn(move || {
                 let mut stream: Option<TcpStream> = None;
                 while !stop.load(Ordering::Relaxed) {
-                    let start = Instant::now();
-                    *state
-                        .in_flight_since
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner()) = Some(start);
                     if !keep_alive {
                         stream = None;
                     }
-                    let ok = probe_health(addr, &mut stream, keep_alive).is_ok_and(|s| s == 200);
-                    let took = start.elapsed();
-                    *state
-                        .in_flight_since
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner()) = None;
-                    {
-                        let mut worst = state.worst.lock().unwrap_or_else(|e| e.into_inner());
-                        *worst = (*worst).max(took);
-                    }
-                    if ok {
-                        state.probes.fetch_add(1, Ordering::Relaxed);
-                    } else {
-                        state.failures.fetch_add(1, Ordering::Relaxed);
+                    let ok = state.probe(|| {
+                        probe_health(addr, &mut stream, keep_alive).is_ok_and(|s| s == 200)
+                    });
+                    if !ok {
                         stream = None;
                     }
                     std::thread::sleep(every);
@@ -1173,26 +1193,7 @@ impl GreetingProber {
             let (state, stop) = (state.clone(), stop.clone());
             std::thread::spawn(move || {
                 while !stop.load(Ordering::Relaxed) {
-                    let start = Instant::now();
-                    *state
-                        .in_flight_since
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner()) = Some(start);
-                    let ok = greeting(addr).is_ok_and(|line| line.starts_with("220 "));
-                    let took = start.elapsed();
-                    *state
-                        .in_flight_since
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner()) = None;
-                    {
-                        let mut worst = state.worst.lock().unwrap_or_else(|e| e.into_inner());
-                        *worst = (*worst).max(took);
-                    }
-                    if ok {
-                        state.probes.fetch_add(1, Ordering::Relaxed);
-                    } else {
-                        state.failures.fetch_add(1, Ordering::Relaxed);
-                    }
+                    state.probe(|| greeting(addr).is_ok_and(|line| line.starts_with("220 ")));
                     std::thread::sleep(every);
                 }
             })
