@@ -20,6 +20,8 @@ command -v swaks >/dev/null || apt_install swaks
 command -v curl >/dev/null || apt_install curl
 # The spam check runs against a real spamd (host-native/tests/checks_spam.rs); Debian ships its rules.
 [ -x /usr/sbin/spamd ] || apt_install spamassassin spamd
+# A load balancer in front of SMTP for the PROXY protocol tests.
+[ -x /usr/sbin/haproxy ] || apt_install haproxy
 # TLS tests: swaks --tls needs Perl's TLS modules (a recommendation of swaks, not a dependency).
 command -v openssl >/dev/null || apt_install openssl
 perl -MIO::Socket::SSL -MNet::SSLeay -e 1 2>/dev/null || apt_install libio-socket-ssl-perl libnet-ssleay-perl

@@ -159,6 +159,14 @@ pub struct Settings {
     /// What becomes of mail no inbox's addresses match: `admin` keeps it for the admin token only, `reject` answers its RCPT with 550 5.1.1 (unless the session authenticated as an inbox).
     #[arg(long, env = "MAILJAR_UNROUTED", value_enum, default_value_t = Unrouted::Admin)]
     pub unrouted: Unrouted,
+    /// A load balancer's address or CIDR (repeatable): SMTP connections from it must start with a PROXY v1 or v2 header, whose client address becomes `smtp.remoteAddr`; connections from elsewhere, and malformed or late headers (--smtp-command-timeout), are closed without a greeting.
+    #[arg(
+        long = "proxy-protocol",
+        env = "MAILJAR_PROXY_PROTOCOL",
+        value_name = "CIDR",
+        value_delimiter = ','
+    )]
+    pub proxy_protocol: Vec<String>,
     /// Print one JSON line on stdout once both listeners are bound: {"smtp": "127.0.0.1:PORT", "http": "http://127.0.0.1:PORT"}, plus "smtps" with --smtps-port.
     #[arg(long)]
     pub ready_json: bool,
@@ -219,6 +227,7 @@ impl Settings {
 
     /// Checks what clap cannot: limits that must be positive and consistent.
     pub fn validate(&self) -> Result<(), String> {
+        self.proxy_protocol()?;
         let positive = [
             ("--max-message-bytes", self.max_message_bytes),
             ("--max-recipients", self.max_recipients),
@@ -319,6 +328,11 @@ impl Settings {
 
 /// The TLS and AUTH flags.
 impl Settings {
+    /// What `--proxy-protocol` says: `None` without it.
+    pub fn proxy_protocol(&self) -> Result<Option<crate::proxy_protocol::ProxyProtocol>, String> {
+        crate::proxy_protocol::ProxyProtocol::new(&self.proxy_protocol, self.smtp_command_timeout)
+    }
+
     /// What the TLS flags say, for [`crate::tls::load`].
     pub fn tls_options(&self) -> TlsOptions {
         TlsOptions {

@@ -10,6 +10,7 @@ pub mod faults;
 pub mod http1;
 pub mod http_server;
 pub mod inbox_checks;
+pub mod proxy_protocol;
 pub mod sessions;
 pub mod smtp_load;
 pub mod smtp_server;
@@ -324,6 +325,8 @@ impl Server {
             tls: self.tls.clone(),
             implicit_tls: false,
             reject_unrouted: self.settings.unrouted == config::Unrouted::Reject,
+            // Checked by `Settings::validate` at start.
+            proxy: self.settings.proxy_protocol().ok().flatten().map(Arc::new),
         }
     }
 

@@ -25,6 +25,7 @@ use tokio::sync::{Semaphore, watch};
 use tokio::time::Instant;
 
 use crate::faults::ApiFaults;
+use crate::proxy_protocol::ProxyProtocol;
 use crate::smtp_load::{ConnectionBudget, OpenConnection, READ_BUFFER_BYTES, SmtpLoad};
 use crate::state::Shared;
 use crate::tls::{SmtpStream, Tls};
@@ -46,6 +47,8 @@ pub struct SmtpContext {
     pub implicit_tls: bool,
     /// `--unrouted reject`: RCPT of an address no inbox takes is 550 5.1.1.
     pub reject_unrouted: bool,
+    /// `--proxy-protocol`: who must send a PROXY header first.
+    pub proxy: Option<Arc<ProxyProtocol>>,
 }
 
 impl SmtpContext {
@@ -142,9 +145,16 @@ struct Connection {
 impl Connection {
     /// Shakes hands first on an implicit-TLS listener (a `connect` fault acts
     /// on the TLS stream), then opens the session: its greeting is queued.
-    async fn open(tcp: TcpStream, context: SmtpContext) -> std::io::Result<Connection> {
+    /// Behind `--proxy-protocol`, the PROXY header comes before both and
+    /// names the client.
+    async fn open(mut tcp: TcpStream, context: SmtpContext) -> std::io::Result<Connection> {
         let mut session = Session::new(context.config.clone());
-        if let Ok(peer) = tcp.peer_addr() {
+        let mut peer = tcp.peer_addr().ok();
+        if let Some(proxy) = &context.proxy {
+            let from = peer.ok_or_else(|| std::io::Error::other("no peer address"))?;
+            peer = Some(proxy.accept(&mut tcp, from).await?);
+        }
+        if let Some(peer) = peer {
             // "127.0.0.1:50123", "[::1]:50123".
             session.set_remote_addr(peer.to_string());
         }
