@@ -261,6 +261,38 @@ mod tests {
     }
 
     #[test]
+    fn no_mangled_header_panics() {
+        let seeds = [
+            b"PROXY TCP4 192.0.2.7 10.0.0.1 40000 25\r\n".to_vec(),
+            b"PROXY TCP6 2001:db8::5 2001:db8::1 42000 25\r\n".to_vec(),
+            v2(v2::Command::Proxy, "192.0.2.7:1"),
+            v2(v2::Command::Proxy, "[2001:db8::9]:5000"),
+        ];
+        // xorshift: every byte of every seed replaced, cut or grown, deterministically.
+        let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for seed in &seeds {
+            for _ in 0..2000 {
+                let mut bytes = seed.clone();
+                let at = (next() % bytes.len() as u64) as usize;
+                match next() % 3 {
+                    0 => bytes[at] = next() as u8,
+                    1 => bytes.truncate(at),
+                    _ => bytes.insert(at, next() as u8),
+                }
+                if let Ok(header) = read(&bytes) {
+                    let _ = client_address(&header);
+                }
+            }
+        }
+    }
+
+    #[test]
     fn only_listed_addresses_are_trusted() {
         let proxy =
             ProxyProtocol::new(&["10.0.0.0/8".into(), "::1".into()], Duration::from_secs(1))
