@@ -128,6 +128,9 @@ pub struct ApiConfig {
     pub api: Address,
     /// The bound SMTP address.
     pub smtp: Address,
+    /// The other listeners `/health` names beside `api` and `smtp`, by their
+    /// key (`"smtps"`, `"pop3"`, `"pop3s"`).
+    pub listeners: Vec<(String, Address)>,
     /// The recipient domain.
     pub domain: String,
     /// The store's limits.
@@ -170,6 +173,7 @@ impl Default for ApiConfig {
                 host: "127.0.0.1".into(),
                 port: 8025,
             },
+            listeners: Vec::new(),
             smtp: Address {
                 host: "127.0.0.1".into(),
                 port: 1025,
@@ -788,6 +792,7 @@ mod access;
 mod faults;
 mod inboxes;
 mod inline;
+mod mailbox;
 mod persist;
 mod routes;
 pub use inboxes::{InboxLimits, InboxRecord, Scope};

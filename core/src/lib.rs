@@ -35,6 +35,7 @@ mod json_text;
 pub mod jsregex;
 pub mod message;
 mod patterns;
+pub mod pop3;
 mod query;
 mod request_id;
 mod response;

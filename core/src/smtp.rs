@@ -86,6 +86,7 @@
 //! ```
 
 mod auth;
+pub(crate) use auth::split_plain;
 mod budget;
 mod faults;
 mod inboxes;

@@ -209,6 +209,11 @@ impl<W> Api<W> {
             "faults": self.faults.len(),
             "storage": self.storage_json(),
         });
+        if let Some(object) = body.as_object_mut() {
+            for (key, address) in &c.listeners {
+                object.insert(key.clone(), serde_json::json!(address));
+            }
+        }
         if let (true, Some(object)) = (self.config.access_control, body.as_object_mut()) {
             object.insert("inboxes".to_owned(), self.inbox_boxes.len().into());
         }

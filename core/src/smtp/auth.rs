@@ -25,7 +25,7 @@ fn accepted(host: &mut dyn FaultCheck, user: &[u8], password: &[u8], ours: bool)
 }
 
 /// The AUTH PLAIN message `authzid NUL authcid NUL passwd` as (authcid, passwd).
-fn split_plain(decoded: &[u8]) -> Option<(&[u8], &[u8])> {
+pub(crate) fn split_plain(decoded: &[u8]) -> Option<(&[u8], &[u8])> {
     let mut parts = decoded.splitn(3, |&b| b == 0);
     let (_authzid, user, password) = (parts.next()?, parts.next()?, parts.next()?);
     Some((user, password))
