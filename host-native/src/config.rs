@@ -124,6 +124,12 @@ pub struct Settings {
     /// Port of an implicit-TLS SMTP listener (SMTPS, on --smtp-host; 0 picks a free one); needs TLS configured.
     #[arg(long, env = "MAILJAR_SMTPS_PORT")]
     pub smtps_port: Option<u16>,
+    /// Port of a POP3 listener (on --smtp-host; 0 picks a free one; off by default): read captured mail with any mail client.
+    #[arg(long, env = "MAILJAR_POP3_PORT")]
+    pub pop3_port: Option<u16>,
+    /// Port of an implicit-TLS POP3 listener (POP3S, on --smtp-host; 0 picks a free one); needs TLS configured.
+    #[arg(long, env = "MAILJAR_POP3S_PORT")]
+    pub pop3s_port: Option<u16>,
     /// Answer MAIL before STARTTLS with 530 5.7.0; needs TLS configured.
     #[arg(long, env = "MAILJAR_REQUIRE_TLS")]
     pub require_tls: bool,
@@ -167,7 +173,7 @@ pub struct Settings {
         value_delimiter = ','
     )]
     pub proxy_protocol: Vec<String>,
-    /// Print one JSON line on stdout once both listeners are bound: {"smtp": "127.0.0.1:PORT", "http": "http://127.0.0.1:PORT"}, plus "smtps" with --smtps-port.
+    /// Print one JSON line on stdout once both listeners are bound: {"smtp": "127.0.0.1:PORT", "http": "http://127.0.0.1:PORT"}, plus "smtps", "pop3" and "pop3s" with their flags.
     #[arg(long)]
     pub ready_json: bool,
     /// Log filter (error, warn, info, debug, trace, or a tracing directive).
@@ -370,6 +376,7 @@ impl Settings {
             for (flag, set) in [
                 ("--require-tls", self.require_tls),
                 ("--smtps-port", self.smtps_port.is_some()),
+                ("--pop3s-port", self.pop3s_port.is_some()),
                 ("--tls-cert-out", self.tls_cert_out.is_some()),
             ] {
                 if set {

@@ -10,6 +10,7 @@ pub mod faults;
 pub mod http1;
 pub mod http_server;
 pub mod inbox_checks;
+pub mod pop3_server;
 pub mod proxy_protocol;
 pub mod sessions;
 pub mod smtp_load;
@@ -38,6 +39,8 @@ pub struct Server {
     http: TcpListener,
     /// The implicit-TLS listener (`--smtps-port`).
     smtps: Option<TcpListener>,
+    /// `--pop3-port`, `--pop3s-port`.
+    pop3: pop3_server::Listeners,
     /// TLS, when configured.
     tls: Option<tls::Tls>,
     shared: Arc<Shared>,
@@ -100,6 +103,16 @@ const ACCEPT_BACKLOG: u32 = 4096;
 /// Binds a listener with a deep accept queue, reusing the address of a server
 /// just stopped. A failure names the listener and its address:
 /// `SMTP 127.0.0.1:1025: address in use`.
+/// [`listen`] on `host:port` when a port is given.
+fn listen_on(
+    name: &str,
+    host: std::net::IpAddr,
+    port: Option<u16>,
+) -> std::io::Result<Option<TcpListener>> {
+    port.map(|port| listen(name, SocketAddr::new(host, port)))
+        .transpose()
+}
+
 fn listen(name: &str, addr: SocketAddr) -> std::io::Result<TcpListener> {
     let bound = (|| {
         let socket = if addr.is_ipv4() {
@@ -211,14 +224,27 @@ impl Server {
             Some(port) => Some(listen("SMTPS", SocketAddr::new(settings.smtp_host, port))?),
             None => None,
         };
+        let pop3 = pop3_server::Listeners {
+            pop3: listen_on("POP3", settings.smtp_host, settings.pop3_port)?,
+            pop3s: listen_on("POP3S", settings.smtp_host, settings.pop3s_port)?,
+        };
         let address = |a: SocketAddr| Address {
             host: a.ip().to_string(),
             port: a.port(),
         };
+        let listeners = smtps
+            .as_ref()
+            .and_then(|l| l.local_addr().ok())
+            .map(|a| ("smtps", a))
+            .into_iter()
+            .chain(pop3.addresses())
+            .map(|(key, a)| (key.to_owned(), address(a)))
+            .collect();
         let smtp_load = Arc::new(smtp_load::SmtpLoad::new(settings.max_inflight_bytes));
         let mut api = Api::new(ApiConfig {
             api: address(http.local_addr()?),
             smtp: address(smtp.local_addr()?),
+            listeners,
             domain: settings.domain.clone(),
             store: StoreLimits {
                 max_messages: settings.max_messages,
@@ -275,6 +301,7 @@ impl Server {
             smtp,
             http,
             smtps,
+            pop3,
             tls,
         })
     }
@@ -287,6 +314,11 @@ impl Server {
     /// The bound implicit-TLS SMTP address, when `--smtps-port` is given.
     pub fn smtps_addr(&self) -> Option<std::io::Result<SocketAddr>> {
         self.smtps.as_ref().map(TcpListener::local_addr)
+    }
+
+    /// The bound POP3 listeners' addresses, by their `--ready-json` keys.
+    pub fn mail_reader_addrs(&self) -> Vec<(&'static str, SocketAddr)> {
+        self.pop3.addresses()
     }
 
     /// The bound HTTP address.
@@ -376,6 +408,20 @@ impl Server {
                 &listening,
             )),
         };
+        let pop3_context = pop3_server::Pop3Context {
+            config: mailjar_core::pop3::Config {
+                stls: self.tls.is_some(),
+                max_line_bytes: self.settings.max_line_bytes,
+                idle_timeout_ms: ms(self.settings.idle_timeout),
+            },
+            shared: self.shared.clone(),
+            access: self.access.clone(),
+            tls: self.tls.clone(),
+            implicit_tls: false,
+            shutdown: http_context.shutdown.clone(),
+        };
+        // The SMTP listener's slots: POP3 connections count against --max-connections.
+        let pop3_tasks = self.pop3.spawn(&slots, &pop3_context);
         let timers = tokio::spawn(self.shared.clone().run_timers());
         let pump = tokio::spawn(self.shared.clone().pump_events());
         let smtp_task = tokio::spawn(smtp_server::serve(self.smtp, slots.clone(), smtp_context));
@@ -389,6 +435,9 @@ impl Server {
         let _ = shutdown_tx.send(true);
         let _ = smtp_task.await;
         if let Some(task) = smtps_task {
+            let _ = task.await;
+        }
+        for task in pop3_tasks {
             let _ = task.await;
         }
         let _ = http_task.await;

@@ -61,6 +61,9 @@ fn main() -> std::process::ExitCode {
         if let Some(Ok(smtps)) = server.smtps_addr() {
             tracing::info!("SMTPS (implicit TLS) on {smtps}");
         }
+        for (key, addr) in server.mail_reader_addrs() {
+            tracing::info!("{} on {addr}", key.to_uppercase());
+        }
         if let (Ok(smtp), Ok(http)) = (server.smtp_addr(), server.http_addr()) {
             tracing::info!("SMTP on {smtp}, HTTP API on http://{http}");
             if ready_json {
@@ -68,6 +71,9 @@ fn main() -> std::process::ExitCode {
                 let mut line = serde_json::json!({ "smtp": smtp.to_string(), "http": format!("http://{http}") });
                 if let Some(Ok(smtps)) = server.smtps_addr() {
                     line["smtps"] = smtps.to_string().into();
+                }
+                for (key, addr) in server.mail_reader_addrs() {
+                    line[key] = addr.to_string().into();
                 }
                 println!("{line}");
             }

@@ -1,0 +1,287 @@
+//! The POP3 listeners (`--pop3-port`, and `--pop3s-port` for implicit TLS):
+//! one core [`pop3::Session`] per TCP connection, sharing the SMTP
+//! listener's connection slots, TLS configuration and shutdown.
+//!
+//! The connection writes what the session transmits (a retrieval in chunks,
+//! each written before the next is made, so a client that does not read
+//! holds one chunk), answers its requests through the API (a login's
+//! mailbox is an O(1) snapshot taken under the lock and listed outside it; a
+//! message is looked up by id in the live store; QUIT's deletions are
+//! `DELETE /api/emails/:id` requests in the login's scope, so events,
+//! storage and inboxes see them as they see any other delete), and sleeps
+//! until the session's idle deadline when no bytes come.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use mailjar_core::api::{Request, Scope};
+use mailjar_core::pop3::{self, Entry, Output, Session};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Semaphore, watch};
+use tokio::time::Instant;
+
+use crate::access::Access;
+use crate::sessions::Holder;
+use crate::state::{Answer, Shared};
+use crate::tls::{SmtpStream, Tls};
+
+/// What every POP3 connection needs.
+#[derive(Clone)]
+pub struct Pop3Context {
+    /// Line length, STLS, idle timeout.
+    pub config: pop3::Config,
+    /// The store, through the API.
+    pub shared: Arc<Shared>,
+    /// `--admin-token`: logins are inboxes' SMTP credentials, or the admin
+    /// token as the password; without it any login opens every message.
+    pub access: Option<Arc<Access>>,
+    /// TLS, when configured.
+    pub tls: Option<Tls>,
+    /// This listener is implicit TLS (`--pop3s-port`).
+    pub implicit_tls: bool,
+    /// Becomes true when the server shuts down.
+    pub shutdown: watch::Receiver<bool>,
+}
+
+/// Accepts connections until shutdown; each holds a permit of `slots` (the SMTP listener's) while open.
+pub async fn serve(listener: TcpListener, slots: Arc<Semaphore>, mut context: Pop3Context) {
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = context.shutdown.changed() => break,
+        };
+        let (stream, peer) = match accepted {
+            Ok(pair) => pair,
+            Err(e) => {
+                tracing::warn!("POP3 accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let Ok(permit) = slots.clone().try_acquire_owned() else {
+            tracing::warn!(%peer, "too many connections: POP3 refused");
+            tokio::spawn(async move {
+                let mut stream = stream;
+                let _ = stream
+                    .write_all(b"-ERR [SYS/TEMP] too many connections\r\n")
+                    .await;
+                let _ = stream.shutdown().await;
+            });
+            continue;
+        };
+        let context = context.clone();
+        tokio::spawn(async move {
+            if let Err(e) = Connection::run(stream, context).await {
+                tracing::debug!(%peer, "POP3 connection ended: {e}");
+            }
+            drop(permit);
+        });
+    }
+}
+
+/// One open POP3 connection.
+struct Connection {
+    session: Session,
+    stream: SmtpStream,
+    context: Pop3Context,
+    /// Time zero of the session's milliseconds.
+    opened: Instant,
+    /// Whose mailbox the login opened.
+    scope: Scope,
+    out: Vec<u8>,
+    buffer: Vec<u8>,
+}
+
+impl Connection {
+    async fn run(tcp: TcpStream, context: Pop3Context) -> std::io::Result<()> {
+        let mut session = Session::new(context.config.clone(), 0);
+        let stream = match (&context.tls, context.implicit_tls) {
+            (Some(tls), true) => {
+                session.set_tls();
+                tls.accept(tcp).await?.0
+            }
+            _ => SmtpStream::Plain(tcp),
+        };
+        let mut connection = Connection {
+            session,
+            stream,
+            context,
+            opened: Instant::now(),
+            scope: Scope::All,
+            out: Vec::with_capacity(pop3::CHUNK),
+            buffer: Vec::with_capacity(16 * 1024),
+        };
+        let result = connection.serve().await;
+        let _ = connection.stream.shutdown().await;
+        result
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.opened.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Writes, answers and reads until the session closes or the server shuts down.
+    async fn serve(&mut self) -> std::io::Result<()> {
+        loop {
+            if !self.drain().await? {
+                return Ok(());
+            }
+            let deadline = self
+                .session
+                .poll_timeout()
+                .map(|ms| self.opened + Duration::from_millis(ms));
+            self.buffer.clear();
+            tokio::select! {
+                read = self.stream.read_buf(&mut self.buffer) => {
+                    if read? == 0 {
+                        return Ok(());
+                    }
+                    let now = self.now_ms();
+                    self.session.handle_input(&self.buffer, now);
+                }
+                () = sleep_until(deadline) => self.session.handle_timeout(self.now_ms()),
+                _ = self.context.shutdown.changed() => return Ok(()),
+            }
+        }
+    }
+
+    /// Writes what the session transmits and answers its requests; false once it closed.
+    async fn drain(&mut self) -> std::io::Result<bool> {
+        loop {
+            self.flush().await?;
+            let Some(output) = self.session.poll_output() else {
+                return Ok(true);
+            };
+            match output {
+                Output::Login { user, password } => {
+                    let maildrop = self.login(&user, &password);
+                    self.session.handle_login(maildrop);
+                }
+                Output::Fetch(id) => {
+                    let scope = self.scope.clone();
+                    let email = self
+                        .context
+                        .shared
+                        .call(|api| api.mailbox_email(&scope, id));
+                    self.session.handle_message(email);
+                }
+                Output::Delete(ids) => {
+                    let ok = self.delete(&ids).await;
+                    self.session.handle_deleted(ok);
+                }
+                Output::StartTls => {
+                    self.flush().await?;
+                    let Some(tls) = &self.context.tls else {
+                        return Err(std::io::Error::other("STLS without TLS configured"));
+                    };
+                    let plain = std::mem::replace(&mut self.stream, SmtpStream::Gone);
+                    self.stream = tls.upgrade(plain).await?.0;
+                    self.session.tls_started();
+                }
+                Output::Close => {
+                    self.flush().await?;
+                    return Ok(false);
+                }
+            }
+        }
+    }
+
+    /// Writes everything transmitted, a chunk at a time.
+    async fn flush(&mut self) -> std::io::Result<()> {
+        loop {
+            self.out.clear();
+            if !self.session.poll_transmit(&mut self.out) {
+                return Ok(());
+            }
+            self.stream.write_all(&self.out).await?;
+        }
+    }
+
+    /// The maildrop these credentials open, or None.
+    fn login(&mut self, user: &str, password: &str) -> Option<Vec<Entry>> {
+        let shared = &self.context.shared;
+        let scope = match &self.context.access {
+            None => Scope::All,
+            Some(access) => match access.holder_of(shared, password) {
+                Some(Holder::Admin) => Scope::All,
+                _ => shared.call(|api| api.mailbox_of_login(user, password))?,
+            },
+        };
+        let snapshot = shared.call(|api| api.mailbox(&scope));
+        self.scope = scope;
+        // Listed outside the lock.
+        Some(
+            snapshot
+                .iter()
+                .map(|email| Entry {
+                    id: email.id,
+                    size: email.raw().len() as u64,
+                })
+                .collect(),
+        )
+    }
+
+    /// Deletes these in the login's scope, as `DELETE /api/emails/:id` does;
+    /// true when each is gone (already gone counts).
+    async fn delete(&self, ids: &[mailjar_core::id::MessageId]) -> bool {
+        let mut all = true;
+        for id in ids {
+            let mut request = Request::new("DELETE", &format!("/api/emails/{id}"));
+            request.scope = self.scope.clone();
+            let status = match self.context.shared.handle(&request).await {
+                Answer::Response(response) => response.status,
+                Answer::Subscribe(_) => 500,
+            };
+            all &= status == 200 || status == 404;
+        }
+        all
+    }
+}
+
+/// Sleeps until `deadline`; forever without one.
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The bound POP3 listeners (`--pop3-port`, `--pop3s-port`), before they serve.
+#[derive(Default)]
+pub struct Listeners {
+    /// The plain listener (STLS when TLS is configured).
+    pub pop3: Option<TcpListener>,
+    /// The implicit-TLS listener.
+    pub pop3s: Option<TcpListener>,
+}
+
+impl Listeners {
+    /// The bound addresses by the key `/health` and `--ready-json` name them.
+    pub fn addresses(&self) -> Vec<(&'static str, SocketAddr)> {
+        [("pop3", &self.pop3), ("pop3s", &self.pop3s)]
+            .into_iter()
+            .filter_map(|(key, l)| Some((key, l.as_ref()?.local_addr().ok()?)))
+            .collect()
+    }
+
+    /// Serves both until shutdown; the tasks to await.
+    pub fn spawn(
+        self,
+        slots: &Arc<Semaphore>,
+        context: &Pop3Context,
+    ) -> Vec<tokio::task::JoinHandle<()>> {
+        [(self.pop3, false), (self.pop3s, true)]
+            .into_iter()
+            .filter_map(|(listener, implicit_tls)| {
+                let context = Pop3Context {
+                    implicit_tls,
+                    ..context.clone()
+                };
+                Some(tokio::spawn(serve(listener?, slots.clone(), context)))
+            })
+            .collect()
+    }
+}
