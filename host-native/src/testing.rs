@@ -279,7 +279,8 @@ impl TestServer {
     }
 
     /// A client of this server's API that sends `token` (an inbox's, from
-    /// [`Self::create_inbox`]): it sees only that inbox's mail.
+    /// [`Self::create_inbox`]): it sees only that inbox's mail. Without
+    /// access control no token is checked and every client sees everything.
     pub fn client(&self, token: &str) -> Client {
         Client {
             token: Some(token.to_owned()),
