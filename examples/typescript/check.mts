@@ -38,3 +38,14 @@ export async function check(): Promise<string[]> {
   mail.close();
   return [code, String(raw?.length), String(verdict.pass), String(deleted), typeof fixtures.inbox, String(held), String(date), String(tls)];
 }
+
+// With the admin token of a shared mailjar: each test's inbox is the server's own.
+export async function checkServerInboxes(): Promise<string> {
+  const admin = new MailjarClient("http://127.0.0.1:8025", { token: "admin-token-0123456789" });
+  const fixtures = mailjarFixtures(admin, { serverInboxes: true });
+  let seen = "";
+  await fixtures.inbox({ mail: admin }, async (inbox) => {
+    seen = inbox.name + inbox.smtp.password + inbox.address + (await inbox.client.list()).length;
+  });
+  return seen;
+}

@@ -2,12 +2,14 @@
 // admin makes two inboxes, nodemailer sends real SMTP mail to each, and each
 // inbox's client (its own token) sees only its own mail, in lists, waits and
 // the event stream; no token, a wrong one or a rotated one is a MailjarError
-// with the server's status and text.
+// with the server's status and text. The test fixture gives each test an
+// inbox of the server's own.
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 
 import { MailjarClient } from "../../host-wasm/js/client.mjs";
 import { MailjarError } from "../../host-wasm/js/methods.mjs";
+import { mailjarFixtures } from "../../host-wasm/js/testing.mjs";
 import { withServerAndMailer } from "./lib/native.mjs";
 
 const ADMIN = "client-inboxes-admin-0123456789";
@@ -128,6 +130,44 @@ describe("MailjarClient with tokens", () => {
     assert.equal(await admin.inboxes.delete("rotated-d"), 0);
     assert.equal((await refusal(admin.withToken(rotated.token).list())).status, 401);
     assert.equal((await refusal(admin.inboxes.get("rotated-d"))).status, 404);
+  });
+
+  test("the fixture with serverInboxes gives each test an inbox of the server's own and deletes it after", async () => {
+    const admin = new MailjarClient(ctx.server.http, { token: ADMIN });
+    const fixtures = mailjarFixtures(admin, { serverInboxes: true });
+    const names = [];
+    let parked;
+    // Two tests at once, as two workers sharing one mailjar run them.
+    const run = (subject, check) =>
+      fixtures.inbox({ mail: admin }, async (inbox) => {
+        names.push(inbox.name);
+        await check(inbox, subject);
+      });
+    const sameAddress = "shared-user@example.test";
+    await Promise.all([
+      run("first", async (inbox, subject) => {
+        await send(inbox.address, subject);
+        assert.equal((await inbox.waitFor()).subject, subject);
+        // Sent with its SMTP login to an address both tests use: its client sees it, the other's does not.
+        await ctx.mailer.sendMail({ from: "app@sender.test", to: sameAddress, subject: "by login", text: "x", auth: { user: inbox.smtp.username, pass: inbox.smtp.password } });
+        const byLogin = await inbox.client.waitFor({ to: sameAddress });
+        assert.equal(byLogin.subject, "by login");
+        assert.deepEqual((await inbox.client.list()).map((e) => e.subject), [subject, "by login"]);
+      }),
+      run("second", async (inbox, subject) => {
+        await send(inbox.address, subject);
+        assert.equal((await inbox.waitFor()).subject, subject);
+        assert.deepEqual((await inbox.client.list()).map((e) => e.subject), [subject]);
+        // A wait still parked when the test ends is ended by the fixture.
+        parked = inbox.waitFor({ subject: "never" }, { timeoutMs: 30_000 }).catch((error) => error);
+      }),
+    ]);
+    assert.match(String((await parked).message), /the test ended/);
+    const left = (await admin.inboxes.list()).map((i) => i.name);
+    assert.equal(names.length, 2);
+    for (const name of names) assert.ok(!left.includes(name), `${name} was not deleted`);
+    // Something without `inboxes` (a MailServer in-process) cannot make server inboxes.
+    assert.throws(() => mailjarFixtures({ createInbox() {} }, { serverInboxes: true }), /serverInboxes needs a MailjarClient/);
   });
 
   test("bad arguments are a TypeError before any request", () => {
