@@ -15,6 +15,22 @@ def client(mailjar):
     return app.test_client()
 
 
+@pytest.fixture
+def logged_in_client(mailjar, mailjar_inbox):
+    """The application sending with this test's own SMTP login: its mail
+    belongs to the test's inbox whatever address it goes to."""
+    if mailjar_inbox.smtp is None:
+        pytest.skip("needs a mailjar with access control (the mailjar_admin_token ini option)")
+    login = mailjar_inbox.smtp
+    app = create_app(MAIL_SERVER=mailjar.smtp_host, MAIL_PORT=mailjar.smtp_port,
+                     MAIL_USERNAME=login["username"], MAIL_PASSWORD=login["password"])
+    return app.test_client()
+
+
+# The message id each run of the isolation test saw.
+SEEN = {}
+
+
 def test_signup_sends_a_code_that_confirms_the_account(client, mailjar_inbox):
     assert client.post("/signup", data={"email": mailjar_inbox.address}).status_code == 201
     email = mailjar_inbox.wait_for(subject="Confirm")
@@ -31,6 +47,22 @@ def test_each_test_has_its_own_inbox(client, mailjar, mailjar_inbox):
     assert other.wait_for()["to"] == [other.address]
     assert mailjar_inbox.list() == []
     assert mailjar.wait_for(to=other.address, subject=re.compile(r"^confirm", re.I))["subject"] == "Confirm your account"
+
+
+@pytest.mark.parametrize("run", ["first", "second"])
+def test_two_tests_signing_up_the_same_address_see_only_their_own_mail(client, logged_in_client, mailjar,
+                                                                      mailjar_inbox, run):
+    # The same user signs up in both runs. A copy sent without a login stays
+    # on the server (it is the admin's): the second run would see the first
+    # run's mail if its inbox token did not keep it to its own.
+    client.post("/signup", data={"email": "alice@example.test"})
+    assert logged_in_client.post("/signup", data={"email": "alice@example.test"}).status_code == 201
+    email = mailjar_inbox.wait_for(to="alice@example.test")
+    assert [e["id"] for e in mailjar_inbox.list()] == [email["id"]]
+    SEEN[run] = email["id"]
+    if run == "second":
+        assert mailjar_inbox.get(SEEN["first"]) is None
+        assert len(mailjar.list(to="alice@example.test")) == 3
 
 
 def test_a_wait_without_mail_raises_mailjar_timeout(mailjar_inbox):

@@ -1,6 +1,6 @@
 // Type-checked with `tsc --noEmit`: the package's declarations describe what
 // a TypeScript test writes.
-import { MailServer, MailjarClient, MailjarError, type CapturedEmail } from "mailjar";
+import { MailServer, MailjarClient, MailjarError, type CapturedEmail, type CreatedInbox, type ListedInbox } from "mailjar";
 import { mailjarFixtures, matchers } from "mailjar/testing";
 
 export async function check(): Promise<string[]> {
@@ -28,6 +28,24 @@ export async function check(): Promise<string[]> {
     if (error instanceof MailjarError && error.timeout) return [String(error.status)];
   }
   const deleted: number = await inbox.clear();
+  // A mailjar with --admin-token: the admin makes an inbox, its token reads its mail.
+  const admin = new MailjarClient("http://127.0.0.1:8025", { token: "admin-token-0123456789" });
+  const team: CreatedInbox = await admin.inboxes.create({ name: "team-a", addresses: ["*@team-a.test"], maxMessages: 100 });
+  const listed: ListedInbox[] = await admin.inboxes.list();
+  const mine: CapturedEmail[] = await admin.withToken(team.token).list({ inbox: team.name });
+  const login: string = team.smtp.username + (await admin.inboxes.rotate(team.name)).smtp.password;
+  void [listed.map((i) => i.evicted + i.messages), mine, login, await admin.inboxes.delete("team-a")];
   mail.close();
   return [code, String(raw?.length), String(verdict.pass), String(deleted), typeof fixtures.inbox, String(held), String(date), String(tls)];
+}
+
+// With the admin token of a shared mailjar: each test's inbox is the server's own.
+export async function checkServerInboxes(): Promise<string> {
+  const admin = new MailjarClient("http://127.0.0.1:8025", { token: "admin-token-0123456789" });
+  const fixtures = mailjarFixtures(admin, { serverInboxes: true });
+  let seen = "";
+  await fixtures.inbox({ mail: admin }, async (inbox) => {
+    seen = inbox.name + inbox.smtp.password + inbox.address + (await inbox.client.list()).length;
+  });
+  return seen;
 }

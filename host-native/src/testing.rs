@@ -17,6 +17,28 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! With access control, [`TestServer::builder`] starts it with an admin
+//! token; the server's own helpers then act as the admin, and
+//! [`TestServer::create_inbox`] with [`TestServer::client`] give each test
+//! an inbox of its own and a [`Client`] that sees only that inbox's mail.
+//!
+//! ```no_run
+//! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use mailjar::testing::{Filter, NewInbox, TestServer};
+//!
+//! let server = TestServer::builder().admin_token("admin-token-0123456789").start().await?;
+//! let inbox = server.create_inbox(&NewInbox::new("signup").address("*@signup.test")).await?;
+//! let mail = server.client(&inbox.token);
+//! // The application sends to anyone@signup.test, or logs in with inbox.smtp.
+//! let email = mail.wait_for(&Filter::new(), Duration::from_secs(5)).await?;
+//! # let _ = email;
+//! # Ok(())
+//! # }
+//! ```
+
+mod inboxes;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -27,9 +49,13 @@ use mailjar_core::api::{Body, Response};
 use serde::Deserialize;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
+use warp::http;
 
+use crate::access::Access;
 use crate::state::{Answer, Shared};
 use crate::{Server, Settings};
+
+pub use inboxes::{CreatedInbox, InboxLimits, ListedInbox, NewInbox, SmtpLogin};
 
 /// The longest one wait the API holds (README, "HTTP API": `timeoutMs` 1–60000); longer waits are several.
 const MAX_WAIT: Duration = Duration::from_secs(60);
@@ -117,6 +143,12 @@ impl Filter {
         self
     }
 
+    /// In this inbox only (the admin's narrowing; an inbox's own client is in its inbox already).
+    pub fn inbox(mut self, name: &str) -> Filter {
+        self.pairs.push(("inbox", name.to_owned()));
+        self
+    }
+
     fn query(&self, extra: Option<(&'static str, String)>) -> String {
         let mut query = form_urlencoded::Serializer::new(String::new());
         for (key, value) in self.pairs.iter().chain(extra.iter()) {
@@ -153,9 +185,70 @@ impl std::error::Error for TestError {}
 pub struct TestServer {
     smtp: SocketAddr,
     http: SocketAddr,
-    shared: Arc<Shared>,
+    /// The server's own helpers: the admin's client (or, without access control, anyone's).
+    admin: Client,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<()>>,
+}
+
+/// How a [`TestServer`] starts: its flags and its admin token.
+#[derive(Debug, Clone, Default)]
+pub struct TestServerBuilder {
+    flags: Vec<String>,
+    admin_token: Option<String>,
+}
+
+impl TestServerBuilder {
+    /// Turns access control on with this admin token (`--admin-token`, at
+    /// least 16 characters): the server's helpers send it, and inboxes can be made.
+    pub fn admin_token(mut self, token: &str) -> TestServerBuilder {
+        self.admin_token = Some(token.to_owned());
+        self
+    }
+
+    /// Adds these command-line flags (e.g. `["--max-messages", "10"]`).
+    pub fn flags(mut self, flags: &[&str]) -> TestServerBuilder {
+        self.flags.extend(flags.iter().map(|f| (*f).to_owned()));
+        self
+    }
+
+    /// Starts on free local ports (unless the flags name them).
+    pub async fn start(self) -> std::io::Result<TestServer> {
+        let token = self
+            .admin_token
+            .iter()
+            .flat_map(|t| ["--admin-token", t.as_str()]);
+        let args = ["mailjar", "--smtp-port", "0", "--http-port", "0"]
+            .into_iter()
+            .chain(self.flags.iter().map(String::as_str))
+            .chain(token);
+        let settings = <Settings as clap::Parser>::try_parse_from(args)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
+        settings
+            .validate()
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+        // Also a token from the flags or MAILJAR_ADMIN_TOKEN: the helpers need it.
+        let admin_token = settings.admin_token.clone();
+        let server = Server::bind(settings).await?;
+        let smtp = server.smtp_addr()?;
+        let http = server.http_addr()?;
+        let admin = Client {
+            shared: server.shared.clone(),
+            access: server.access.clone(),
+            token: admin_token,
+        };
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(server.run(async move {
+            let _ = stopped.await;
+        }));
+        Ok(TestServer {
+            smtp,
+            http,
+            admin,
+            stop: Some(stop),
+            task: Some(task),
+        })
+    }
 }
 
 impl TestServer {
@@ -167,29 +260,32 @@ impl TestServer {
     /// Starts with these command-line flags (e.g. `["--max-messages", "10"]`),
     /// on free ports unless the flags name them.
     pub async fn start_with(flags: &[&str]) -> std::io::Result<TestServer> {
-        let args = ["mailjar", "--smtp-port", "0", "--http-port", "0"]
-            .into_iter()
-            .chain(flags.iter().copied());
-        let settings = <Settings as clap::Parser>::try_parse_from(args)
-            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
-        settings
-            .validate()
-            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-        let server = Server::bind(settings).await?;
-        let smtp = server.smtp_addr()?;
-        let http = server.http_addr()?;
-        let shared = server.shared.clone();
-        let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(server.run(async move {
-            let _ = stopped.await;
-        }));
-        Ok(TestServer {
-            smtp,
-            http,
-            shared,
-            stop: Some(stop),
-            task: Some(task),
-        })
+        TestServer::builder().flags(flags).start().await
+    }
+
+    /// How to start one with an admin token or flags: `TestServer::builder().admin_token(..).start()`.
+    pub fn builder() -> TestServerBuilder {
+        TestServerBuilder::default()
+    }
+
+    /// The admin token the server runs with (None: no access control).
+    pub fn admin_token(&self) -> Option<&str> {
+        self.admin.token.as_deref()
+    }
+
+    /// `Bearer <admin token>`, the `Authorization` value for an HTTP client of [`Self::http_url`].
+    pub fn authorization(&self) -> Option<String> {
+        self.admin.authorization()
+    }
+
+    /// A client of this server's API that sends `token` (an inbox's, from
+    /// [`Self::create_inbox`]): it sees only that inbox's mail. Without
+    /// access control no token is checked and every client sees everything.
+    pub fn client(&self, token: &str) -> Client {
+        Client {
+            token: Some(token.to_owned()),
+            ..self.admin.clone()
+        }
     }
 
     /// Where the application under test sends mail.
@@ -202,6 +298,65 @@ impl TestServer {
         format!("http://{}", self.http)
     }
 
+    /// The oldest message matching `filter` (after its `after_id`), waiting up
+    /// to `timeout` for one to arrive.
+    pub async fn wait_for(
+        &self,
+        filter: &Filter,
+        timeout: Duration,
+    ) -> Result<CapturedEmail, TestError> {
+        self.admin.wait_for(filter, timeout).await
+    }
+
+    /// The messages matching `filter`, in receive order.
+    pub async fn list(&self, filter: &Filter) -> Result<Vec<CapturedEmail>, TestError> {
+        self.admin.list(filter).await
+    }
+
+    /// The newest message matching `filter`, if any.
+    pub async fn latest(&self, filter: &Filter) -> Result<Option<CapturedEmail>, TestError> {
+        self.admin.latest(filter).await
+    }
+
+    /// Deletes every message; returns how many there were.
+    pub async fn clear(&self) -> Result<u64, TestError> {
+        self.admin.clear().await
+    }
+
+    /// `method target` (e.g. `GET /health`, `POST /api/faults` with a JSON
+    /// body) as the admin; the JSON of a 200, else the refusal.
+    pub async fn request(
+        &self,
+        method: &str,
+        target: &str,
+        body: Option<&serde_json::Value>,
+    ) -> Result<serde_json::Value, TestError> {
+        self.admin.request(method, target, body).await
+    }
+
+    /// Stops accepting, lets messages in flight finish, and waits for the server to end.
+    pub async fn shutdown(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+}
+
+/// A caller of a [`TestServer`]'s API inside the test, with one token: an
+/// inbox's ([`TestServer::client`]) sees that inbox only. Its requests go
+/// through the same access check as HTTP ones (a wrong or rotated token is
+/// a 401), without a socket. Cloning it is cheap.
+#[derive(Clone)]
+pub struct Client {
+    shared: Arc<Shared>,
+    access: Option<Arc<Access>>,
+    token: Option<String>,
+}
+
+impl Client {
     /// The oldest message matching `filter` (after its `after_id`), waiting up
     /// to `timeout` for one to arrive.
     pub async fn wait_for(
@@ -257,7 +412,7 @@ impl TestServer {
         email_of(response).map(Some)
     }
 
-    /// Deletes every message; returns how many there were.
+    /// Deletes every message it sees (an inbox's client: its inbox's); returns how many there were.
     pub async fn clear(&self) -> Result<u64, TestError> {
         #[derive(Deserialize)]
         struct Deleted {
@@ -267,27 +422,91 @@ impl TestServer {
         Ok(parse::<Deleted>(response)?.deleted)
     }
 
-    /// Stops accepting, lets messages in flight finish, and waits for the server to end.
-    pub async fn shutdown(mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
+    /// `method target` with this client's token; the JSON of a 200, else the refusal.
+    pub async fn request(
+        &self,
+        method: &str,
+        target: &str,
+        body: Option<&serde_json::Value>,
+    ) -> Result<serde_json::Value, TestError> {
+        let mut request = Request::new(method, target);
+        if let Some(body) = body {
+            request.body = bytes::Bytes::from(body.to_string());
+            request.content_type = Some("application/json".to_owned());
         }
-        if let Some(task) = self.task.take() {
-            let _ = task.await;
-        }
+        parse(self.answer(request).await?)
     }
 
-    /// Answers a request as the HTTP API would, waiting out a parked wait.
-    async fn answer(&self, request: Request) -> Result<Response, TestError> {
-        match self.shared.handle(&request).await {
-            Answer::Response(response) => Ok(response),
+    /// `Bearer <token>`, the `Authorization` value of this client's requests.
+    pub fn authorization(&self) -> Option<String> {
+        self.token.as_ref().map(|token| format!("Bearer {token}"))
+    }
+
+    /// Answers a request as the HTTP API would (credentials checked first,
+    /// then the core in the token's scope), waiting out a parked wait.
+    async fn answer(&self, mut request: Request) -> Result<Response, TestError> {
+        let method = http::Method::from_bytes(request.method.as_bytes())
+            .map_err(|_| TestError::Refused(400, "not an HTTP method".to_owned()))?;
+        if let Some(access) = &self.access {
+            request.scope = self.scope(access, &request.path)?;
+        }
+        request.entropy = crate::state::request_entropy(&method);
+        let response = match self.shared.handle(&request).await {
+            Answer::Response(response) => response,
             Answer::Subscribe(subscription) => {
                 self.shared.unsubscribe(subscription.id);
-                Err(TestError::Refused(
+                return Err(TestError::Refused(
                     400,
                     "event streams are not served here".to_owned(),
-                ))
+                ));
             }
+        };
+        if let Some(access) = &self.access {
+            return self.after(access, &method, &request.path, response).await;
+        }
+        Ok(response)
+    }
+
+    /// The scope this client's token opens for `path`, or the 401.
+    fn scope(&self, access: &Access, path: &str) -> Result<mailjar_core::api::Scope, TestError> {
+        if crate::access::is_open(path) {
+            return Ok(mailjar_core::api::Scope::All);
+        }
+        let mut headers = http::HeaderMap::new();
+        let value = self
+            .authorization()
+            .map(|v| http::HeaderValue::from_str(&v));
+        match value {
+            Some(Ok(value)) => drop(headers.insert(http::header::AUTHORIZATION, value)),
+            // A token no header can carry opens nothing.
+            Some(Err(_)) => return Err(refusal(crate::access::unauthorized())),
+            None => {}
+        }
+        access
+            .authenticate(&self.shared, &headers)
+            .map(|caller| caller.scope)
+            .map_err(refusal)
+    }
+
+    /// As after an HTTP request: a rotated or deleted inbox's browser
+    /// sessions end, and with `--data-dir` the change is on disk.
+    async fn after(
+        &self,
+        access: &Access,
+        method: &http::Method,
+        path: &str,
+        response: Response,
+    ) -> Result<Response, TestError> {
+        access.after(&self.shared, method, path, response.status);
+        if !crate::access::changes_inboxes(method, path, response.status) {
+            return Ok(response);
+        }
+        match self.shared.save_inboxes().await {
+            Ok(()) => Ok(response),
+            Err(e) => Err(TestError::Refused(
+                503,
+                format!("the inboxes changed in memory but not on disk: {e}"),
+            )),
         }
     }
 }
@@ -316,19 +535,26 @@ fn body_bytes(response: Response) -> Vec<u8> {
 /// A JSON body, or the API's refusal.
 fn parse<T: serde::de::DeserializeOwned>(response: Response) -> Result<T, TestError> {
     let status = response.status;
-    let body = body_bytes(response);
     if status != 200 {
-        let error = serde_json::from_slice::<serde_json::Value>(&body)
-            .ok()
-            .and_then(|v| v.get("error")?.as_str().map(str::to_owned))
-            .unwrap_or_else(|| String::from_utf8_lossy(&body).into_owned());
-        return Err(if status == 503 {
-            TestError::Stopped
-        } else {
-            TestError::Refused(status, error)
-        });
+        return Err(refusal(response));
     }
+    let body = body_bytes(response);
     serde_json::from_slice(&body).map_err(|e| TestError::Refused(status, e.to_string()))
+}
+
+/// A refusal of the API: its status and `error` text (a 503 is a server shutting down).
+fn refusal(response: Response) -> TestError {
+    let status = response.status;
+    let body = body_bytes(response);
+    let error = serde_json::from_slice::<serde_json::Value>(&body)
+        .ok()
+        .and_then(|v| v.get("error")?.as_str().map(str::to_owned))
+        .unwrap_or_else(|| String::from_utf8_lossy(&body).into_owned());
+    if status == 503 {
+        TestError::Stopped
+    } else {
+        TestError::Refused(status, error)
+    }
 }
 
 /// The `email` of a `{"email": ...}` answer.

@@ -2,7 +2,7 @@
 // test-facing methods as the in-process `MailServer`. It needs only `fetch`
 // (Node 20+ and browsers have it).
 
-import { MailjarError, MailjarMethods, filterQuery } from "./methods.mjs";
+import { MailjarError, MailjarMethods, expectOk, filterQuery, refusal } from "./methods.mjs";
 import { abortWith } from "./signals.mjs";
 
 /** A fetch that failed before any answer: a MailjarError of status 0 with the network error as `cause`. */
@@ -15,6 +15,22 @@ const utf8 = new TextDecoder();
 
 /** How long a request other than a wait may go unanswered, by default. */
 const DEFAULT_REQUEST_TIMEOUT_MS = 30_000;
+
+/** An inbox name as a path segment takes it (the server checks the rest). */
+function checkedName(name) {
+  if (typeof name !== "string" || name === "") throw new TypeError("an inbox name must be a non-empty string");
+  return name;
+}
+
+/** A token as `Authorization: Bearer` carries it: visible ASCII, no spaces. */
+const TOKEN = /^[\x21-\x7e]+$/;
+
+/** `token` checked: undefined (no access control) or a bearer token. */
+function checkedToken(token) {
+  if (token === undefined || token === null) return undefined;
+  if (typeof token !== "string" || !TOKEN.test(token)) throw new TypeError("options.token must be a non-empty string of visible ASCII characters without spaces");
+  return token;
+}
 
 /**
  * Cuts decoded text into lines at CRLF, LF or CR. Each call scans only the
@@ -98,25 +114,33 @@ function parsedEvent(event) {
 }
 
 /**
- * A running mailjar, over HTTP: `new MailjarClient("http://127.0.0.1:8025")`.
+ * A running mailjar, over HTTP: `new MailjarClient("http://127.0.0.1:8025")`,
+ * with `{ token }` when it has access control (`--admin-token`).
  * The same methods as `MailServer` (`list`, `latest`, `get`, `waitFor`,
  * `waitForLink`, `waitForCode`, `raw`, `attachment`, `delete`, `clear`,
  * `events`, `createInbox`); `raw` and `attachment` resolve to Uint8Arrays.
+ * With the admin token, `inboxes` manages the server's inboxes and
+ * `withToken(inbox.token)` is a client that sees one inbox's mail.
  */
 export class MailjarClient extends MailjarMethods {
   #base;
   #fetch;
   #requestTimeoutMs;
+  #token;
+  #inboxes;
 
   /**
    * @param url the server's HTTP address (what `--ready-json` prints as `http`;
    *   a path is kept: "http://host/mailjar" asks "http://host/mailjar/api/...")
    * @param options `{ fetch }` to use another fetch; `requestTimeoutMs` (default
    *   30000): how long a request may go unanswered before it rejects with a
-   *   MailjarError (`timeout` true); a wait gets its own `timeoutMs` on top
+   *   MailjarError (`timeout` true); a wait gets its own `timeoutMs` on top;
+   *   `token`: the admin's or an inbox's token, sent as `Authorization:
+   *   Bearer` with every request (waits and the event stream included)
    */
-  constructor(url, { fetch: fetchFn = globalThis.fetch, requestTimeoutMs = DEFAULT_REQUEST_TIMEOUT_MS } = {}) {
+  constructor(url, { fetch: fetchFn = globalThis.fetch, requestTimeoutMs = DEFAULT_REQUEST_TIMEOUT_MS, token } = {}) {
     super();
+    this.#token = checkedToken(token);
     if (typeof url !== "string" && !(url instanceof URL)) throw new TypeError("url must be a string or a URL");
     this.#base = new URL(String(url));
     if (!this.#base.pathname.endsWith("/")) this.#base.pathname += "/";
@@ -129,6 +153,22 @@ export class MailjarClient extends MailjarMethods {
   /** The server's HTTP address. */
   get url() {
     return this.#base.href.replace(/\/$/, "");
+  }
+
+  /**
+   * A client of the same server with another token (an inbox's, from
+   * `inboxes.create` or `inboxes.rotate`), and the same options otherwise.
+   */
+  withToken(token) {
+    if (token === undefined || token === null) throw new TypeError("withToken takes a token");
+    return new MailjarClient(this.#base, { fetch: this.#fetch, requestTimeoutMs: this.#requestTimeoutMs, token });
+  }
+
+  /** The request headers: `accept`, and `authorization` with a token. */
+  #headers(accept) {
+    const headers = { accept };
+    if (this.#token !== undefined) headers.authorization = `Bearer ${this.#token}`;
+    return headers;
   }
 
   /** Where `path` ("/api/emails") is under the server's address. */
@@ -167,7 +207,7 @@ export class MailjarClient extends MailjarMethods {
   /** `/health` of the server. */
   async health({ signal } = {}) {
     const answer = await this.request("GET", "/health", { signal });
-    if (answer.status !== 200) throw new MailjarError(answer.status, answer.json?.error ?? `HTTP ${answer.status}`);
+    if (answer.status !== 200) throw refusal(answer.status, answer.json);
     return answer.json;
   }
 
@@ -177,7 +217,7 @@ export class MailjarClient extends MailjarMethods {
    * `contentType` send a request body (`POST /api/faults`).
    */
   async request(method, url, { signal, body, contentType } = {}) {
-    const headers = { accept: "application/json, */*" };
+    const headers = this.#headers("application/json, */*");
     if (contentType !== undefined) headers["content-type"] = contentType;
     const target = this.#resolve(url);
     // A wait may take its timeoutMs (the API's default 10000) before the server answers.
@@ -215,7 +255,7 @@ export class MailjarClient extends MailjarMethods {
   async #download(path, signal) {
     const answer = await this.request("GET", path, { signal });
     if (answer.status === 404) return undefined;
-    if (answer.status !== 200) throw new MailjarError(answer.status, answer.json?.error ?? `HTTP ${answer.status}`);
+    if (answer.status !== 200) throw refusal(answer.status, answer.json);
     return answer.bytes;
   }
 
@@ -229,12 +269,12 @@ export class MailjarClient extends MailjarMethods {
     const url = this.#resolve(`/api/events${query ? `?${query}` : ""}`);
     const base = this.url;
     const fetchFn = this.#fetch;
+    const headers = this.#headers("text/event-stream");
     return (async function* stream() {
       const controller = new AbortController();
       signal?.throwIfAborted();
       const unfollow = abortWith(controller, signal);
       try {
-        const headers = { accept: "text/event-stream" };
         if (lastEventId !== undefined) headers["last-event-id"] = String(lastEventId);
         const response = await fetchFn(url, { headers, signal: controller.signal }).catch((error) => {
           if (controller.signal.aborted) throw error;
@@ -242,13 +282,13 @@ export class MailjarClient extends MailjarMethods {
         });
         if (response.status !== 200) {
           const body = await response.text();
-          let message = `HTTP ${response.status}`;
+          let json;
           try {
-            message = JSON.parse(body).error ?? message;
+            json = JSON.parse(body);
           } catch {
             // Not JSON: the status says it.
           }
-          throw new MailjarError(response.status, message);
+          throw refusal(response.status, json);
         }
         yield* readEvents(response.body, controller.signal);
       } catch (error) {
@@ -260,5 +300,35 @@ export class MailjarClient extends MailjarMethods {
         controller.abort();
       }
     })();
+  }
+  /**
+   * The server's inboxes (`/api/inboxes`, README "Inboxes and access
+   * control"), with the admin token: `create({name, addresses, maxMessages,
+   * maxBytes, maxAgeMs})` and `rotate(name)` resolve to the inbox with its
+   * `token` and `smtp` credentials (shown only then), `list()` to every
+   * inbox with its counts, `get(name)` to one (an inbox token may read its
+   * own), `delete(name)` to how many messages left the store with it. A
+   * refusal rejects with a MailjarError (401, 403 for an inbox token, 404,
+   * 409 for a taken name, 400 for a bad one).
+   */
+  get inboxes() {
+    if (this.#inboxes === undefined) {
+      const call = async (method, name, suffix, body, signal) => {
+        const path = name === undefined ? "/api/inboxes" : `/api/inboxes/${encodeURIComponent(checkedName(name))}${suffix}`;
+        const options = body === undefined ? { signal } : { signal, body: JSON.stringify(body), contentType: "application/json" };
+        return expectOk(await this.request(method, path, options));
+      };
+      this.#inboxes = Object.freeze({
+        create: async (inbox, { signal } = {}) => {
+          if (inbox === null || typeof inbox !== "object") throw new TypeError("inboxes.create takes {name, addresses?, maxMessages?, maxBytes?, maxAgeMs?}");
+          return (await call("POST", undefined, "", inbox, signal)).inbox;
+        },
+        list: async ({ signal } = {}) => (await call("GET", undefined, "", undefined, signal)).inboxes,
+        get: async (name, { signal } = {}) => (await call("GET", name, "", undefined, signal)).inbox,
+        delete: async (name, { signal } = {}) => (await call("DELETE", name, "", undefined, signal)).deleted,
+        rotate: async (name, { signal } = {}) => (await call("POST", name, "/token", undefined, signal)).inbox,
+      });
+    }
+    return this.#inboxes;
   }
 }

@@ -12,6 +12,8 @@ export interface MailFilter {
   beforeId?: string;
   /** list only: the newest N matches (1 to 100). */
   limit?: number;
+  /** With the admin token: only this inbox's mail. */
+  inbox?: string;
 }
 
 /** One event of `events()`. */
@@ -158,6 +160,12 @@ export interface TranscriptLine {
   /** The line without CRLF; message text and AUTH credentials elided. */
   line: string;
 }
+
+/** The API's refusal (a status and its `error` text) as a MailjarError. */
+export function refusal(status: number, json?: any): MailjarError;
+
+/** The body of a 2xx answer, else the API's refusal thrown as a MailjarError. */
+export function expectOk(answer: { status: number; json?: any }): any;
 
 /** A filter as an API query string. */
 export function filterQuery(filter?: MailFilter | string): string;

@@ -38,7 +38,7 @@ function describeFilter(query) {
 
 /**
  * A filter as an API query string. `filter` is `{to, subject, subjectPattern,
- * subjectFlags, afterId, beforeId, limit}` or a query string; `subject` may
+ * subjectFlags, afterId, beforeId, limit, inbox}` or a query string; `subject` may
  * be a RegExp, which becomes `subjectPattern` and `subjectFlags`.
  */
 export function filterQuery(filter) {
@@ -75,10 +75,20 @@ function withQuery(path, query) {
   return query ? `${path}?${query}` : path;
 }
 
+/**
+ * The API's refusal as a MailjarError: its status and its `error` text; a
+ * 401 also says what to do about it (the server's text comes first).
+ */
+export function refusal(status, json) {
+  const text = json?.error ?? `HTTP ${status}`;
+  if (status === 401) return new MailjarError(401, `${text}: this mailjar has access control on (--admin-token); give the client a valid token (new MailjarClient(url, { token }))`);
+  return new MailjarError(status, text);
+}
+
 /** The body of a successful answer, or the API's refusal as a MailjarError. */
-function expectOk(answer) {
+export function expectOk(answer) {
   if (answer.status >= 200 && answer.status < 300) return answer.json;
-  throw new MailjarError(answer.status, answer.json?.error ?? `HTTP ${answer.status}`);
+  throw refusal(answer.status, answer.json);
 }
 
 /** Whether a link matches: a RegExp tests it, a string is a substring, nothing matches any link. */

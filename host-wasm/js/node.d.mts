@@ -14,5 +14,6 @@ export const bindings: typeof import("../pkg-web/mailjar_wasm.js");
 export function createMailServer(options?: MailServerOptions): MailServer;
 export { FakeClock, SmtpConnection };
 export { MailjarClient } from "./client.mjs";
+export type { CreatedInbox, InboxLimits, Inboxes, ListedInbox, MailjarClientOptions, NewInbox } from "./client.mjs";
 export { Inbox, MailjarError, filterQuery } from "./methods.mjs";
 export type { CapturedEmail, MailEvent, MailFilter, MailResponse, MailServerOptions, MailjarSentInfo, MailjarTransport, SmtpReply } from "./mailjar.mjs";

@@ -1,4 +1,5 @@
 // Types of testing.mjs: fixtures and matchers for vitest and Playwright Test.
+import { MailjarClient } from "./client.mjs";
 import { CapturedEmail, Inbox, MailjarMethods } from "./methods.mjs";
 
 /**
@@ -12,6 +13,30 @@ export function mailjarFixtures<M extends MailjarMethods>(mail: M): {
   mail: (context: {}, use: (mail: M) => Promise<void>) => Promise<void>;
   inbox: (context: { mail: M }, use: (inbox: Inbox) => Promise<void>) => Promise<void>;
 };
+/**
+ * With `serverInboxes` and a MailjarClient holding the admin token: each
+ * test's `inbox` is an inbox of the server's own, deleted after the test.
+ */
+export function mailjarFixtures<M extends MailjarClient>(mail: M, options: { serverInboxes: true }): {
+  mail: (context: {}, use: (mail: M) => Promise<void>) => Promise<void>;
+  inbox: (context: { mail: M }, use: (inbox: ServerInbox) => Promise<void>) => Promise<void>;
+};
+export function mailjarFixtures<M extends MailjarMethods>(mail: M, options?: { serverInboxes?: boolean }): {
+  mail: (context: {}, use: (mail: M) => Promise<void>) => Promise<void>;
+  inbox: (context: { mail: M }, use: (inbox: Inbox) => Promise<void>) => Promise<void>;
+};
+
+/** An inbox of the server's own, as `mailjarFixtures(admin, { serverInboxes: true })` gives it. */
+export interface ServerInbox extends Inbox {
+  /** Its name on the server. */
+  readonly name: string;
+  /** Its API token. */
+  readonly token: string;
+  /** Its SMTP login: mail sent with it belongs to the inbox whatever its recipients. */
+  readonly smtp: { username: string; password: string };
+  /** A client with its token: every message of the inbox, whatever address or login brought it. */
+  readonly client: MailjarClient;
+}
 
 /** A matcher's verdict. */
 interface MatcherResult {

@@ -9,30 +9,59 @@
  * waits end with "the test ended" (nothing stays parked on the server) and
  * its mail is cleared.
  *
+ * With `{ serverInboxes: true }` and a MailjarClient holding the admin token
+ * of a mailjar with `--admin-token`, each test's `inbox` is an inbox of the
+ * server's own (`name`, `token`, `smtp` login, and `client`: a MailjarClient
+ * with its token): the server keeps every other test's mail from it, so
+ * workers and runs sharing one mailjar cannot see, delete or crowd out each
+ * other's mail. It is deleted, with its mail, when the test ends.
+ *
  * ```js
  * const test = base.extend(mailjarFixtures(new MailjarClient(url)));
  * test("sign-up", async ({ inbox }) => { ... });
  * ```
  */
-export function mailjarFixtures(mail) {
+export function mailjarFixtures(mail, { serverInboxes = false } = {}) {
   if (!mail || typeof mail.createInbox !== "function") throw new TypeError("mailjarFixtures takes a MailServer or a MailjarClient");
+  if (serverInboxes && typeof mail.inboxes?.create !== "function") throw new TypeError("serverInboxes needs a MailjarClient with the admin token");
   return {
     // Both runners read a fixture's first parameter as a destructuring pattern: it must stay `{}`.
     // eslint-disable-next-line no-empty-pattern
     mail: async ({}, use) => {
       await use(mail);
     },
-    inbox: async ({ mail: server }, use) => {
-      const ended = new AbortController();
-      const inbox = server.createInbox({ signal: ended.signal });
-      try {
-        await use(inbox);
-      } finally {
-        ended.abort(new Error("the test ended"));
-        await server.clear({ to: inbox.address }).catch(() => {});
-      }
-    },
+    inbox: serverInboxes ? serverInbox : addressInbox,
   };
+}
+
+/** A fresh address on the shared mailbox; its mail is cleared after the test. */
+async function addressInbox({ mail: server }, use) {
+  const ended = new AbortController();
+  const inbox = server.createInbox({ signal: ended.signal });
+  try {
+    await use(inbox);
+  } finally {
+    ended.abort(new Error("the test ended"));
+    await server.clear({ to: inbox.address }).catch(() => {});
+  }
+}
+
+/** An inbox of the server's own, made with the admin token and deleted after the test. */
+async function serverInbox({ mail: admin }, use) {
+  const name = `test-${globalThis.crypto.randomUUID().replaceAll("-", "").slice(0, 16)}`;
+  const domain = `${name}.mailjar.test`;
+  const created = await admin.inboxes.create({ name, addresses: [`*@${domain}`] });
+  const ended = new AbortController();
+  const client = admin.withToken(created.token);
+  const inbox = client.createInbox({ domain, signal: ended.signal });
+  const fixed = (value) => ({ value, enumerable: true });
+  Object.defineProperties(inbox, { name: fixed(name), token: fixed(created.token), smtp: fixed(created.smtp), client: fixed(client) });
+  try {
+    await use(inbox);
+  } finally {
+    ended.abort(new Error("the test ended"));
+    await admin.inboxes.delete(name).catch(() => {});
+  }
 }
 
 function describeMatch(expected) {

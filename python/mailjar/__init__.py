@@ -7,7 +7,7 @@ fixtures, loaded automatically).
         assert mailjar_inbox.wait_for_code() == "482913"
 """
 
-from .client import Client, Inbox, MailjarError, MailjarTimeout
+from .client import Client, Inbox, Inboxes, MailjarError, MailjarTimeout
 from .server import Remote, Server, binary, start
 
-__all__ = ["Client", "Inbox", "MailjarError", "MailjarTimeout", "Remote", "Server", "binary", "start"]
+__all__ = ["Client", "Inbox", "Inboxes", "MailjarError", "MailjarTimeout", "Remote", "Server", "binary", "start"]

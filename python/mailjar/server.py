@@ -36,15 +36,30 @@ def binary() -> str:
     return found
 
 
+def _admin_token(flags: Sequence[str]) -> Optional[str]:
+    """The admin token the binary will run with: `--admin-token` in `flags`, else `MAILJAR_ADMIN_TOKEN`."""
+    for i, flag in enumerate(flags):
+        if flag == "--admin-token" and i + 1 < len(flags):
+            return flags[i + 1]
+        if flag.startswith("--admin-token="):
+            return flag.split("=", 1)[1]
+    return os.environ.get("MAILJAR_ADMIN_TOKEN") or None
+
+
 class Server(Client):
     """A mailjar process on free ports, with the client's methods.
 
     `Server(*flags)` starts `mailjar --smtp-port 0 --http-port 0 --ready-json
     *flags` and waits for its ready line; `stop()` (or leaving a `with`
     block) ends it with SIGTERM. Its log is in `log_path` while it runs.
+    `admin_token` turns access control on; the client's methods then send it
+    (also a token given as `--admin-token` or in `MAILJAR_ADMIN_TOKEN`).
     """
 
-    def __init__(self, *flags: str, executable: Optional[str] = None, startup_timeout: float = 15.0):
+    def __init__(self, *flags: str, admin_token: Optional[str] = None, executable: Optional[str] = None,
+                 startup_timeout: float = 15.0):
+        if admin_token is not None:
+            flags = (*flags, "--admin-token", admin_token)
         self._log = tempfile.NamedTemporaryFile(prefix="mailjar-", suffix=".log", delete=False)
         self.log_path = self._log.name
         command = [executable or binary(), "--smtp-port", "0", "--http-port", "0", "--ready-json", *flags]
@@ -55,7 +70,7 @@ class Server(Client):
         host, port = ready["smtp"].rsplit(":", 1)
         self.smtp_host = host.strip("[]")
         self.smtp_port = int(port)
-        super().__init__(ready["http"])
+        super().__init__(ready["http"], token=_admin_token(flags))
 
     def _ready_line(self, timeout: float) -> dict:
         """The `--ready-json` line, read on a thread so that a hung start times out."""
@@ -95,10 +110,11 @@ class Server(Client):
 
 class Remote(Client):
     """A mailjar started elsewhere (a CI service, a container), at `url`; its
-    SMTP port is read from `/health`, its host from the URL."""
+    SMTP port is read from `/health`, its host from the URL. `token` (default
+    `MAILJAR_ADMIN_TOKEN`): its admin token, when it has access control."""
 
-    def __init__(self, url: str, smtp_host: Optional[str] = None):
-        super().__init__(url)
+    def __init__(self, url: str, smtp_host: Optional[str] = None, token: Optional[str] = None):
+        super().__init__(url, token=token or os.environ.get("MAILJAR_ADMIN_TOKEN") or None)
         self.smtp_host = smtp_host or urlsplit(self.http_url).hostname or "127.0.0.1"
         self.smtp_port = int(self.health()["smtp"]["port"])
 
@@ -106,9 +122,11 @@ class Remote(Client):
         """Nothing to stop: the process is not ours."""
 
 
-def start(flags: Sequence[str] = ()) -> Client:
-    """`MAILJAR_URL` set: that running mailjar; else a new process on free ports."""
+def start(flags: Sequence[str] = (), admin_token: Optional[str] = None) -> Client:
+    """`MAILJAR_URL` set: that running mailjar (its admin token in
+    `MAILJAR_ADMIN_TOKEN`); else a new process on free ports, with access
+    control when `admin_token` is given."""
     url = os.environ.get("MAILJAR_URL")
     if url:
         return Remote(url)
-    return Server(*flags)
+    return Server(*flags, admin_token=admin_token)
