@@ -9,6 +9,7 @@ pub mod events;
 pub mod faults;
 pub mod http1;
 pub mod http_server;
+pub mod http_tls;
 pub mod inbox_checks;
 pub mod sessions;
 pub mod smtp_load;
@@ -293,6 +294,15 @@ impl Server {
         self.http.local_addr()
     }
 
+    /// The HTTP API's URL scheme: `https` with `--http-tls`, else `http`.
+    pub fn http_scheme(&self) -> &'static str {
+        if self.settings.http_tls {
+            "https"
+        } else {
+            "http"
+        }
+    }
+
     /// The SMTP bytes in flight and open connections (`inflightBytes`, `smtpConnections`).
     pub fn smtp_load(&self) -> Arc<smtp_load::SmtpLoad> {
         self.smtp_load.clone()
@@ -366,7 +376,7 @@ impl Server {
             shutdown: shutdown_rx,
             ui: !self.settings.no_ui,
             access: self.access.clone(),
-            https: false,
+            https: self.settings.http_tls,
             checks: Arc::new(checks::Checks::new(
                 &self.settings.checks,
                 &self.settings.domain,
@@ -380,7 +390,14 @@ impl Server {
             body_timeout: self.settings.http_body_timeout,
             connections: self.http_connections.clone(),
         };
-        let http_task = tokio::spawn(http_server::serve(self.http, http_context, http_options));
+        // --http-tls serves HTTPS with the SMTP listeners' certificate.
+        let http_tls = self.tls.clone().filter(|_| self.settings.http_tls);
+        let http_task = tokio::spawn(http_server::serve(
+            self.http,
+            http_context,
+            http_options,
+            http_tls,
+        ));
         stop.await;
         tracing::info!("shutting down");
         let _ = shutdown_tx.send(true);
