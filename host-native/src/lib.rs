@@ -337,27 +337,13 @@ impl Server {
         }
     }
 
-    /// Serves until `stop` resolves, then stops accepting, lets messages in
-    /// flight finish within the grace period, answers parked waits with 503,
-    /// and returns.
-    pub async fn run(self, stop: impl std::future::Future<Output = ()>) {
-        let (shutdown_tx, shutdown_rx) = watch::channel(false);
-        let slots = Arc::new(Semaphore::new(self.settings.max_connections));
-        let listening: Vec<SocketAddr> = [self.smtp.local_addr(), self.http.local_addr()]
-            .into_iter()
-            .chain(self.smtps.as_ref().map(TcpListener::local_addr))
-            .filter_map(Result::ok)
-            .collect();
-        let smtp_context = self.smtp_context(shutdown_rx.clone());
-        let smtps_task = self.smtps.map(|listener| {
-            let context = smtp_server::SmtpContext {
-                implicit_tls: true,
-                ..smtp_context.clone()
-            };
-            // The same slots: implicit-TLS connections count against --max-connections.
-            tokio::spawn(smtp_server::serve(listener, slots.clone(), context))
-        });
-        let http_context = http_server::HttpContext {
+    /// What every HTTP connection needs.
+    fn http_context(
+        &self,
+        shutdown: watch::Receiver<bool>,
+        listening: &[SocketAddr],
+    ) -> http_server::HttpContext {
+        http_server::HttpContext {
             shared: self.shared.clone(),
             loopback_only: self.settings.http_host.is_loopback(),
             head_timeout: self.settings.http_head_timeout,
@@ -373,16 +359,39 @@ impl Server {
                 .iter()
                 .map(|o| o.trim().to_owned())
                 .collect(),
-            shutdown: shutdown_rx,
+            shutdown,
             ui: !self.settings.no_ui,
             access: self.access.clone(),
             https: self.settings.http_tls,
             checks: Arc::new(checks::Checks::new(
                 &self.settings.checks,
                 &self.settings.domain,
-                &listening,
+                listening,
             )),
-        };
+        }
+    }
+
+    /// Serves until `stop` resolves, then stops accepting, lets messages in
+    /// flight finish within the grace period, answers parked waits with 503,
+    /// and returns.
+    pub async fn run(self, stop: impl std::future::Future<Output = ()>) {
+        let (shutdown_tx, shutdown_rx) = watch::channel(false);
+        let slots = Arc::new(Semaphore::new(self.settings.max_connections));
+        let listening: Vec<SocketAddr> = [self.smtp.local_addr(), self.http.local_addr()]
+            .into_iter()
+            .chain(self.smtps.as_ref().map(TcpListener::local_addr))
+            .filter_map(Result::ok)
+            .collect();
+        let smtp_context = self.smtp_context(shutdown_rx.clone());
+        let http_context = self.http_context(shutdown_rx, &listening);
+        let smtps_task = self.smtps.map(|listener| {
+            let context = smtp_server::SmtpContext {
+                implicit_tls: true,
+                ..smtp_context.clone()
+            };
+            // The same slots: implicit-TLS connections count against --max-connections.
+            tokio::spawn(smtp_server::serve(listener, slots.clone(), context))
+        });
         let timers = tokio::spawn(self.shared.clone().run_timers());
         let pump = tokio::spawn(self.shared.clone().pump_events());
         let smtp_task = tokio::spawn(smtp_server::serve(self.smtp, slots.clone(), smtp_context));
