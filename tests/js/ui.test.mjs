@@ -9,48 +9,17 @@
 // stored messages (MAILJAR_UI_FIGURES_COUNT), end of DATA to row on screen (p50 of 100), and the UI's
 // bytes (raw and gzip).
 import assert from "node:assert/strict";
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdirSync, readFileSync } from "node:fs";
 import http from "node:http";
 import net from "node:net";
-import { tmpdir } from "node:os";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
 import { gzipSync } from "node:zlib";
 
 import nodemailer from "nodemailer";
-import { chromium } from "playwright-core";
 
-import { root, startServer } from "./lib/native.mjs";
-const CHROMIUM = process.env.MAILJAR_CHROMIUM ?? "/usr/bin/chromium";
-const SHOTS = path.join(process.env.CARGO_TARGET_DIR ?? path.join(root, "target"), "ui-screenshots");
-
-async function launch() {
-  assert.ok(existsSync(CHROMIUM), `${CHROMIUM} is missing: apt-get install chromium (scripts/test-wasm.sh does)`);
-  const profile = mkdtempSync(path.join(tmpdir(), "mailjar-ui-"));
-  const context = await chromium.launchPersistentContext(profile, {
-    executablePath: CHROMIUM,
-    headless: true,
-    acceptDownloads: true,
-    viewport: { width: 1280, height: 800 },
-    args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-  });
-  return { context, close: async () => { await context.close(); rmSync(profile, { recursive: true, force: true }); } };
-}
-
-/** A page that records every dialog, console line, page error, main-frame navigation and foreign request. */
-async function watchedPage(context, origin) {
-  const page = await context.newPage();
-  const seen = { dialogs: [], console: [], errors: [], navigations: [], foreign: [] };
-  page.on("dialog", (d) => {
-    seen.dialogs.push(d.message());
-    d.dismiss().catch(() => {});
-  });
-  page.on("console", (m) => seen.console.push(m.text()));
-  page.on("pageerror", (e) => seen.errors.push(e.message));
-  page.on("framenavigated", (f) => f === page.mainFrame() && seen.navigations.push(f.url()));
-  page.on("request", (r) => !r.url().startsWith(origin) && !r.url().startsWith("data:") && seen.foreign.push(r.url()));
-  return { page, seen };
-}
+import { launch, SHOTS, watchedPage } from "./lib/chromium.mjs";
+import { startServer } from "./lib/native.mjs";
 
 let server;
 let transport;
