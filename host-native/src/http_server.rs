@@ -176,6 +176,10 @@ async fn after_access(
     if !crate::access::changes_inboxes(method, path, response.status) {
         return;
     }
+    if path.starts_with("/api/inboxes/") {
+        // A rotation or a deletion ended the inbox's event streams in the core: they close now.
+        context.shared.subscriptions_ended();
+    }
     if let Err(e) = context.shared.save_inboxes().await {
         tracing::warn!("inboxes not written to disk: {e}");
         *response = error(

@@ -460,76 +460,12 @@ function follow(afterId, generation) {
   });
   source.addEventListener("stored", (event) => {
     if (generation !== state.generation) return;
-    let email;
-    try {
-      email = JSON.parse(event.data);
-    } catch {
-      return;
-    }
-    refreshCount();
-    if (!atTop()) {
-      // The newest are not shown: hold the arrival until the reader pages back up.
-      if (state.pending.length >= WINDOW) {
-        state.pending = [];
-        state.pendingLost = true;
-      } else if (!state.pendingLost) state.pending.unshift(email);
-      renderPagers();
-      return;
-    }
-    if (state.emails.some((e) => e.id === email.id)) return;
-    keepPosition(() => {
-      state.emails.unshift(email);
-      ui.list.prepend(row(email, 0));
-      if (state.emails.length > WINDOW) {
-        dropOldest();
-        ui.list.lastElementChild?.remove();
-      }
-    });
-    renumber();
-    renderPagers();
-    // The cursor stays on its message, except at the top of the list with nothing open: it follows the newest.
-    if (state.emails.length > 1 && (state.cursor > 0 || state.open)) state.cursor += 1;
-    ui.empty.hidden = true;
-    markCursor(false);
+    const email = parseEvent(event);
+    if (email) onStored(email);
   });
   source.addEventListener("deleted", (event) => {
-    let data;
-    try {
-      data = JSON.parse(event.data);
-    } catch {
-      return;
-    }
-    if (data.all) {
-      state.goneWhileLoading?.add("all");
-      state.emails = [];
-      state.more = false;
-      state.above = [];
-      state.pending = [];
-      state.pendingLost = false;
-      renderList();
-      if (state.open) closeMessage(`This message was deleted.`);
-    } else {
-      const gone = new Set(data.ids ?? []);
-      for (const id of gone) state.goneWhileLoading?.add(id);
-      const cursorId = state.emails[state.cursor]?.id;
-      state.pending = state.pending.filter((e) => !gone.has(e.id));
-      keepPosition(() => {
-        state.emails = state.emails.filter((e) => !gone.has(e.id));
-        for (const id of gone) document.getElementById(`row-${id}`)?.remove();
-      });
-      renumber();
-      renderPagers();
-      const at = state.emails.findIndex((e) => e.id === cursorId);
-      state.cursor = at >= 0 ? at : Math.min(state.cursor, Math.max(0, state.emails.length - 1));
-      ui.empty.hidden = state.emails.length > 0 || !atTop();
-      markCursor(false);
-      if (state.open && gone.has(state.open.id)) {
-        const reason = data.reason === "evicted" ? "evicted by the store's limits" : "deleted";
-        ui.subject.textContent = `${state.open.subject || "(no subject)"} (${reason})`;
-      }
-      requestAnimationFrame(fillView);
-    }
-    refreshCount();
+    const data = parseEvent(event);
+    if (data) onDeleted(data);
   });
   for (const type of ["overflow", "error"]) {
     source.addEventListener(type, (event) => {
@@ -550,6 +486,79 @@ function follow(afterId, generation) {
       }
     });
   }
+}
+
+/** An event's JSON, or null when it is not JSON. */
+function parseEvent(event) {
+  try {
+    return JSON.parse(event.data);
+  } catch {
+    return null;
+  }
+}
+
+/** A message arrived: on top of the list, or held while the newest are out of view. */
+function onStored(email) {
+  refreshCount();
+  if (!atTop()) {
+    // The newest are not shown: hold the arrival until the reader pages back up.
+    if (state.pending.length >= WINDOW) {
+      state.pending = [];
+      state.pendingLost = true;
+    } else if (!state.pendingLost) state.pending.unshift(email);
+    renderPagers();
+    return;
+  }
+  if (state.emails.some((e) => e.id === email.id)) return;
+  keepPosition(() => {
+    state.emails.unshift(email);
+    ui.list.prepend(row(email, 0));
+    if (state.emails.length > WINDOW) {
+      dropOldest();
+      ui.list.lastElementChild?.remove();
+    }
+  });
+  renumber();
+  renderPagers();
+  // The cursor stays on its message, except at the top of the list with nothing open: it follows the newest.
+  if (state.emails.length > 1 && (state.cursor > 0 || state.open)) state.cursor += 1;
+  ui.empty.hidden = true;
+  markCursor(false);
+}
+
+/** Messages were deleted or evicted (`all`: everything shown went). */
+function onDeleted(data) {
+  if (data.all) {
+    state.goneWhileLoading?.add("all");
+    state.emails = [];
+    state.more = false;
+    state.above = [];
+    state.pending = [];
+    state.pendingLost = false;
+    renderList();
+    if (state.open) closeMessage(`This message was deleted.`);
+  } else {
+    const gone = new Set(data.ids ?? []);
+    for (const id of gone) state.goneWhileLoading?.add(id);
+    const cursorId = state.emails[state.cursor]?.id;
+    state.pending = state.pending.filter((e) => !gone.has(e.id));
+    keepPosition(() => {
+      state.emails = state.emails.filter((e) => !gone.has(e.id));
+      for (const id of gone) document.getElementById(`row-${id}`)?.remove();
+    });
+    renumber();
+    renderPagers();
+    const at = state.emails.findIndex((e) => e.id === cursorId);
+    state.cursor = at >= 0 ? at : Math.min(state.cursor, Math.max(0, state.emails.length - 1));
+    ui.empty.hidden = state.emails.length > 0 || !atTop();
+    markCursor(false);
+    if (state.open && gone.has(state.open.id)) {
+      const reason = data.reason === "evicted" ? "evicted by the store's limits" : "deleted";
+      ui.subject.textContent = `${state.open.subject || "(no subject)"} (${reason})`;
+    }
+    requestAnimationFrame(fillView);
+  }
+  refreshCount();
 }
 
 let recovered = 0;

@@ -229,9 +229,17 @@ describe("the web UI with access control", () => {
     await signIn(page, inboxes["team-b"].token);
     await listIs(page, ["B hidden from A", "B third", "B second", "B welcome"]);
     await page.locator("#live.on").waitFor();
-    // The admin rotates team-b's token: its sessions end, and its stream with them.
+    // Another stream stays open meanwhile (the admin's): the server keeps publishing to someone.
+    const adminStream = new AbortController();
+    const watching = await fetch(`${server.http}/api/events`, { headers: { authorization: `Bearer ${ADMIN}` }, signal: adminStream.signal });
+    assert.equal(watching.status, 200);
+    // Nothing of the page's own is pending (a count refresh would find the 401 by itself).
+    await page.waitForTimeout(500);
+    // The admin rotates team-b's token: its sessions end, and its stream with them, at once
+    // (well before the stream's 15 s keep-alive), so the page asks for the new token.
     inboxes["team-b"] = (await asAdmin("POST", "/api/inboxes/team-b/token")).inbox;
-    await page.locator("#sign-in").waitFor({ timeout: 15_000 });
+    await page.locator("#sign-in").waitFor({ timeout: 5_000 });
+    adminStream.abort();
     assert.match(await page.locator("#sign-in-error").textContent(), /session ended/);
     await page.emulateMedia({ colorScheme: "dark" });
     await page.screenshot({ path: path.join(SHOTS, "inbox-sign-in-dark.png") });
