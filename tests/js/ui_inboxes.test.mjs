@@ -4,8 +4,10 @@
 // switcher with its counts narrowing the list, the search and the event
 // stream, an inbox token that sees only its own mail and no switcher, the
 // live stream and the HTML iframe working on the session cookie, and every
-// write the page makes sending Content-Type: application/json. Screenshots
-// go to target/ui-screenshots/ (inbox-*.png).
+// write the page makes sending Content-Type: application/json, a session
+// ended on the server (rotation) bringing the prompt back, and all of it
+// over HTTPS (--http-tls) with a Secure cookie. Screenshots go to
+// target/ui-screenshots/ (inbox-*.png).
 import assert from "node:assert/strict";
 import { mkdirSync } from "node:fs";
 import path from "node:path";
@@ -216,6 +218,17 @@ describe("the web UI with access control", () => {
     await page.screenshot({ path: path.join(SHOTS, "inbox-token-360.png") });
     await page.locator("#list li", { hasText: "A newsletter" }).click();
     await page.locator("#back").click();
+
+    // "Delete all" through the inbox's session: JSON too, and it empties only team-a.
+    page.removeAllListeners("dialog");
+    page.once("dialog", (d) => d.accept());
+    await page.locator("#delete-all").click();
+    await listIs(page, []);
+    const left = await asAdmin("GET", "/api/emails");
+    assert.ok(left.emails.some((e) => e.subject === "B hidden from A"), "team-b's mail stays");
+    assert.ok(!left.emails.some((e) => e.subject === "A newsletter"));
+    assert.equal(writes.filter((w) => w.method === "DELETE" && w.url.endsWith("/api/emails")).length, 1);
+    for (const write of writes) assert.match(write.contentType ?? "", /^application\/json/, JSON.stringify(write));
     await page.locator("#sign-out").click();
     await page.locator("#sign-in").waitFor();
     assert.deepEqual(seen.errors, []);
@@ -246,5 +259,32 @@ describe("the web UI with access control", () => {
     await signIn(page, inboxes["team-b"].token);
     await listIs(page, ["B hidden from A", "B third", "B second", "B welcome"]);
     await page.close();
+  });
+
+  test("over HTTPS (--http-tls): the prompt, the Secure cookie, the live stream", { timeout: 60_000 }, async () => {
+    const https = await startServer(["--admin-token", ADMIN, "--http-tls", "--tls-self-signed"]);
+    // The self-signed certificate is made at start: this browser is told to accept it.
+    const tlsBrowser = await launch({ ignoreHTTPSErrors: true });
+    const mailer = nodemailer.createTransport({ host: "127.0.0.1", port: https.smtpPort, secure: false, ignoreTLS: true });
+    try {
+      assert.match(https.http, /^https:\/\//);
+      const { page, seen } = await watchedPage(tlsBrowser.context, https.http);
+      await page.goto(`${https.http}/`);
+      await page.locator("#sign-in").waitFor();
+      await signIn(page, ADMIN);
+      await page.locator("#sign-in").waitFor({ state: "hidden" });
+      await page.locator("#live.on").waitFor();
+      const [cookie] = await tlsBrowser.context.cookies(https.http);
+      assert.equal(cookie.name, "mailjar_session");
+      assert.deepEqual([cookie.secure, cookie.httpOnly, cookie.sameSite], [true, true, "Strict"]);
+      await mailer.sendMail({ from: "app@example.test", to: "alice@local.test", subject: "over https", text: "hi" });
+      await listIs(page, ["over https"]);
+      assert.deepEqual(seen.navigations, [`${https.http}/`], "no reload");
+      assert.deepEqual(seen.errors, []);
+    } finally {
+      mailer.close();
+      await tlsBrowser.close();
+      https.child.kill();
+    }
   });
 });

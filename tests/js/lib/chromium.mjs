@@ -14,8 +14,11 @@ const CHROMIUM = process.env.MAILJAR_CHROMIUM ?? "/usr/bin/chromium";
 /** Where the UI tests save their screenshots. */
 export const SHOTS = path.join(process.env.CARGO_TARGET_DIR ?? path.join(root, "target"), "ui-screenshots");
 
-/** A persistent Chromium context on a fresh profile, 1280x800; `close()` removes the profile. */
-export async function launch() {
+/**
+ * A persistent Chromium context on a fresh profile, 1280x800, with playwright's
+ * context `options` on top; `close()` removes the profile.
+ */
+export async function launch(options = {}) {
   assert.ok(existsSync(CHROMIUM), `${CHROMIUM} is missing: apt-get install chromium (scripts/test-wasm.sh does)`);
   const profile = mkdtempSync(path.join(tmpdir(), "mailjar-ui-"));
   const context = await chromium.launchPersistentContext(profile, {
@@ -24,6 +27,7 @@ export async function launch() {
     acceptDownloads: true,
     viewport: { width: 1280, height: 800 },
     args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+    ...options,
   });
   return { context, close: async () => { await context.close(); rmSync(profile, { recursive: true, force: true }); } };
 }
