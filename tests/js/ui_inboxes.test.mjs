@@ -142,6 +142,10 @@ describe("the web UI with access control", () => {
     await page.waitForFunction(() => [...document.querySelectorAll("#inbox option")].some((o) => o.textContent === "team-a (3)"));
     await page.locator("#count", { hasText: "team-a: 3 · 6 stored" }).waitFor();
     await page.screenshot({ path: path.join(SHOTS, "inbox-switcher.png") });
+    await page.setViewportSize({ width: 360, height: 740 });
+    assert.equal(await page.locator("#inbox").isVisible(), true);
+    await page.screenshot({ path: path.join(SHOTS, "inbox-switcher-360.png") });
+    await page.setViewportSize({ width: 1280, height: 800 });
     // The search is narrowed: "welcome" matches mail in both inboxes, only team-a's shows.
     await page.locator("#search").fill("welcome");
     await page.keyboard.press("Enter");
