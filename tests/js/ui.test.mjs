@@ -60,6 +60,8 @@ describe("the web UI", () => {
     await page.goto(`${server.http}/`);
     await page.locator("#list li", { hasText: "before the page" }).waitFor();
     await page.locator("#live.on").waitFor();
+    // Without --admin-token: no prompt, no sign-out, no inbox switcher.
+    for (const control of ["#sign-in", "#sign-out", "#inbox", "#who"]) assert.equal(await page.locator(control).isVisible(), false, control);
 
     // Live: mail sent now appears without a reload, newest first, and the count follows.
     const marker = `live-${Date.now()}`;
