@@ -121,6 +121,9 @@ pub struct Settings {
     /// Write the certificate in use (PEM) to FILE before the listeners accept, for clients to trust.
     #[arg(long, env = "MAILJAR_TLS_CERT_OUT", value_name = "FILE")]
     pub tls_cert_out: Option<std::path::PathBuf>,
+    /// Serve the HTTP API and the web UI over TLS (HTTPS) with the certificate of --tls-cert/--tls-key or --tls-self-signed; session cookies are then `Secure`.
+    #[arg(long, env = "MAILJAR_HTTP_TLS")]
+    pub http_tls: bool,
     /// Port of an implicit-TLS SMTP listener (SMTPS, on --smtp-host; 0 picks a free one); needs TLS configured.
     #[arg(long, env = "MAILJAR_SMTPS_PORT")]
     pub smtps_port: Option<u16>,
@@ -378,6 +381,7 @@ impl Settings {
                 ("--smtps-port", self.smtps_port.is_some()),
                 ("--pop3s-port", self.pop3s_port.is_some()),
                 ("--tls-cert-out", self.tls_cert_out.is_some()),
+                ("--http-tls", self.http_tls),
             ] {
                 if set {
                     return Err(format!(

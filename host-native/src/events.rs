@@ -38,6 +38,8 @@ pub struct EventStream {
     shared: Arc<Shared>,
     id: SubscriberId,
     head: watch::Receiver<u64>,
+    /// Moves when the core ended subscriptions elsewhere: look whether this one stands.
+    ended_elsewhere: watch::Receiver<u64>,
     /// The log head it has caught up with: it has news when the published head passes it.
     seen: Option<u64>,
     /// Events sent since it last caught up.
@@ -53,10 +55,12 @@ impl EventStream {
     /// The stream of a new subscription.
     pub fn new(shared: Arc<Shared>, subscription: Subscription) -> EventStream {
         let head = shared.event_head();
+        let ended_elsewhere = shared.ended_subscriptions();
         EventStream {
             id: subscription.id,
             shared,
             head,
+            ended_elsewhere,
             seen: None,
             burst: 0,
             linger: false,
@@ -124,13 +128,22 @@ impl EventStream {
     }
 
     /// Waits for the published head to move: true when it did (or the server
-    /// stopped: the stream ends), false after the keep-alive interval.
+    /// stopped: the stream ends), false after the keep-alive interval. When
+    /// subscriptions were ended elsewhere it is true too, and the next look
+    /// asks the core even with nothing published ([`Sendable::End`] ends it).
     async fn idle(&mut self) -> bool {
         let keep_alive = Duration::from_millis(KEEP_ALIVE_MS);
         tokio::select! {
             changed = self.head.changed() => {
                 if changed.is_err() {
                     self.ended = true;
+                }
+                true
+            }
+            changed = self.ended_elsewhere.changed() => {
+                match changed {
+                    Ok(()) => self.more = true,
+                    Err(_) => self.ended = true,
                 }
                 true
             }

@@ -169,7 +169,7 @@ impl HttpConnections {
     }
 
     /// Leave to answer a refused connection; None when too many are being answered.
-    fn try_refuse(&self) -> Option<OwnedSemaphorePermit> {
+    pub fn try_refuse(&self) -> Option<OwnedSemaphorePermit> {
         self.refusing.clone().try_acquire_owned().ok()
     }
 }
@@ -466,13 +466,23 @@ async fn write_answer<T: AsyncWrite + Unpin>(
 /// and closes it, reading what the client sent for a moment so that the
 /// close does not reset the answer away. Bounded: when too many are being
 /// answered already, the connection is closed without an answer.
-pub async fn refuse_connection<T>(mut stream: T, connections: &HttpConnections, refusal: &Refusal)
+pub async fn refuse_connection<T>(stream: T, connections: &HttpConnections, refusal: &Refusal)
 where
     T: AsyncRead + AsyncWrite + Unpin,
 {
     let Some(_answering) = connections.try_refuse() else {
         return;
     };
+    answer_refused(stream, refusal).await;
+}
+
+/// What [`refuse_connection`] does once it has its leave
+/// ([`HttpConnections::try_refuse`]), for a caller that needed the leave
+/// earlier (an HTTPS refusal holds it through its handshake).
+pub async fn answer_refused<T>(mut stream: T, refusal: &Refusal)
+where
+    T: AsyncRead + AsyncWrite + Unpin,
+{
     if write_error(&mut stream, refusal, REFUSAL_LINGER)
         .await
         .is_err()

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use mailjar_core::api::{Body, Request, Response, Scope, Subscription};
-use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, watch};
 use warp::Filter;
 use warp::http::{self, StatusCode};
 
@@ -16,6 +16,7 @@ use crate::access::Admitted;
 use crate::events::EventStream;
 use crate::http1::{self, LiveBody};
 use crate::state::{Answer, Shared};
+use crate::tls::Tls;
 
 /// What the HTTP side needs.
 #[derive(Clone)]
@@ -150,6 +151,11 @@ async fn to_core(
     if let (Some(access), Answer::Response(response)) = (&context.access, &mut answer) {
         after_access(context, access, method, &request.path, response).await;
     }
+    if let Answer::Response(response) = &mut answer
+        && matches!(request.path.as_str(), "/health" | "/health/")
+    {
+        say_http_tls(response, context.https);
+    }
     match answer {
         Answer::Response(response) => json(response),
         Answer::Subscribe(subscription) => event_stream(context, subscription),
@@ -170,6 +176,10 @@ async fn after_access(
     if !crate::access::changes_inboxes(method, path, response.status) {
         return;
     }
+    if path.starts_with("/api/inboxes/") {
+        // A rotation or a deletion ended the inbox's event streams in the core: they close now.
+        context.shared.subscriptions_ended();
+    }
     if let Err(e) = context.shared.save_inboxes().await {
         tracing::warn!("inboxes not written to disk: {e}");
         *response = error(
@@ -179,6 +189,27 @@ async fn after_access(
             ),
         );
     }
+}
+
+/// Adds `"httpTls": true|false` to a `/health` answer. The core writes
+/// `/health` and knows nothing of the transport; its answer is one JSON
+/// object, so the member goes in after its opening brace.
+fn say_http_tls(response: &mut Response, https: bool) {
+    let Body::Full(body) = &response.body else {
+        return;
+    };
+    if response.status != 200 || !body.starts_with(b"{\"") {
+        return;
+    }
+    let member: &[u8] = if https {
+        b"{\"httpTls\":true,"
+    } else {
+        b"{\"httpTls\":false,"
+    };
+    let mut out = Vec::with_capacity(body.len() + member.len());
+    out.extend_from_slice(member);
+    out.extend_from_slice(&body[1..]);
+    response.body = Body::Full(Bytes::from(out));
 }
 
 fn error(status: u16, text: &str) -> Response {
@@ -357,8 +388,14 @@ fn json(response: Response) -> http::Response<Bytes> {
 /// warp filter. At most `options.connections.max()` are open at once; past
 /// it a new connection takes the slot of the kept-alive connection that has
 /// been idle longest (see [`http1::HttpConnections::reclaim`]), and without
-/// one it is answered 503 `{"error"}` and closed.
-pub async fn serve(listener: TcpListener, context: HttpContext, options: http1::HttpOptions) {
+/// one it is answered 503 `{"error"}` and closed. With `tls` (`--http-tls`)
+/// every connection is HTTPS ([`crate::http_tls`]).
+pub async fn serve(
+    listener: TcpListener,
+    context: HttpContext,
+    options: http1::HttpOptions,
+    tls: Option<Tls>,
+) {
     let mut shutdown = context.shutdown.clone();
     let timeouts = http1::Timeouts {
         head: context.head_timeout,
@@ -366,7 +403,6 @@ pub async fn serve(listener: TcpListener, context: HttpContext, options: http1::
         idle: http1::IDLE_TIMEOUT,
         write_stall: http1::WRITE_STALL_TIMEOUT,
     };
-    let connections = options.connections;
     let service = warp::service(routes(context));
     loop {
         let (stream, peer) = tokio::select! {
@@ -384,37 +420,88 @@ pub async fn serve(listener: TcpListener, context: HttpContext, options: http1::
         let _ = stream.set_nodelay(true);
         // Taken here, in accept order; over the cap the connection's own task
         // waits for an idle one to give way, so the accept loop never waits.
-        let slot = connections.try_open();
-        let connections = connections.clone();
-        let service = service.clone();
-        let shutdown = shutdown.clone();
-        tokio::spawn(async move {
-            let slot = match slot {
-                Some(slot) => slot,
-                None => match connections.reclaim().await {
-                    Some(slot) => slot,
-                    None => {
-                        tracing::warn!(%peer, "too many HTTP connections: refused");
-                        let refusal = http1::Refusal {
-                            status: 503,
-                            error: format!(
-                                "too many HTTP connections (at most {}; see --max-http-connections)",
-                                connections.max()
-                            ),
-                        };
-                        http1::refuse_connection(stream, &connections, &refusal).await;
-                        return;
-                    }
-                },
-            };
-            let connection =
-                http1::serve_connection(stream, service, shutdown, timeouts, connections.idle());
-            if let Err(e) = connection.await {
-                tracing::debug!(%peer, "HTTP connection ended: {e}");
-            }
-            drop(slot);
-        });
+        let slot = options.connections.try_open();
+        let accepted = Accepted {
+            stream,
+            peer,
+            connections: options.connections.clone(),
+            tls: tls.clone(),
+        };
+        tokio::spawn(connection(
+            accepted,
+            slot,
+            service.clone(),
+            shutdown.clone(),
+            timeouts,
+        ));
     }
+}
+
+/// A connection just accepted, and what its task needs to serve it.
+struct Accepted {
+    stream: TcpStream,
+    peer: std::net::SocketAddr,
+    connections: http1::HttpConnections,
+    tls: Option<Tls>,
+}
+
+/// Serves one connection in its own task: over the cap it waits for an
+/// idle connection's slot or is refused; under TLS it makes its handshake
+/// while it holds its slot.
+async fn connection<S>(
+    accepted: Accepted,
+    slot: Option<OwnedSemaphorePermit>,
+    service: S,
+    shutdown: watch::Receiver<bool>,
+    timeouts: http1::Timeouts,
+) where
+    S: tower_service::Service<
+            http::Request<http_body_util::Empty<Bytes>>,
+            Response = warp::reply::Response,
+            Error = Infallible,
+        >,
+{
+    let Accepted {
+        stream,
+        peer,
+        connections,
+        tls,
+    } = accepted;
+    let slot = match slot {
+        Some(slot) => slot,
+        None => match connections.reclaim().await {
+            Some(slot) => slot,
+            None => {
+                tracing::warn!(%peer, "too many HTTP connections: refused");
+                let refusal = http1::Refusal {
+                    status: 503,
+                    error: format!(
+                        "too many HTTP connections (at most {}; see --max-http-connections)",
+                        connections.max()
+                    ),
+                };
+                match &tls {
+                    Some(tls) => crate::http_tls::refuse(tls, stream, &connections, &refusal).await,
+                    None => http1::refuse_connection(stream, &connections, &refusal).await,
+                }
+                return;
+            }
+        },
+    };
+    let idle = connections.idle();
+    let served = match &tls {
+        None => http1::serve_connection(stream, service, shutdown, timeouts, idle).await,
+        Some(tls) => match crate::http_tls::open(tls, stream, &connections).await {
+            Some(stream) => {
+                http1::serve_connection(stream, service, shutdown, timeouts, idle).await
+            }
+            None => Ok(()),
+        },
+    };
+    if let Err(e) = served {
+        tracing::debug!(%peer, "HTTP connection ended: {e}");
+    }
+    drop(slot);
 }
 
 #[cfg(test)]
@@ -467,5 +554,27 @@ mod tests {
             assert!(!is_allowed_host(host, &[]), "{host}");
         }
         assert!(is_allowed_host("mailjar:8025", &["mailjar".to_owned()]));
+    }
+
+    #[test]
+    fn health_says_whether_it_is_served_over_tls() {
+        let health = serde_json::json!({"ok": true, "messages": 0});
+        for https in [true, false] {
+            let mut response = Response::json(200, &health);
+            say_http_tls(&mut response, https);
+            let Body::Full(body) = &response.body else {
+                panic!("a full body");
+            };
+            let read: serde_json::Value = serde_json::from_slice(body).expect("JSON");
+            assert_eq!(read["httpTls"], https);
+            assert_eq!(read["messages"], 0);
+        }
+        // An error is left as it is.
+        let mut refused = Response::error(503, "down");
+        say_http_tls(&mut refused, true);
+        let Body::Full(body) = &refused.body else {
+            panic!("a full body");
+        };
+        assert!(!String::from_utf8_lossy(body).contains("httpTls"));
     }
 }

@@ -9,6 +9,7 @@ pub mod events;
 pub mod faults;
 pub mod http1;
 pub mod http_server;
+pub mod http_tls;
 pub mod inbox_checks;
 pub mod pop3_server;
 pub mod proxy_protocol;
@@ -326,6 +327,15 @@ impl Server {
         self.http.local_addr()
     }
 
+    /// The HTTP API's URL scheme: `https` with `--http-tls`, else `http`.
+    pub fn http_scheme(&self) -> &'static str {
+        if self.settings.http_tls {
+            "https"
+        } else {
+            "http"
+        }
+    }
+
     /// The SMTP bytes in flight and open connections (`inflightBytes`, `smtpConnections`).
     pub fn smtp_load(&self) -> Arc<smtp_load::SmtpLoad> {
         self.smtp_load.clone()
@@ -335,6 +345,22 @@ impl Server {
     /// (`open()`), for `/health`'s `httpConnections`.
     pub fn http_connections(&self) -> http1::HttpConnections {
         self.http_connections.clone()
+    }
+
+    /// What every POP3 connection needs.
+    fn pop3_context(&self, shutdown: watch::Receiver<bool>) -> pop3_server::Pop3Context {
+        pop3_server::Pop3Context {
+            config: mailjar_core::pop3::Config {
+                stls: self.tls.is_some(),
+                max_line_bytes: self.settings.max_line_bytes,
+                idle_timeout_ms: ms(self.settings.idle_timeout),
+            },
+            shared: self.shared.clone(),
+            access: self.access.clone(),
+            tls: self.tls.clone(),
+            implicit_tls: false,
+            shutdown,
+        }
     }
 
     /// What every SMTP connection of the plain listener needs.
@@ -362,27 +388,13 @@ impl Server {
         }
     }
 
-    /// Serves until `stop` resolves, then stops accepting, lets messages in
-    /// flight finish within the grace period, answers parked waits with 503,
-    /// and returns.
-    pub async fn run(self, stop: impl std::future::Future<Output = ()>) {
-        let (shutdown_tx, shutdown_rx) = watch::channel(false);
-        let slots = Arc::new(Semaphore::new(self.settings.max_connections));
-        let listening: Vec<SocketAddr> = [self.smtp.local_addr(), self.http.local_addr()]
-            .into_iter()
-            .chain(self.smtps.as_ref().map(TcpListener::local_addr))
-            .filter_map(Result::ok)
-            .collect();
-        let smtp_context = self.smtp_context(shutdown_rx.clone());
-        let smtps_task = self.smtps.map(|listener| {
-            let context = smtp_server::SmtpContext {
-                implicit_tls: true,
-                ..smtp_context.clone()
-            };
-            // The same slots: implicit-TLS connections count against --max-connections.
-            tokio::spawn(smtp_server::serve(listener, slots.clone(), context))
-        });
-        let http_context = http_server::HttpContext {
+    /// What every HTTP connection needs.
+    fn http_context(
+        &self,
+        shutdown: watch::Receiver<bool>,
+        listening: &[SocketAddr],
+    ) -> http_server::HttpContext {
+        http_server::HttpContext {
             shared: self.shared.clone(),
             loopback_only: self.settings.http_host.is_loopback(),
             head_timeout: self.settings.http_head_timeout,
@@ -398,30 +410,43 @@ impl Server {
                 .iter()
                 .map(|o| o.trim().to_owned())
                 .collect(),
-            shutdown: shutdown_rx,
+            shutdown,
             ui: !self.settings.no_ui,
             access: self.access.clone(),
-            https: false,
+            https: self.settings.http_tls,
             checks: Arc::new(checks::Checks::new(
                 &self.settings.checks,
                 &self.settings.domain,
-                &listening,
+                listening,
             )),
-        };
-        let pop3_context = pop3_server::Pop3Context {
-            config: mailjar_core::pop3::Config {
-                stls: self.tls.is_some(),
-                max_line_bytes: self.settings.max_line_bytes,
-                idle_timeout_ms: ms(self.settings.idle_timeout),
-            },
-            shared: self.shared.clone(),
-            access: self.access.clone(),
-            tls: self.tls.clone(),
-            implicit_tls: false,
-            shutdown: http_context.shutdown.clone(),
-        };
+        }
+    }
+
+    /// Serves until `stop` resolves, then stops accepting, lets messages in
+    /// flight finish within the grace period, answers parked waits with 503,
+    /// and returns.
+    pub async fn run(mut self, stop: impl std::future::Future<Output = ()>) {
+        let (shutdown_tx, shutdown_rx) = watch::channel(false);
+        let slots = Arc::new(Semaphore::new(self.settings.max_connections));
+        let listening: Vec<SocketAddr> = [self.smtp.local_addr(), self.http.local_addr()]
+            .into_iter()
+            .chain(self.smtps.as_ref().map(TcpListener::local_addr))
+            .filter_map(Result::ok)
+            .chain(self.pop3.addresses().into_iter().map(|(_, a)| a))
+            .collect();
+        let smtp_context = self.smtp_context(shutdown_rx.clone());
+        let http_context = self.http_context(shutdown_rx, &listening);
         // The SMTP listener's slots: POP3 connections count against --max-connections.
-        let pop3_tasks = self.pop3.spawn(&slots, &pop3_context);
+        let pop3_context = self.pop3_context(smtp_context.shutdown.clone());
+        let pop3_tasks = std::mem::take(&mut self.pop3).spawn(&slots, &pop3_context);
+        let smtps_task = self.smtps.map(|listener| {
+            let context = smtp_server::SmtpContext {
+                implicit_tls: true,
+                ..smtp_context.clone()
+            };
+            // The same slots: implicit-TLS connections count against --max-connections.
+            tokio::spawn(smtp_server::serve(listener, slots.clone(), context))
+        });
         let timers = tokio::spawn(self.shared.clone().run_timers());
         let pump = tokio::spawn(self.shared.clone().pump_events());
         let smtp_task = tokio::spawn(smtp_server::serve(self.smtp, slots.clone(), smtp_context));
@@ -429,7 +454,14 @@ impl Server {
             body_timeout: self.settings.http_body_timeout,
             connections: self.http_connections.clone(),
         };
-        let http_task = tokio::spawn(http_server::serve(self.http, http_context, http_options));
+        // --http-tls serves HTTPS with the SMTP listeners' certificate.
+        let http_tls = self.tls.clone().filter(|_| self.settings.http_tls);
+        let http_task = tokio::spawn(http_server::serve(
+            self.http,
+            http_context,
+            http_options,
+            http_tls,
+        ));
         stop.await;
         tracing::info!("shutting down");
         let _ = shutdown_tx.send(true);

@@ -65,10 +65,11 @@ fn main() -> std::process::ExitCode {
             tracing::info!("{} on {addr}", key.to_uppercase());
         }
         if let (Ok(smtp), Ok(http)) = (server.smtp_addr(), server.http_addr()) {
-            tracing::info!("SMTP on {smtp}, HTTP API on http://{http}");
+            let scheme = server.http_scheme();
+            tracing::info!("SMTP on {smtp}, HTTP API on {scheme}://{http}");
             if ready_json {
                 // One line, once both listeners are bound: how a test runner learns the ports.
-                let mut line = serde_json::json!({ "smtp": smtp.to_string(), "http": format!("http://{http}") });
+                let mut line = serde_json::json!({ "smtp": smtp.to_string(), "http": format!("{scheme}://{http}") });
                 if let Some(Ok(smtps)) = server.smtps_addr() {
                     line["smtps"] = smtps.to_string().into();
                 }

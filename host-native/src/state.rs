@@ -51,6 +51,10 @@ pub struct Shared {
     logged_head: AtomicU64,
     /// Wakes the event pump when the log moved.
     logged: Notify,
+    /// Bumped when the core ended subscriptions from outside their streams
+    /// (an inbox's token rotated, the inbox deleted): idle streams look once,
+    /// and those ended close at once instead of at the next event.
+    ended_subscriptions: watch::Sender<u64>,
     /// Event streams take their light steps one at a time: however many
     /// streams have events to send, the async workers' queue holds one of
     /// them, and `/health`, SMTP and the API never wait behind more.
@@ -159,6 +163,7 @@ impl Shared {
             event_head: watch::Sender::new(0),
             logged_head: AtomicU64::new(0),
             logged: Notify::new(),
+            ended_subscriptions: watch::Sender::new(0),
             event_steps: Semaphore::new(1),
             deadline: watch::Sender::new(deadline),
             runtime: tokio::runtime::Handle::try_current().ok(),
@@ -481,6 +486,18 @@ impl Shared {
     /// Watches the event log's head: it moves when there are events to fetch.
     pub fn event_head(&self) -> watch::Receiver<u64> {
         self.event_head.subscribe()
+    }
+
+    /// Tells every event stream to look whether its subscription still
+    /// stands: the core ended some (an inbox rotated or deleted).
+    pub fn subscriptions_ended(&self) {
+        self.ended_subscriptions
+            .send_modify(|count| *count = count.wrapping_add(1));
+    }
+
+    /// Watches [`Shared::subscriptions_ended`].
+    pub fn ended_subscriptions(&self) -> watch::Receiver<u64> {
+        self.ended_subscriptions.subscribe()
     }
 
     /// The next step of a subscriber: taken under the lock and run outside

@@ -1,5 +1,6 @@
 //! TLS for the SMTP listeners: STARTTLS on the SMTP port and implicit TLS on
-//! `--smtps-port`, with rustls (ring provider) driven by tokio-rustls.
+//! `--smtps-port`, with rustls (ring provider) driven by tokio-rustls. The
+//! same configuration serves HTTPS with `--http-tls` ([`crate::http_tls`]).
 //!
 //! TLS is off unless `--tls-cert`/`--tls-key` or `--tls-self-signed` is
 //! given: advertising STARTTLS with a certificate clients do not trust breaks
@@ -182,11 +183,17 @@ fn iana_name(suite: rustls::CipherSuite) -> String {
 impl Tls {
     /// Runs the server side of a handshake within the timeout.
     pub async fn accept(&self, tcp: TcpStream) -> io::Result<(SmtpStream, TlsInfo)> {
-        let stream = tokio::time::timeout(self.handshake_timeout, self.acceptor.accept(tcp))
+        let stream = tokio::time::timeout(self.handshake_timeout, self.handshake(tcp))
             .await
             .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "TLS handshake timed out"))??;
         let info = info_of(&stream);
         Ok((SmtpStream::Tls(Box::new(stream)), info))
+    }
+
+    /// The server side of a handshake, with no deadline of its own (the
+    /// caller's covers it): the SMTP listeners and `--http-tls` share it.
+    pub async fn handshake(&self, tcp: TcpStream) -> io::Result<TlsStream<TcpStream>> {
+        self.acceptor.accept(tcp).await
     }
 
     /// STARTTLS: the handshake on a plain stream (an error on one already under TLS).
@@ -270,6 +277,7 @@ mod tests {
             (&["--require-tls"][..], "--require-tls"),
             (&["--smtps-port", "0"][..], "--smtps-port"),
             (&["--tls-cert", "c.pem"][..], "--tls-key"),
+            (&["--http-tls"][..], "--tls-self-signed"),
             (
                 &["--tls-self-signed", "--tls-cert", "c", "--tls-key", "k"][..],
                 "--tls-self-signed",

@@ -48,6 +48,11 @@ const ASSETS: &[Asset] = &[
         body: include_bytes!("../ui/app.js"),
     },
     Asset {
+        path: "/ui/access.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_bytes!("../ui/access.js"),
+    },
+    Asset {
         path: "/ui/checks.js",
         content_type: "text/javascript; charset=utf-8",
         body: include_bytes!("../ui/checks.js"),
@@ -192,10 +197,12 @@ mod tests {
         let html = std::str::from_utf8(INDEX).expect("UTF-8");
         assert!(!html.contains("<script>") && !html.contains(" style="));
         assert!(!html.contains("http:") && !html.contains("https:"));
-        for asset in ASSETS.iter().filter(|a| a.path.starts_with("/ui/app")) {
+        for asset in ASSETS.iter().filter(|a| a.path.ends_with(".js")) {
             let js = std::str::from_utf8(asset.body).expect("UTF-8");
             assert!(!js.contains("innerHTML"), "message text is never HTML");
             assert!(!js.contains("eval("));
+            // A token lives only in the HttpOnly session cookie.
+            assert!(!js.contains("localStorage") && !js.contains("sessionStorage"));
         }
     }
 

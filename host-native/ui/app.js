@@ -2,7 +2,9 @@
 // message view, one search box. Message text is only ever set with
 // textContent or as attribute values of elements built with createElement;
 // HTML mail is shown only in a sandboxed iframe on /api/emails/:id/html.
+// With access control, access.js asks for a token and narrows to an inbox.
 
+import { access, askForToken, choose, identify, refreshInboxes, setupAccess, shownInboxCount, WRITE_HEADERS } from "./access.js";
 import { checksPanel } from "./checks.js";
 import { transcriptPanel } from "./transcript.js";
 
@@ -84,9 +86,18 @@ function showError(text) {
   ui.error.hidden = !text;
 }
 
-/** GET or DELETE a JSON endpoint; throws an Error carrying the API's {"error"} text. */
+/** Shows what went wrong, unless it is a 401: the token prompt says that. */
+function showFailure(prefix, error) {
+  if (error.status !== 401) showError(`${prefix}: ${error.message}`);
+}
+
+/**
+ * GET or DELETE a JSON endpoint; throws an Error carrying the API's {"error"}
+ * text. A 401 also brings up the token prompt.
+ */
 async function api(path, method = "GET") {
-  const response = await fetch(path, { method, headers: { accept: "application/json" } });
+  const headers = method === "GET" ? { accept: "application/json" } : WRITE_HEADERS;
+  const response = await fetch(path, { method, headers });
   const body = await response.text();
   let json = null;
   try {
@@ -97,6 +108,7 @@ async function api(path, method = "GET") {
   if (!response.ok) {
     const error = new Error(json?.error ?? `HTTP ${response.status}`);
     error.status = response.status;
+    if (response.status === 401) askForToken();
     throw error;
   }
   return json;
@@ -194,6 +206,7 @@ function readHash() {
 
 function writeHash() {
   const params = new URLSearchParams();
+  if (access.chosen) params.set("inbox", access.chosen);
   if (ui.search.value) params.set("q", ui.search.value);
   if (state.open) params.set("id", state.open.id);
   const hash = params.toString();
@@ -278,6 +291,7 @@ function markCursor(scroll) {
 
 function listQuery(extra = {}) {
   const params = new URLSearchParams(state.filters);
+  if (access.chosen) params.set("inbox", access.chosen);
   params.set("view", "summary");
   params.set("limit", String(PAGE));
   for (const [k, v] of Object.entries(extra)) params.set(k, v);
@@ -340,7 +354,7 @@ async function reload() {
     state.more = false;
     renderList();
     ui.empty.textContent = "";
-    showError(`Search: ${error.message}`);
+    showFailure("Search", error);
   }
   refreshCount();
 }
@@ -359,7 +373,7 @@ async function loadPage(fetchPage) {
     answer();
     return true;
   } catch (error) {
-    if (generation === state.generation) showError(`Loading mail: ${error.message}`);
+    if (generation === state.generation) showFailure("Loading mail", error);
     return false;
   } finally {
     if (generation === state.generation) {
@@ -435,87 +449,30 @@ function setLive(on) {
 /** Follows GET /api/events for the current search, after the newest message shown. */
 function follow(afterId, generation) {
   const params = new URLSearchParams(state.filters);
+  if (access.chosen) params.set("inbox", access.chosen);
   params.set("afterId", afterId);
   const source = new EventSource(`/api/events?${params}`);
   state.source = source;
-  source.addEventListener("open", () => setLive(true));
+  let opened = false;
+  source.addEventListener("open", () => {
+    opened = true;
+    setLive(true);
+  });
   source.addEventListener("stored", (event) => {
     if (generation !== state.generation) return;
-    let email;
-    try {
-      email = JSON.parse(event.data);
-    } catch {
-      return;
-    }
-    refreshCount();
-    if (!atTop()) {
-      // The newest are not shown: hold the arrival until the reader pages back up.
-      if (state.pending.length >= WINDOW) {
-        state.pending = [];
-        state.pendingLost = true;
-      } else if (!state.pendingLost) state.pending.unshift(email);
-      renderPagers();
-      return;
-    }
-    if (state.emails.some((e) => e.id === email.id)) return;
-    keepPosition(() => {
-      state.emails.unshift(email);
-      ui.list.prepend(row(email, 0));
-      if (state.emails.length > WINDOW) {
-        dropOldest();
-        ui.list.lastElementChild?.remove();
-      }
-    });
-    renumber();
-    renderPagers();
-    // The cursor stays on its message, except at the top of the list with nothing open: it follows the newest.
-    if (state.emails.length > 1 && (state.cursor > 0 || state.open)) state.cursor += 1;
-    ui.empty.hidden = true;
-    markCursor(false);
+    const email = parseEvent(event);
+    if (email) onStored(email);
   });
   source.addEventListener("deleted", (event) => {
-    let data;
-    try {
-      data = JSON.parse(event.data);
-    } catch {
-      return;
-    }
-    if (data.all) {
-      state.goneWhileLoading?.add("all");
-      state.emails = [];
-      state.more = false;
-      state.above = [];
-      state.pending = [];
-      state.pendingLost = false;
-      renderList();
-      if (state.open) closeMessage(`This message was deleted.`);
-    } else {
-      const gone = new Set(data.ids ?? []);
-      for (const id of gone) state.goneWhileLoading?.add(id);
-      const cursorId = state.emails[state.cursor]?.id;
-      state.pending = state.pending.filter((e) => !gone.has(e.id));
-      keepPosition(() => {
-        state.emails = state.emails.filter((e) => !gone.has(e.id));
-        for (const id of gone) document.getElementById(`row-${id}`)?.remove();
-      });
-      renumber();
-      renderPagers();
-      const at = state.emails.findIndex((e) => e.id === cursorId);
-      state.cursor = at >= 0 ? at : Math.min(state.cursor, Math.max(0, state.emails.length - 1));
-      ui.empty.hidden = state.emails.length > 0 || !atTop();
-      markCursor(false);
-      if (state.open && gone.has(state.open.id)) {
-        const reason = data.reason === "evicted" ? "evicted by the store's limits" : "deleted";
-        ui.subject.textContent = `${state.open.subject || "(no subject)"} (${reason})`;
-      }
-      requestAnimationFrame(fillView);
-    }
-    refreshCount();
+    const data = parseEvent(event);
+    if (data) onDeleted(data);
   });
   for (const type of ["overflow", "error"]) {
     source.addEventListener(type, (event) => {
       if (!event.data) {
         setLive(false);
+        // Closed for good after it was open (the session ended with its token, say): a reload finds out why.
+        if (source.readyState === EventSource.CLOSED && opened && generation === state.generation) recover();
         return;
       }
       try {
@@ -531,29 +488,139 @@ function follow(afterId, generation) {
   }
 }
 
+/** An event's JSON, or null when it is not JSON. */
+function parseEvent(event) {
+  try {
+    return JSON.parse(event.data);
+  } catch {
+    return null;
+  }
+}
+
+/** A message arrived: on top of the list, or held while the newest are out of view. */
+function onStored(email) {
+  refreshCount();
+  if (!atTop()) {
+    // The newest are not shown: hold the arrival until the reader pages back up.
+    if (state.pending.length >= WINDOW) {
+      state.pending = [];
+      state.pendingLost = true;
+    } else if (!state.pendingLost) state.pending.unshift(email);
+    renderPagers();
+    return;
+  }
+  if (state.emails.some((e) => e.id === email.id)) return;
+  keepPosition(() => {
+    state.emails.unshift(email);
+    ui.list.prepend(row(email, 0));
+    if (state.emails.length > WINDOW) {
+      dropOldest();
+      ui.list.lastElementChild?.remove();
+    }
+  });
+  renumber();
+  renderPagers();
+  // The cursor stays on its message, except at the top of the list with nothing open: it follows the newest.
+  if (state.emails.length > 1 && (state.cursor > 0 || state.open)) state.cursor += 1;
+  ui.empty.hidden = true;
+  markCursor(false);
+}
+
+/** Messages were deleted or evicted (`all`: everything shown went). */
+function onDeleted(data) {
+  if (data.all) {
+    state.goneWhileLoading?.add("all");
+    state.emails = [];
+    state.more = false;
+    state.above = [];
+    state.pending = [];
+    state.pendingLost = false;
+    renderList();
+    if (state.open) closeMessage(`This message was deleted.`);
+  } else {
+    const gone = new Set(data.ids ?? []);
+    for (const id of gone) state.goneWhileLoading?.add(id);
+    const cursorId = state.emails[state.cursor]?.id;
+    state.pending = state.pending.filter((e) => !gone.has(e.id));
+    keepPosition(() => {
+      state.emails = state.emails.filter((e) => !gone.has(e.id));
+      for (const id of gone) document.getElementById(`row-${id}`)?.remove();
+    });
+    renumber();
+    renderPagers();
+    const at = state.emails.findIndex((e) => e.id === cursorId);
+    state.cursor = at >= 0 ? at : Math.min(state.cursor, Math.max(0, state.emails.length - 1));
+    ui.empty.hidden = state.emails.length > 0 || !atTop();
+    markCursor(false);
+    if (state.open && gone.has(state.open.id)) {
+      const reason = data.reason === "evicted" ? "evicted by the store's limits" : "deleted";
+      ui.subject.textContent = `${state.open.subject || "(no subject)"} (${reason})`;
+    }
+    requestAnimationFrame(fillView);
+  }
+  refreshCount();
+}
+
+let recovered = 0;
+/** Reloads once the stream closed for good, at most every 5 s: a 401 brings the token prompt. */
+function recover() {
+  if (Date.now() - recovered < 5000) return;
+  recovered = Date.now();
+  reload();
+}
+
 function renumber() {
   [...ui.list.children].forEach((node, i) => (node.dataset.index = String(i)));
 }
 
 let countTimer = null;
+/** Bumped by every count: an answer that comes after a newer one is dropped. */
+let countSeq = 0;
 function refreshCount() {
   if (countTimer) return;
   countTimer = setTimeout(async () => {
     countTimer = null;
+    const seq = ++countSeq;
     try {
-      const health = await api("/health");
-      const limits = health.limits ?? {};
-      const shown = state.filters.toString() ? `${state.emails.length}${state.more ? "+" : ""} shown · ` : "";
-      ui.count.textContent = `${shown}${health.messages} stored`;
-      const limit = el("span", "limits", ` · limit ${Number(limits.maxMessages).toLocaleString()} messages, ${formatSize(limits.maxStoreBytes)}`);
-      ui.count.append(limit);
-      ui.count.title = `${health.messages} of at most ${limits.maxMessages} messages, ${formatSize(health.storeBytes)} of ${formatSize(limits.maxStoreBytes)}; ${health.evicted} evicted`;
+      const render = access.role === "inbox" ? await countInbox() : await countStore();
+      if (seq !== countSeq) return;
+      render();
       const recipient = state.filters.getAll("to");
       ui.deleteAll.textContent = recipient.length === 1 ? `Delete all to ${recipient[0]}` : "Delete all";
     } catch {
-      ui.count.textContent = "";
+      if (seq === countSeq) ui.count.textContent = "";
     }
   }, 150);
+}
+
+/**
+ * The store's count against its limits (from /health); for the admin, the
+ * inboxes' counts too. Asks first, then returns what writes the line.
+ */
+async function countStore() {
+  const health = await api("/health");
+  if (access.role === "admin") await refreshInboxes();
+  const inbox = access.chosen ? shownInboxCount() : null;
+  return () => {
+    const limits = health.limits ?? {};
+    const shown = state.filters.toString() ? `${state.emails.length}${state.more ? "+" : ""} shown · ` : "";
+    const narrowed = inbox === null ? "" : `${access.chosen}: ${inbox} · `;
+    ui.count.textContent = `${narrowed}${shown}${health.messages} stored`;
+    const limit = el("span", "limits", ` · limit ${Number(limits.maxMessages).toLocaleString()} messages, ${formatSize(limits.maxStoreBytes)}`);
+    ui.count.append(limit);
+    ui.count.title = `${health.messages} of at most ${limits.maxMessages} messages, ${formatSize(health.storeBytes)} of ${formatSize(limits.maxStoreBytes)}; ${health.evicted} evicted`;
+  };
+}
+
+/** An inbox token's own count: its inbox's, when the page knows its name (it signed in here). */
+async function countInbox() {
+  const inbox = access.name ? (await api(`/api/inboxes/${encodeURIComponent(access.name)}`)).inbox : null;
+  return () => {
+    const shown = `${state.emails.length}${state.more ? "+" : ""} shown`;
+    if (!inbox) ui.count.textContent = shown;
+    else ui.count.textContent = `${state.filters.toString() ? `${shown} · ` : ""}${inbox.messages} in ${inbox.name}`;
+    ui.count.title = "";
+  };
 }
 
 // ---- the message -------------------------------------------------------------------
@@ -568,7 +635,8 @@ async function openMessage(id) {
     writeHash();
     markCursor(false);
   } catch (error) {
-    showError(error.status === 404 ? "That message is gone (deleted or evicted)." : `Opening: ${error.message}`);
+    if (error.status === 404) showError("That message is gone (deleted or evicted).");
+    else showFailure("Opening", error);
   }
 }
 
@@ -762,7 +830,7 @@ async function deleteMessage(id) {
     await api(emailPath(id), "DELETE");
     if (state.open?.id === id) closeMessage();
   } catch (error) {
-    showError(`Deleting: ${error.message}`);
+    showFailure("Deleting", error);
   }
 }
 
@@ -775,7 +843,7 @@ async function deleteAll() {
     await api(scoped ? `/api/emails?${new URLSearchParams({ to: recipient[0] })}` : "/api/emails", "DELETE");
     if (scoped) reload();
   } catch (error) {
-    showError(`Deleting: ${error.message}`);
+    showFailure("Deleting", error);
   }
 }
 
@@ -882,7 +950,10 @@ document.addEventListener("keydown", (event) => {
 function fromHash() {
   const hash = readHash();
   const q = hash.get("q") ?? "";
-  if (q !== ui.search.value || !state.source) {
+  const inbox = access.chosen;
+  choose(hash.get("inbox") ?? "", true);
+  ui.deleteAll.hidden = Boolean(access.chosen);
+  if (q !== ui.search.value || inbox !== access.chosen || !state.source) {
     ui.search.value = q;
     applySearch(q, true);
   }
@@ -891,6 +962,40 @@ function fromHash() {
   else if (!id && state.open) closeMessage();
 }
 
-window.addEventListener("hashchange", fromHash);
-fromHash();
-ui.list.focus();
+/** Drops what the page shows (signed out): no list, no stream, no message. */
+function dropData() {
+  state.generation += 1;
+  state.source?.close();
+  state.source = null;
+  setLive(false);
+  Object.assign(state, { emails: [], more: false, above: [], pending: [], pendingLost: false, cursor: 0 });
+  if (state.open) closeMessage();
+  renderList();
+  showError("");
+  ui.count.textContent = "";
+  document.body.classList.add("signed-out");
+}
+
+/** Loads the page for whoever reads (after identifying them, or signing in). */
+async function start() {
+  document.body.classList.remove("signed-out");
+  fromHash();
+  ui.list.focus();
+}
+
+setupAccess({
+  signedIn: start,
+  signedOut: dropData,
+  chose: () => {
+    ui.deleteAll.hidden = Boolean(access.chosen);
+    if (state.open) closeMessage();
+    writeHash();
+    reload();
+  },
+});
+window.addEventListener("hashchange", () => {
+  if (!document.body.classList.contains("signed-out")) fromHash();
+});
+identify()
+  .catch(() => true)
+  .then((ready) => ready && start());

@@ -9,7 +9,7 @@
 // stored messages (MAILJAR_UI_FIGURES_COUNT), end of DATA to row on screen (p50 of 100), and the UI's
 // bytes (raw and gzip).
 import assert from "node:assert/strict";
-import { readFileSync } from "node:fs";
+import { mkdirSync, readFileSync } from "node:fs";
 import http from "node:http";
 import net from "node:net";
 import path from "node:path";
@@ -18,27 +18,8 @@ import { gzipSync } from "node:zlib";
 
 import nodemailer from "nodemailer";
 
-import { SHOTS, launchChromium } from "./lib/chromium.mjs";
+import { launch, SHOTS, watchedPage } from "./lib/chromium.mjs";
 import { startServer } from "./lib/native.mjs";
-
-function launch() {
-  return launchChromium({ acceptDownloads: true, viewport: { width: 1280, height: 800 } });
-}
-
-/** A page that records every dialog, console line, page error, main-frame navigation and foreign request. */
-async function watchedPage(context, origin) {
-  const page = await context.newPage();
-  const seen = { dialogs: [], console: [], errors: [], navigations: [], foreign: [] };
-  page.on("dialog", (d) => {
-    seen.dialogs.push(d.message());
-    d.dismiss().catch(() => {});
-  });
-  page.on("console", (m) => seen.console.push(m.text()));
-  page.on("pageerror", (e) => seen.errors.push(e.message));
-  page.on("framenavigated", (f) => f === page.mainFrame() && seen.navigations.push(f.url()));
-  page.on("request", (r) => !r.url().startsWith(origin) && !r.url().startsWith("data:") && seen.foreign.push(r.url()));
-  return { page, seen };
-}
 
 let server;
 let transport;
@@ -48,6 +29,7 @@ before(async () => {
   server = await startServer();
   transport = nodemailer.createTransport({ host: "127.0.0.1", port: server.smtpPort, secure: false, ignoreTLS: true });
   browser = await launch();
+  mkdirSync(SHOTS, { recursive: true });
 });
 
 after(async () => {
@@ -78,6 +60,8 @@ describe("the web UI", () => {
     await page.goto(`${server.http}/`);
     await page.locator("#list li", { hasText: "before the page" }).waitFor();
     await page.locator("#live.on").waitFor();
+    // Without --admin-token: no prompt, no sign-out, no inbox switcher.
+    for (const control of ["#sign-in", "#sign-out", "#inbox", "#who"]) assert.equal(await page.locator(control).isVisible(), false, control);
 
     // Live: mail sent now appears without a reload, newest first, and the count follows.
     const marker = `live-${Date.now()}`;

@@ -12,7 +12,7 @@ import { after, before, test } from "node:test";
 
 import nodemailer from "nodemailer";
 
-import { SHOTS, launchChromium } from "./lib/chromium.mjs";
+import { SHOTS, launch } from "./lib/chromium.mjs";
 import { startServer } from "./lib/native.mjs";
 
 let server;
@@ -30,7 +30,7 @@ before(async () => {
   silentDns = dgram.createSocket("udp4");
   await new Promise((resolve) => silentDns.bind(0, "127.0.0.1", resolve));
   server = await startServer(["--link-check-allow-private", "--dns", `127.0.0.1:${silentDns.address().port}`]);
-  chromium = await launchChromium({ viewport: { width: 1280, height: 900 } });
+  chromium = await launch({ viewport: { width: 1280, height: 900 } });
   browser = chromium.context;
 });
 

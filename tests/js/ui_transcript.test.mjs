@@ -9,7 +9,7 @@ import { after, before, test } from "node:test";
 
 import nodemailer from "nodemailer";
 
-import { SHOTS, launchChromium } from "./lib/chromium.mjs";
+import { SHOTS, launch } from "./lib/chromium.mjs";
 import { startServer } from "./lib/native.mjs";
 
 const PASSWORD = "ui-Secret-pw-42";
@@ -20,7 +20,7 @@ let browser;
 
 before(async () => {
   server = await startServer(["--auth", `tester:${PASSWORD}`]);
-  chromium = await launchChromium({ viewport: { width: 1280, height: 900 } });
+  chromium = await launch({ viewport: { width: 1280, height: 900 } });
   browser = chromium.context;
 });
 
