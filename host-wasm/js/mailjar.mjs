@@ -9,6 +9,7 @@ import { MailjarError, MailjarMethods, filterQuery, now } from "./methods.mjs";
 import { nodemailerTransport } from "./transport.mjs";
 
 const encoder = new TextEncoder();
+const decoder = new TextDecoder();
 
 /** Bytes from a string (UTF-8), a Uint8Array, another ArrayBuffer view, or an ArrayBuffer. */
 function toBytes(data, name) {
@@ -215,6 +216,42 @@ export class SmtpConnection {
 }
 
 /**
+ * One POP3 connection without a socket, reading the server's mail:
+ * `greeting` is what the server wrote on connect, `send()` feeds client
+ * bytes (a string is sent as UTF-8) and returns what the server writes back
+ * as text, `sendBytes()` the same as bytes.
+ */
+export class Pop3Connection {
+  #session;
+  #now;
+
+  /** Use `MailServer.pop3()`. */
+  constructor(session, now) {
+    this.#session = session;
+    this.#now = now;
+    /** The `+OK` greeting. */
+    this.greeting = decoder.decode(session.greeting());
+  }
+
+  /** Feeds client bytes; the server's answer as text (UTF-8). */
+  send(data) {
+    return decoder.decode(this.sendBytes(data));
+  }
+
+  /** Feeds client bytes; the server's answer as bytes. */
+  sendBytes(data) {
+    const bytes = typeof data === "string" ? encoder.encode(data) : data;
+    if (!(bytes instanceof Uint8Array)) throw new TypeError("data must be a string or a Uint8Array");
+    return this.#session.receive(bytes, this.#now());
+  }
+
+  /** Whether the server side closed the connection (QUIT, too many errors, idle). */
+  get closed() {
+    return this.#session.closed;
+  }
+}
+
+/**
  * A mail server for tests, without sockets: SMTP sessions, deliveries and
  * the HTTP API, all in memory.
  *
@@ -299,6 +336,16 @@ export class MailServer extends MailjarMethods {
     const session = new this.#bindings.Session(this.#smtp);
     session.useFaultsOf(this.#api);
     return new SmtpConnection(this, session, options);
+  }
+
+  /**
+   * Opens a POP3 connection over the stored mail, without a socket. Without
+   * inboxes any user name and password log in; DELE removes mail from the
+   * server at QUIT, as a DELETE of the API does.
+   */
+  pop3() {
+    this.#open();
+    return new Pop3Connection(new this.#bindings.Pop3Session(this.#api, this.#now()), this.#now);
   }
 
   /**

@@ -1,9 +1,11 @@
 //! WebAssembly bindings of mailjar-core for Node and browsers.
 //!
-//! Two classes cross into JavaScript, thin wrappers over the sans-IO core:
+//! Three classes cross into JavaScript, thin wrappers over the sans-IO core:
 //!
 //! - [`Session`]: the server side of one SMTP connection. Feed it the bytes a
 //!   client sent, get back replies to write, messages to store and a close.
+//! - [`Pop3Session`]: the server side of one POP3 connection over an `Api`'s
+//!   mail; each call returns what to write.
 //! - [`Api`]: the store, the filters and every endpoint of the JSON HTTP API.
 //!   Requests and deliveries take the time from JavaScript (`nowMs`), and
 //!   message ids take their randomness from `crypto.getRandomValues`.
@@ -27,6 +29,7 @@ mod faults;
 mod inputs;
 mod js;
 mod outputs;
+mod pop3;
 mod read;
 mod session;
 #[cfg(test)]
@@ -34,6 +37,7 @@ mod types;
 mod waits;
 
 pub use api::Api;
+pub use pop3::Pop3Session;
 pub use session::Session;
 
 /// The types JavaScript passes in, generated from the Rust types (`src/types.rs`).
