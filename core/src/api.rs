@@ -304,6 +304,10 @@ pub struct Api<W = ()> {
     subscribers: Subscribers,
     patterns: PatternCache,
     outputs: VecDeque<Output<W>>,
+    /// Answers to other requests that a request ended (the waits of a
+    /// rotated token): they go out after its own answer, which
+    /// [`Api::answer`] takes as the first.
+    ended: Vec<Output<W>>,
     /// The number the next request is given.
     next_request: u64,
     /// The clients of requests whose job is running.
@@ -357,6 +361,7 @@ impl<W> Api<W> {
             waits: Waits::default(),
             patterns: PatternCache::default(),
             outputs: VecDeque::new(),
+            ended: Vec::new(),
             next_request: 0,
             running: HashMap::new(),
             held: HashMap::new(),
@@ -434,6 +439,7 @@ impl<W> Api<W> {
             Ok(routes::Step::Work(kind)) => self.run(id, client, kind),
             Err(e) => self.respond(id, client, e.response()),
         }
+        self.outputs.extend(self.ended.drain(..));
         self.flush_trash();
         id
     }
@@ -650,8 +656,13 @@ impl<W> Api<W> {
                 mut filter,
                 budget,
                 inbox,
+                grant,
             } => {
                 let Some(client) = client else { return };
+                if grant.is_some_and(|grant| !self.holds(grant)) {
+                    // Its token was rotated (or its inbox deleted) while it looked.
+                    return self.respond(request, client, ApiError::Unauthorized.response());
+                }
                 if self.subscribers.len() >= self.config.max_subscribers {
                     let response = ApiError::TooManySubscribers.response();
                     return self.respond(request, client, response);
@@ -666,9 +677,10 @@ impl<W> Api<W> {
                         .get(&id)
                         .map_or(&self.no_mail, |inbox| &inbox.store),
                 };
+                let scope = (inbox, grant.is_some());
                 let id = self
                     .subscribers
-                    .add(filter, budget.remaining_ns(), inbox, store);
+                    .add(filter, budget.remaining_ns(), scope, store);
                 self.outputs
                     .push_back(Output::Subscribed(client, Subscription { id }));
             }
@@ -679,6 +691,7 @@ impl<W> Api<W> {
                 deadline_ms,
                 budget,
                 inbox,
+                grant,
             } => {
                 let Some(client) = client else { return };
                 let work = WaitWork {
@@ -689,6 +702,7 @@ impl<W> Api<W> {
                     deadline_ms,
                     budget,
                     inbox,
+                    grant,
                 };
                 self.park(request, client, work);
             }
@@ -698,6 +712,10 @@ impl<W> Api<W> {
     /// Parks a wait that found nothing up to `work.upto`, unless messages
     /// arrived (in its scope) while its job looked: then it looks at those too.
     fn park(&mut self, request: RequestId, client: W, mut work: WaitWork) {
+        if work.grant.is_some_and(|grant| !self.holds(grant)) {
+            // Its token was rotated (or its inbox deleted) while it looked.
+            return self.respond(request, client, ApiError::Unauthorized.response());
+        }
         let WaitFilter::Compiled(filter) = &mut work.filter else {
             return self.run(request, client, Box::new(JobKind::Wait(work)));
         };
@@ -723,6 +741,7 @@ impl<W> Api<W> {
             seen: work.upto,
             budget_ns: work.budget.remaining_ns(),
             inbox: work.inbox,
+            by_token: work.grant.is_some(),
         };
         self.waits.park(request, wait, client);
     }
@@ -790,7 +809,10 @@ mod inboxes;
 mod inline;
 mod persist;
 mod routes;
-pub use inboxes::{InboxLimits, InboxRecord, Scope};
+pub use crate::faults::RuleOwner;
+pub use crate::inbox::{Digest32, MIN_ADMIN_TOKEN_CHARS, same_secret};
+pub use access::InboxQuery;
+pub use inboxes::{InboxGrant, InboxLimits, InboxRecord, Scope};
 pub use persist::{Assigned, Removal, StorageReport};
 
 #[cfg(test)]
@@ -801,3 +823,6 @@ mod event_tests;
 
 #[cfg(test)]
 mod inbox_tests;
+
+#[cfg(test)]
+mod inbox_rules_tests;
