@@ -328,6 +328,8 @@ pub struct Api<W = ()> {
     inboxes: crate::inbox::Inboxes,
     /// Every inbox's own messages and quotas.
     inbox_boxes: inboxes::InboxBoxes,
+    /// The inboxes whose oldest message will reach their `maxAgeMs`, by when.
+    inbox_expiries: std::collections::BTreeSet<(u64, crate::inbox::InboxId)>,
     /// What an inbox that is gone holds: nothing.
     no_mail: Store,
     /// `--max-age` in milliseconds: older messages are evicted (see [`Api::set_max_age`]).
@@ -373,6 +375,7 @@ impl<W> Api<W> {
             deleting: false,
             inboxes: crate::inbox::Inboxes::default(),
             inbox_boxes: inboxes::InboxBoxes::new(),
+            inbox_expiries: std::collections::BTreeSet::new(),
             no_mail: Store::default(),
             max_age_ms: None,
             last_restored: None,

@@ -24,6 +24,7 @@ use crate::query::truncate;
 use crate::response::Response;
 use crate::store::{Store, StoreLimits};
 
+mod expiry;
 mod saved;
 pub use saved::InboxRecord;
 
@@ -77,6 +78,9 @@ pub(crate) struct Inbox {
     addresses: Vec<String>,
     limits: InboxLimits,
     pub(crate) store: Store,
+    /// When its oldest message reaches its `maxAgeMs`, as filed in
+    /// [`Api`]'s index of expiries (see [`Api::rearm`]).
+    due: Option<u64>,
 }
 
 /// The body of `POST /api/inboxes`.
@@ -170,6 +174,7 @@ impl<W> Api<W> {
             let evicted = inbox.store.push_shared(email.clone());
             self.log_left(id, &evicted, Reason::Evicted);
             self.left_inbox(id, evicted, Reason::Evicted);
+            self.rearm(id);
         }
     }
 
@@ -191,6 +196,7 @@ impl<W> Api<W> {
         }
         for (id, emails) in left {
             self.log_left(id, &emails, reason);
+            self.rearm(id);
         }
     }
 
@@ -221,37 +227,6 @@ impl<W> Api<W> {
         }
         let removed = self.store.remove_ids(&orphans);
         self.forget(removed, reason);
-    }
-
-    /// Evicts every inbox's messages older than its `maxAgeMs` at `now_ms`.
-    pub(super) fn expire_inboxes(&mut self, now_ms: u64) {
-        let due: Vec<(InboxId, u64)> = self
-            .inbox_boxes
-            .iter()
-            .filter_map(|(id, inbox)| {
-                let cutoff = now_ms.checked_sub(inbox.limits.max_age_ms?)?;
-                let oldest = inbox.store.oldest_received_ms()?;
-                (oldest <= cutoff).then_some((*id, cutoff))
-            })
-            .collect();
-        for (id, cutoff) in due {
-            if let Some(inbox) = self.inbox_boxes.get_mut(&id) {
-                let expired = inbox.store.expire_before(cutoff.saturating_add(1));
-                self.log_left(id, &expired, Reason::Evicted);
-                self.left_inbox(id, expired, Reason::Evicted);
-            }
-        }
-    }
-
-    /// When an inbox's oldest message reaches its `maxAgeMs`: the earliest of them.
-    pub(super) fn next_inbox_expiry(&self) -> Option<u64> {
-        self.inbox_boxes
-            .values()
-            .filter_map(|inbox| {
-                let oldest = inbox.store.oldest_received_ms()?;
-                Some(oldest.saturating_add(inbox.limits.max_age_ms?))
-            })
-            .min()
     }
 
     /// `/api/inboxes[/:name[/token]]`.
@@ -335,6 +310,7 @@ impl<W> Api<W> {
             addresses: new.addresses,
             limits,
             store,
+            due: None,
         };
         let answer = shown_once(&inbox, &token, &password);
         self.inbox_boxes.insert(id, inbox);
@@ -370,6 +346,9 @@ impl<W> Api<W> {
         let Some(mut inbox) = self.inbox_boxes.remove(&id) else {
             return Ok(Response::json(200, &serde_json::json!({ "deleted": 0 })));
         };
+        if let Some(due) = inbox.due {
+            self.inbox_expiries.remove(&(due, id));
+        }
         let held: Vec<Arc<Email>> = inbox.store.clear().iter().cloned().collect();
         let before = self.store.len();
         self.left_inbox(id, held, Reason::Deleted);
@@ -419,6 +398,7 @@ impl<W> Api<W> {
                 let count = removed.len();
                 self.log_left(id, &removed, Reason::Deleted);
                 self.left_inbox(id, removed, Reason::Deleted);
+                self.rearm(id);
                 count
             }
         }
@@ -431,8 +411,10 @@ impl<W> Api<W> {
             None => {
                 for (id, inbox) in self.inbox_boxes.iter_mut() {
                     drop(inbox.store.clear());
+                    inbox.due = None;
                     self.subscribers.deleted_all(Some(*id));
                 }
+                self.inbox_expiries.clear();
                 0
             }
             Some(id) => {
@@ -443,6 +425,7 @@ impl<W> Api<W> {
                 let count = held.len();
                 self.subscribers.deleted_all(Some(id));
                 self.left_inbox(id, held, Reason::Deleted);
+                self.rearm(id);
                 count
             }
         }

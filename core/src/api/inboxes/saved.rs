@@ -66,6 +66,7 @@ impl<W> Api<W> {
             addresses: record.addresses,
             limits: record.limits,
             store,
+            due: None,
         };
         self.inbox_boxes.insert(id, inbox);
         Ok(())
