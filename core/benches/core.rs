@@ -256,12 +256,13 @@ fn paging(c: &mut Criterion) {
 
 /// An Api with access control and `inboxes` inboxes (`team-N`, each
 /// `*@team-N.test` and `qa+*@team-N.test`) holding `per_inbox` messages
-/// each, one message in turn to each; the scope of `team-7`'s token.
-fn inbox_api(inboxes: usize, per_inbox: usize) -> (Api, Scope) {
+/// each, one message in turn to each, in a store of at most `max_messages`;
+/// the scope of `team-7`'s token (None without inboxes).
+fn inbox_api(inboxes: usize, per_inbox: usize, max_messages: usize) -> (Api, Option<Scope>) {
     let mut api: Api = Api::new(ApiConfig {
         access_control: true,
         store: StoreLimits {
-            max_messages: 1_000_000,
+            max_messages,
             max_bytes: usize::MAX,
         },
         ..ApiConfig::default()
@@ -289,7 +290,7 @@ fn inbox_api(inboxes: usize, per_inbox: usize) -> (Api, Scope) {
         message.envelope.to = vec![format!("qa+{i}@team-{}.test", i % inboxes)];
         api.deliver(Prepared::new(message), 1_000_000 + i as u64, [1; 10]);
     }
-    (api, scope.expect("team-7's scope"))
+    (api, scope)
 }
 
 /// A list and a wait in one inbox of 100 while the store holds 100,000
@@ -298,7 +299,8 @@ fn inbox_api(inboxes: usize, per_inbox: usize) -> (Api, Scope) {
 fn inbox_queries(c: &mut Criterion) {
     let mut group = c.benchmark_group("inbox_1000_of");
     for (inboxes, name) in [(1, "1_inbox"), (100, "100_inboxes_100000_stored")] {
-        let (mut api, scope) = inbox_api(inboxes, 1_000);
+        let (mut api, scope) = inbox_api(inboxes, 1_000, 1_000_000);
+        let scope = scope.expect("team-7's scope");
         let query = |target: &str| {
             let mut request = Request::new("GET", target);
             request.scope = scope;
@@ -330,6 +332,27 @@ fn inbox_queries(c: &mut Criterion) {
     group.finish();
 }
 
+/// Storing one message (and the host's next `poll_timeout`, as it asks
+/// after every input) with 0, 100 and 10,000 inboxes configured, the
+/// message routed to one of them: what routing and the inboxes' upkeep cost.
+fn ingest_with_inboxes(c: &mut Criterion) {
+    let mut group = c.benchmark_group("deliver_with_inboxes");
+    for inboxes in [0, 100, 10_000] {
+        let (mut api, _) = inbox_api(inboxes, 0, 10_000);
+        let mut i = 0;
+        group.bench_function(format!("{inboxes}"), |b| {
+            b.iter(|| {
+                i += 1;
+                let mut message = incoming(i);
+                message.envelope.to = vec![format!("qa+{i}@team-7.test")];
+                api.deliver(Prepared::new(message), 1_000_000 + i as u64, [1; 10]);
+                api.poll_timeout()
+            })
+        });
+    }
+    group.finish();
+}
+
 criterion_group!(
     benches,
     receive,
@@ -337,6 +360,7 @@ criterion_group!(
     filter,
     list,
     paging,
-    inbox_queries
+    inbox_queries,
+    ingest_with_inboxes
 );
 criterion_main!(benches);
