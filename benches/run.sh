@@ -6,6 +6,7 @@
 #   ONLY=tls-ingest benches/run.sh   (TLS: STARTTLS ingest / plain, handshakes/s, RSS per idle TLS connection)
 #   ONLY=idle|many-waits|streams-ingest|event-latency MICRO=0 benches/run.sh   # one system section, ROUNDS times
 #   MAILJAR_BIN=/path/to/other/mailjar ... # measure another build with the same bench
+#   ONLY=inboxes MICRO=0 benches/run.sh   # ingest with 100 inboxes / none, RSS of INBOXES (10000) inboxes
 #   ONLY=persist MICRO=0 benches/run.sh   # --data-dir against memory-only, start
 #     time with PERSIST_STORED (100000) stored messages, kill -9 under load
 #     (PERSIST_SECTIONS=ingest,start,kill picks parts)

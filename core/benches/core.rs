@@ -5,11 +5,11 @@
 use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use mailjar_core::api::{Answered, Api, ApiConfig, Request};
+use mailjar_core::api::{Answered, Api, ApiConfig, Digest32, Request, Scope};
 use mailjar_core::budget::{Budget, StoppedClock};
 use mailjar_core::smtp::{Config, Envelope, Incoming, NoFaults, Output, Session, Unlimited};
-use mailjar_core::store::Prepared;
 use mailjar_core::store::{Filter, FilterParams, FilterSpec};
+use mailjar_core::store::{Prepared, StoreLimits};
 
 /// Feeds `input` as a host does; the outputs, each message reported stored.
 fn feed(session: &mut Session, input: &[u8]) -> Vec<Output> {
@@ -254,5 +254,113 @@ fn paging(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, receive, deliver, filter, list, paging);
+/// An Api with access control and `inboxes` inboxes (`team-N`, each
+/// `*@team-N.test` and `qa+*@team-N.test`) holding `per_inbox` messages
+/// each, one message in turn to each, in a store of at most `max_messages`;
+/// the scope of `team-7`'s token (None without inboxes).
+fn inbox_api(inboxes: usize, per_inbox: usize, max_messages: usize) -> (Api, Option<Scope>) {
+    let mut api: Api = Api::new(ApiConfig {
+        access_control: true,
+        store: StoreLimits {
+            max_messages,
+            max_bytes: usize::MAX,
+        },
+        ..ApiConfig::default()
+    });
+    let mut scope = None;
+    for n in 0..inboxes {
+        let mut create = Request::new("POST", "/api/inboxes");
+        create.body = format!(
+            r#"{{"name":"team-{n}","addresses":["*@team-{n}.test","qa+*@team-{n}.test"]}}"#
+        )
+        .into();
+        create.entropy[..8].copy_from_slice(&(n as u64 + 1).to_le_bytes());
+        let Answered::Ready(created) = api.answer((), &create, 0, &StoppedClock) else {
+            panic!("inbox not made");
+        };
+        let created: serde_json::Value =
+            serde_json::from_str(&created.into_text()).expect("inbox JSON");
+        if n == 7 % inboxes {
+            let token = created["inbox"]["token"].as_str().expect("token");
+            scope = api.inboxes().token_scope(&Digest32::of(token));
+        }
+    }
+    for i in 0..inboxes * per_inbox {
+        let mut message = incoming(i);
+        message.envelope.to = vec![format!("qa+{i}@team-{}.test", i % inboxes)];
+        api.deliver(Prepared::new(message), 1_000_000 + i as u64, [1; 10]);
+    }
+    (api, scope)
+}
+
+/// A list and a wait in one inbox of 100 while the store holds 100,000
+/// messages, against the same queries in an Api with that one inbox and its
+/// 1,000 messages only: equal times mean no other inbox's mail is looked at.
+fn inbox_queries(c: &mut Criterion) {
+    let mut group = c.benchmark_group("inbox_1000_of");
+    for (inboxes, name) in [(1, "1_inbox"), (100, "100_inboxes_100000_stored")] {
+        let (mut api, scope) = inbox_api(inboxes, 1_000, 1_000_000);
+        let scope = scope.expect("team-7's scope");
+        let query = |target: &str| {
+            let mut request = Request::new("GET", target);
+            request.scope = scope;
+            request
+        };
+        // Takes no message: the look goes through all the inbox's mail.
+        let list = query("/api/emails?subject=never-sent");
+        let newest = query("/api/emails?limit=100");
+        let wait = query("/api/emails/wait?subject=never-sent&timeoutMs=60000");
+        group.bench_function(format!("list_no_match/{name}"), |b| {
+            b.iter(|| match api.answer((), &list, 0, &StoppedClock) {
+                Answered::Ready(r) => r.body.collect().len(),
+                _ => panic!("the list waits"),
+            })
+        });
+        group.bench_function(format!("list_newest_100/{name}"), |b| {
+            b.iter(|| match api.answer((), &newest, 0, &StoppedClock) {
+                Answered::Ready(r) => r.body.collect().len(),
+                _ => panic!("the list waits"),
+            })
+        });
+        group.bench_function(format!("wait_look_and_park/{name}"), |b| {
+            b.iter(|| match api.answer((), &wait, 0, &StoppedClock) {
+                Answered::Waiting { id, .. } => api.handle_cancel(id).is_some(),
+                other => panic!("the wait did not park: {other:?}"),
+            })
+        });
+    }
+    group.finish();
+}
+
+/// Storing one message (and the host's next `poll_timeout`, as it asks
+/// after every input) with 0, 100 and 10,000 inboxes configured, the
+/// message routed to one of them: what routing and the inboxes' upkeep cost.
+fn ingest_with_inboxes(c: &mut Criterion) {
+    let mut group = c.benchmark_group("deliver_with_inboxes");
+    for inboxes in [0, 100, 10_000] {
+        let (mut api, _) = inbox_api(inboxes, 0, 10_000);
+        let mut i = 0;
+        group.bench_function(format!("{inboxes}"), |b| {
+            b.iter(|| {
+                i += 1;
+                let mut message = incoming(i);
+                message.envelope.to = vec![format!("qa+{i}@team-7.test")];
+                api.deliver(Prepared::new(message), 1_000_000 + i as u64, [1; 10]);
+                api.poll_timeout()
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(
+    benches,
+    receive,
+    deliver,
+    filter,
+    list,
+    paging,
+    inbox_queries,
+    ingest_with_inboxes
+);
 criterion_main!(benches);

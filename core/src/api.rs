@@ -308,6 +308,10 @@ pub struct Api<W = ()> {
     subscribers: Subscribers,
     patterns: PatternCache,
     outputs: VecDeque<Output<W>>,
+    /// Answers to other requests that a request ended (the waits of a
+    /// rotated token): they go out after its own answer, which
+    /// [`Api::answer`] takes as the first.
+    ended: Vec<Output<W>>,
     /// The number the next request is given.
     next_request: u64,
     /// The clients of requests whose job is running.
@@ -328,6 +332,8 @@ pub struct Api<W = ()> {
     inboxes: crate::inbox::Inboxes,
     /// Every inbox's own messages and quotas.
     inbox_boxes: inboxes::InboxBoxes,
+    /// The inboxes whose oldest message will reach their `maxAgeMs`, by when.
+    inbox_expiries: std::collections::BTreeSet<(u64, crate::inbox::InboxId)>,
     /// What an inbox that is gone holds: nothing.
     no_mail: Store,
     /// `--max-age` in milliseconds: older messages are evicted (see [`Api::set_max_age`]).
@@ -361,6 +367,7 @@ impl<W> Api<W> {
             waits: Waits::default(),
             patterns: PatternCache::default(),
             outputs: VecDeque::new(),
+            ended: Vec::new(),
             next_request: 0,
             running: HashMap::new(),
             held: HashMap::new(),
@@ -372,6 +379,7 @@ impl<W> Api<W> {
             deleting: false,
             inboxes: crate::inbox::Inboxes::default(),
             inbox_boxes: inboxes::InboxBoxes::new(),
+            inbox_expiries: std::collections::BTreeSet::new(),
             no_mail: Store::default(),
             max_age_ms: None,
             last_restored: None,
@@ -438,6 +446,7 @@ impl<W> Api<W> {
             Ok(routes::Step::Work(kind)) => self.run(id, client, kind),
             Err(e) => self.respond(id, client, e.response()),
         }
+        self.outputs.extend(self.ended.drain(..));
         self.flush_trash();
         id
     }
@@ -654,8 +663,13 @@ impl<W> Api<W> {
                 mut filter,
                 budget,
                 inbox,
+                grant,
             } => {
                 let Some(client) = client else { return };
+                if grant.is_some_and(|grant| !self.holds(grant)) {
+                    // Its token was rotated (or its inbox deleted) while it looked.
+                    return self.respond(request, client, ApiError::Unauthorized.response());
+                }
                 if self.subscribers.len() >= self.config.max_subscribers {
                     let response = ApiError::TooManySubscribers.response();
                     return self.respond(request, client, response);
@@ -670,9 +684,10 @@ impl<W> Api<W> {
                         .get(&id)
                         .map_or(&self.no_mail, |inbox| &inbox.store),
                 };
+                let scope = (inbox, grant.is_some());
                 let id = self
                     .subscribers
-                    .add(filter, budget.remaining_ns(), inbox, store);
+                    .add(filter, budget.remaining_ns(), scope, store);
                 self.outputs
                     .push_back(Output::Subscribed(client, Subscription { id }));
             }
@@ -683,6 +698,7 @@ impl<W> Api<W> {
                 deadline_ms,
                 budget,
                 inbox,
+                grant,
             } => {
                 let Some(client) = client else { return };
                 let work = WaitWork {
@@ -693,6 +709,7 @@ impl<W> Api<W> {
                     deadline_ms,
                     budget,
                     inbox,
+                    grant,
                 };
                 self.park(request, client, work);
             }
@@ -702,6 +719,10 @@ impl<W> Api<W> {
     /// Parks a wait that found nothing up to `work.upto`, unless messages
     /// arrived (in its scope) while its job looked: then it looks at those too.
     fn park(&mut self, request: RequestId, client: W, mut work: WaitWork) {
+        if work.grant.is_some_and(|grant| !self.holds(grant)) {
+            // Its token was rotated (or its inbox deleted) while it looked.
+            return self.respond(request, client, ApiError::Unauthorized.response());
+        }
         let WaitFilter::Compiled(filter) = &mut work.filter else {
             return self.run(request, client, Box::new(JobKind::Wait(work)));
         };
@@ -727,6 +748,7 @@ impl<W> Api<W> {
             seen: work.upto,
             budget_ns: work.budget.remaining_ns(),
             inbox: work.inbox,
+            by_token: work.grant.is_some(),
         };
         self.waits.park(request, wait, client);
     }
@@ -795,7 +817,10 @@ mod inline;
 mod mailbox;
 mod persist;
 mod routes;
-pub use inboxes::{InboxLimits, InboxRecord, Scope};
+pub use crate::faults::RuleOwner;
+pub use crate::inbox::{Digest32, MIN_ADMIN_TOKEN_CHARS, same_secret};
+pub use access::InboxQuery;
+pub use inboxes::{InboxGrant, InboxLimits, InboxRecord, Scope};
 pub use persist::{Assigned, Removal, StorageReport};
 
 #[cfg(test)]
@@ -806,3 +831,6 @@ mod event_tests;
 
 #[cfg(test)]
 mod inbox_tests;
+
+#[cfg(test)]
+mod inbox_rules_tests;

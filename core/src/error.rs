@@ -14,6 +14,10 @@ pub enum ApiError {
     /// 404: no such route or message.
     #[error("{0}")]
     NotFound(String),
+    /// 401: the credentials that admitted the request are no longer valid
+    /// (its inbox's token was rotated, or the inbox deleted).
+    #[error("unauthorized")]
+    Unauthorized,
     /// 403: the token may not do this (an inbox token on an admin route).
     #[error("{0}")]
     Forbidden(String),
@@ -44,6 +48,7 @@ impl ApiError {
     pub fn status(&self) -> u16 {
         match self {
             ApiError::BadRequest(_) | ApiError::TooExpensive => 400,
+            ApiError::Unauthorized => 401,
             ApiError::Forbidden(_) => 403,
             ApiError::NotFound(_) => 404,
             ApiError::Conflict(_) => 409,
@@ -56,8 +61,16 @@ impl ApiError {
     /// The `{"error": ...}` response.
     pub fn response(&self) -> Response {
         let mut response = Response::error(self.status(), &self.to_string());
-        if let ApiError::MethodNotAllowed { allow, .. } = self {
-            response.headers.push(("allow", (*allow).to_owned()));
+        match self {
+            ApiError::MethodNotAllowed { allow, .. } => {
+                response.headers.push(("allow", (*allow).to_owned()));
+            }
+            ApiError::Unauthorized => {
+                response
+                    .headers
+                    .push(("www-authenticate", "Bearer".to_owned()));
+            }
+            _ => {}
         }
         response
     }

@@ -291,13 +291,16 @@ impl Deletion {
 pub(crate) enum LogEntry {
     Stored(MessageId),
     Deleted(Arc<Deletion>),
+    /// Streams were ended (a rotated or deleted inbox's): no event, but
+    /// the head moves, so their hosts look and find them ended.
+    Ended,
 }
 
 impl LogEntry {
     /// What it weighs against the log's capacity: the ids it names.
     fn weight(&self) -> usize {
         match self {
-            LogEntry::Stored(_) => 1,
+            LogEntry::Stored(_) | LogEntry::Ended => 1,
             LogEntry::Deleted(d) => d.ids.len().max(1),
         }
     }
@@ -380,6 +383,8 @@ struct Follower {
     position: Position,
     /// The inbox whose mail it follows; None for every message.
     inbox: Option<InboxId>,
+    /// That inbox's token opened it (not the admin's `?inbox=`).
+    by_token: bool,
 }
 
 /// How far one step took its subscriber, and what its pattern budget has
@@ -443,7 +448,7 @@ impl Subscribers {
         &mut self,
         filter: Filter,
         budget_ns: u64,
-        inbox: Option<InboxId>,
+        (inbox, by_token): (Option<InboxId>, bool),
         store: &Store,
     ) -> SubscriberId {
         let id = SubscriberId(self.next);
@@ -461,15 +466,22 @@ impl Subscribers {
             budget_ns,
             position,
             inbox,
+            by_token,
         };
         self.open.insert(id, follower);
         id
     }
 
-    /// Ends the subscriptions of an inbox that is gone.
-    pub(crate) fn end_inbox(&mut self, inbox: InboxId) {
+    /// Ends the subscriptions of an inbox that its token opened, and with
+    /// `all` (the inbox is gone) the admin's too. Idle streams hear of it:
+    /// the head moves.
+    pub(crate) fn end_inbox(&mut self, inbox: InboxId, all: bool) {
+        let before = self.open.len();
         self.open
-            .retain(|_, follower| follower.inbox != Some(inbox));
+            .retain(|_, follower| follower.inbox != Some(inbox) || !(all || follower.by_token));
+        if self.open.len() < before {
+            self.log.push(LogEntry::Ended);
+        }
         if self.open.is_empty() {
             self.log.clear();
         }
@@ -682,7 +694,7 @@ impl EventBatch {
                         .get_ascending(*id, &mut from)
                         .filter(|e| sent(e))
                         .cloned(),
-                    LogEntry::Deleted(_) => None,
+                    LogEntry::Deleted(_) | LogEntry::Ended => None,
                 })
             }
         };
@@ -798,7 +810,7 @@ impl Step<'_> {
                 LogEntry::Deleted(deletion) if deletion.scope == self.inbox => {
                     self.push(Event::Deleted(deletion.json()))
                 }
-                LogEntry::Deleted(_) => {}
+                LogEntry::Deleted(_) | LogEntry::Ended => {}
             }
         }
         (len, true)
@@ -946,7 +958,7 @@ mod tests {
         })
         .and_then(|spec| spec.compile(None))
         .unwrap();
-        let sub = subscribers.add(filter, u64::MAX, None, &store);
+        let sub = subscribers.add(filter, u64::MAX, (None, false), &store);
         // What the replay was to send is deleted before its first step.
         store.remove_ids(&ids[1..]);
         subscribers.deleted(&ids[1..], Reason::Deleted, None);

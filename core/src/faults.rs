@@ -13,6 +13,12 @@
 //! its `times` goes. The stage, action and event types belong to the session
 //! ([`crate::smtp`]) and are re-exported here.
 //!
+//! A rule made with an inbox's token is that inbox's ([`RuleOwner`]): it
+//! acts only on mail routed to the inbox (at `rcpt`, `data` and `message`),
+//! and at `mail` or earlier only in a session whose AUTH named the inbox.
+//! The API works out which inboxes an event concerns and passes them to
+//! [`Faults::fire_in`]; that inbox sees, and deletes, only its own rules.
+//!
 //! Deterministic: the rolls come from a small generator seeded by the host
 //! ([`Faults::new`]); nothing here reads a clock or the OS. A delay is
 //! an output the host waits on ([`crate::smtp::Output::Fault`]), never a sleep.
@@ -22,6 +28,7 @@ use std::sync::Arc;
 use serde_json::{Map, Value, json};
 
 use crate::error::ApiError;
+use crate::inbox::InboxId;
 use crate::response::Response;
 
 mod json;
@@ -48,6 +55,14 @@ fn action_json(action: &Action) -> Value {
     }
 }
 
+/// The inbox a rule belongs to (it was made with that inbox's token).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleOwner {
+    pub(crate) id: InboxId,
+    /// The inbox's name, as the admin's listing shows it.
+    pub(crate) name: String,
+}
+
 /// One rule.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Rule {
@@ -67,6 +82,8 @@ pub struct Rule {
     pub probability: Option<f64>,
     /// How many times it has fired.
     pub fired: u64,
+    /// The inbox whose mail alone it acts on; None: every session's.
+    pub owner: Option<RuleOwner>,
 }
 
 impl Rule {
@@ -79,7 +96,7 @@ impl Rule {
         if let Some(to) = &self.to {
             matching.insert("to".into(), to.as_str().into());
         }
-        json!({
+        let mut rule = json!({
             "id": self.id,
             "match": matching,
             "stage": self.stage.name(),
@@ -87,11 +104,25 @@ impl Rule {
             "times": self.times,
             "probability": self.probability,
             "fired": self.fired,
-        })
+        });
+        if let (Some(owner), Some(object)) = (&self.owner, rule.as_object_mut()) {
+            object.insert("inbox".into(), owner.name.as_str().into());
+        }
+        rule
     }
 
-    fn matches(&self, event: &FaultEvent<'_>) -> bool {
+    /// Whether it belongs to the inbox `owner` (None: the admin, whose are all).
+    fn owned_by(&self, owner: Option<InboxId>) -> bool {
+        owner.is_none_or(|id| self.owner.as_ref().is_some_and(|o| o.id == id))
+    }
+
+    /// Whether it acts on `event`, which concerns the inboxes `inboxes`.
+    fn matches(&self, event: &FaultEvent<'_>, inboxes: &[InboxId]) -> bool {
         self.stage == event.stage
+            && self
+                .owner
+                .as_ref()
+                .is_none_or(|owner| inboxes.contains(&owner.id))
             && self.from.as_deref().is_none_or(|from| {
                 event
                     .from
@@ -164,13 +195,23 @@ impl Faults {
             times: rule.times,
             probability: rule.probability,
             fired: 0,
+            owner: rule.owner,
         });
         rules.last()
     }
 
     /// Removes one rule; false when there is none with this id.
     pub fn remove(&mut self, id: &str) -> bool {
-        let Some(index) = self.rules.iter().position(|r| r.id == id) else {
+        self.remove_owned(id, None)
+    }
+
+    /// Removes one rule of `owner` (None: any rule); false when it has none with this id.
+    fn remove_owned(&mut self, id: &str, owner: Option<InboxId>) -> bool {
+        let Some(index) = self
+            .rules
+            .iter()
+            .position(|r| r.id == id && r.owned_by(owner))
+        else {
             return false;
         };
         Arc::make_mut(&mut self.rules).remove(index);
@@ -180,6 +221,24 @@ impl Faults {
     /// Removes every rule; returns how many there were.
     pub fn clear(&mut self) -> usize {
         std::mem::take(&mut self.rules).len()
+    }
+
+    /// Removes every rule of `owner` (None: every rule); how many there
+    /// were. O(rules), at most `--max-faults`.
+    fn clear_owned(&mut self, owner: Option<InboxId>) -> usize {
+        if owner.is_none() {
+            return self.clear();
+        }
+        let before = self.rules.len();
+        Arc::make_mut(&mut self.rules).retain(|r| !r.owned_by(owner));
+        before - self.rules.len()
+    }
+
+    /// Removes the rules of an inbox that is gone.
+    pub(crate) fn remove_inbox(&mut self, id: InboxId) {
+        if self.rules.iter().any(|r| r.owned_by(Some(id))) {
+            self.clear_owned(Some(id));
+        }
     }
 
     fn roll(&mut self) -> f64 {
@@ -192,9 +251,17 @@ impl Faults {
         (z >> 11) as f64 / (1u64 << 53) as f64
     }
 
-    /// The rule that fires for `event`, if one does: the first that matches decides.
+    /// The rule that fires for `event`, if one does: the first that matches
+    /// decides. Rules of an inbox never fire here (see [`Faults::fire_in`]).
     pub fn fire(&mut self, event: &FaultEvent<'_>) -> Option<Fired> {
-        let index = self.rules.iter().position(|r| r.matches(event))?;
+        self.fire_in(event, &[])
+    }
+
+    /// The rule that fires for `event`, which concerns the inboxes
+    /// `inboxes` (those its mail is routed to, or its AUTH named), if one
+    /// does: the first that matches decides, an inbox's rule only for its inbox.
+    pub fn fire_in(&mut self, event: &FaultEvent<'_>, inboxes: &[InboxId]) -> Option<Fired> {
+        let index = self.rules.iter().position(|r| r.matches(event, inboxes))?;
         if let Some(p) = self.rules[index].probability
             && self.roll() >= p
         {
@@ -227,7 +294,7 @@ impl Faults {
         body: &[u8],
     ) -> Result<Response, ApiError> {
         let body = bytes::Bytes::copy_from_slice(body);
-        match self.route(method, id, content_type, body)? {
+        match self.route(method, id, content_type, body, None)? {
             Routed::Ready(response) => Ok(response),
             Routed::Work(work) => match work.run()? {
                 Worked::Response(response) => Ok(response),
@@ -239,17 +306,23 @@ impl Faults {
     /// What a request to `/api/faults` needs, decided under the API lock in
     /// time that does not grow with the rules: an answer now (DELETE, and
     /// refusals), or work to run outside the lock (parsing a new rule,
-    /// listing the rules).
+    /// listing the rules). With an `owner`, the request is that inbox's: it
+    /// makes rules of that inbox and lists and deletes only those.
     pub fn route(
         &mut self,
         method: &str,
         id: Option<&str>,
         content_type: Option<&str>,
         body: bytes::Bytes,
+        owner: Option<RuleOwner>,
     ) -> Result<Routed, ApiError> {
         let ready = |response| Ok(Routed::Ready(response));
+        let owner_id = owner.as_ref().map(|o| o.id);
         match (method, id) {
-            ("GET", None) => Ok(Routed::Work(FaultWork::List(self.rules.clone()))),
+            ("GET", None) => Ok(Routed::Work(FaultWork::List {
+                rules: self.rules.clone(),
+                owner: owner_id,
+            })),
             ("POST", None) => {
                 if !is_json(content_type) {
                     return ready(Response::error(
@@ -263,11 +336,14 @@ impl Faults {
                         &format!("the body is larger than {MAX_FAULT_BODY_BYTES} bytes"),
                     ));
                 }
-                Ok(Routed::Work(FaultWork::Parse(body)))
+                Ok(Routed::Work(FaultWork::Parse { body, owner }))
             }
-            ("DELETE", None) => ready(Response::json(200, &json!({ "deleted": self.clear() }))),
+            ("DELETE", None) => {
+                let deleted = self.clear_owned(owner_id);
+                ready(Response::json(200, &json!({ "deleted": deleted })))
+            }
             ("DELETE", Some(id)) => {
-                if self.remove(id) {
+                if self.remove_owned(id, owner_id) {
                     ready(Response::json(200, &json!({ "deleted": 1 })))
                 } else {
                     Err(ApiError::NotFound(format!(
@@ -315,10 +391,20 @@ pub enum Routed {
 /// The part of a request to `/api/faults` that grows with its body or the rules.
 #[derive(Debug)]
 pub enum FaultWork {
-    /// `GET`: the rules as they were.
-    List(Arc<Vec<Rule>>),
-    /// `POST`: the body to read a rule from.
-    Parse(bytes::Bytes),
+    /// `GET`: the rules as they were, those of `owner` only when it is an inbox.
+    List {
+        /// Every rule.
+        rules: Arc<Vec<Rule>>,
+        /// The inbox that asks; None: the admin.
+        owner: Option<InboxId>,
+    },
+    /// `POST`: the body to read a rule from, and the inbox it is for.
+    Parse {
+        /// The request body.
+        body: bytes::Bytes,
+        /// The inbox whose rule it is; None: the admin's.
+        owner: Option<RuleOwner>,
+    },
 }
 
 /// What [`FaultWork::run`] gives.
@@ -334,15 +420,19 @@ impl FaultWork {
     /// Lists the rules or reads the new one; a bad rule is a 400 naming the field.
     pub fn run(self) -> Result<Worked, ApiError> {
         match self {
-            FaultWork::List(rules) => {
-                let list: Vec<Value> = rules.iter().map(Rule::to_json).collect();
+            FaultWork::List { rules, owner } => {
+                let list: Vec<Value> = rules
+                    .iter()
+                    .filter(|r| r.owned_by(owner))
+                    .map(Rule::to_json)
+                    .collect();
                 Ok(Worked::Response(Response::json(
                     200,
                     &json!({ "faults": list }),
                 )))
             }
-            FaultWork::Parse(body) => parse_rule(&body)
-                .map(Worked::Add)
+            FaultWork::Parse { body, owner } => parse_rule(&body)
+                .map(|rule| Worked::Add(NewRule { owner, ..rule }))
                 .map_err(ApiError::BadRequest),
         }
     }
@@ -373,6 +463,8 @@ pub struct NewRule {
     pub times: Option<u64>,
     /// The chance it fires when it matches.
     pub probability: Option<f64>,
+    /// The inbox it is for; None: the admin's, for every session.
+    pub owner: Option<RuleOwner>,
 }
 
 /// Reads a rule from a `POST /api/faults` body; the error names the field at fault.
@@ -462,6 +554,7 @@ pub fn parse_rule(body: &[u8]) -> Result<NewRule, String> {
         action,
         times,
         probability,
+        owner: None,
     })
 }
 

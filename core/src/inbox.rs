@@ -136,7 +136,31 @@ pub struct Inboxes {
     tokens: HashMap<Digest32, InboxId>,
     smtp_users: HashMap<String, (InboxId, Digest32)>,
     patterns: HashMap<InboxId, Vec<Pattern>>,
+    /// What each inbox's credentials are now, to replace them in O(1).
+    held: HashMap<InboxId, Held>,
     next: u32,
+    next_generation: u64,
+}
+
+/// An inbox's current credentials as the table holds them.
+#[derive(Debug)]
+struct Held {
+    /// A new number at every change of credentials, never reused: a grant
+    /// made under old credentials stays old.
+    generation: u64,
+    token: Digest32,
+    /// Lowercase.
+    smtp_user: String,
+}
+
+/// Takes `id` out of the inboxes a pattern routes to, and the pattern out when none is left.
+fn drop_from<K: std::hash::Hash + Eq>(map: &mut HashMap<K, Vec<InboxId>>, key: K, id: InboxId) {
+    if let Some(list) = map.get_mut(&key) {
+        list.retain(|i| *i != id);
+        if list.is_empty() {
+            map.remove(&key);
+        }
+    }
 }
 
 /// What the table knows of one inbox's credentials.
@@ -151,11 +175,6 @@ pub struct Credentials {
 }
 
 impl Inboxes {
-    /// How many inboxes there are.
-    pub fn len(&self) -> usize {
-        self.names.len()
-    }
-
     /// Whether there is none.
     pub fn is_empty(&self) -> bool {
         self.names.is_empty()
@@ -200,33 +219,50 @@ impl Inboxes {
 
     /// Replaces an inbox's credentials: the old ones stop working at once.
     pub fn set_credentials(&mut self, id: InboxId, credentials: &Credentials) {
-        self.tokens.retain(|_, owner| *owner != id);
-        self.smtp_users.retain(|_, (owner, _)| *owner != id);
-        self.tokens.insert(credentials.token, id);
-        self.smtp_users.insert(
-            credentials.smtp_user.to_lowercase(),
-            (id, credentials.smtp_password),
+        self.forget_credentials(id);
+        self.next_generation += 1;
+        let user = credentials.smtp_user.to_lowercase();
+        self.held.insert(
+            id,
+            Held {
+                generation: self.next_generation,
+                token: credentials.token,
+                smtp_user: user.clone(),
+            },
         );
+        self.tokens.insert(credentials.token, id);
+        self.smtp_users
+            .insert(user, (id, credentials.smtp_password));
     }
 
-    /// Removes an inbox from routing and from the credentials.
+    /// Drops an inbox's credentials, in O(1): its entries are found by what it holds.
+    fn forget_credentials(&mut self, id: InboxId) {
+        if let Some(old) = self.held.remove(&id) {
+            self.tokens.remove(&old.token);
+            self.smtp_users.remove(&old.smtp_user);
+        }
+    }
+
+    /// Removes an inbox from routing and from the credentials, in time that
+    /// grows with its own patterns only.
     pub fn remove(&mut self, name: &str) -> Option<InboxId> {
         let id = self.names.remove(name)?;
-        let drop_id = |lists: &mut dyn Iterator<Item = &mut Vec<InboxId>>| {
-            for list in lists {
-                list.retain(|i| *i != id);
+        for pattern in self.patterns.remove(&id).unwrap_or_default() {
+            match pattern {
+                Pattern::Exact(address) => drop_from(&mut self.exact, address, id),
+                Pattern::Domain(domain) => drop_from(&mut self.domains, domain, id),
+                Pattern::Tagged { local, domain } => {
+                    drop_from(&mut self.tagged, (local, domain), id)
+                }
             }
-        };
-        drop_id(&mut self.exact.values_mut());
-        drop_id(&mut self.domains.values_mut());
-        drop_id(&mut self.tagged.values_mut());
-        self.exact.retain(|_, l| !l.is_empty());
-        self.domains.retain(|_, l| !l.is_empty());
-        self.tagged.retain(|_, l| !l.is_empty());
-        self.tokens.retain(|_, owner| *owner != id);
-        self.smtp_users.retain(|_, (owner, _)| *owner != id);
-        self.patterns.remove(&id);
+        }
+        self.forget_credentials(id);
         Some(id)
+    }
+
+    /// The generation of an inbox's current credentials; None when it is gone.
+    pub fn generation(&self, id: InboxId) -> Option<u64> {
+        self.held.get(&id).map(|held| held.generation)
     }
 
     /// Every inbox's credentials (digests only), for keeping them on disk.
@@ -256,6 +292,7 @@ impl Inboxes {
     }
 
     /// The inbox whose API token this is.
+    #[cfg(test)]
     pub fn by_token(&self, token: &str) -> Option<InboxId> {
         self.by_token_digest(&Digest32::of(token))
     }

@@ -82,6 +82,8 @@ pub(crate) enum JobKind {
         spec: FilterSpec,
         budget: Budget,
         inbox: Option<InboxId>,
+        /// The inbox token that admitted it, to check again when it commits.
+        grant: Option<crate::api::InboxGrant>,
     },
     /// Decode attachment `index` of a message.
     Attachment {
@@ -125,6 +127,8 @@ pub(crate) struct WaitWork {
     pub(crate) budget: Budget,
     /// The inbox it waits in; None for every message.
     pub(crate) inbox: Option<InboxId>,
+    /// The inbox token that admitted it, to check again when it parks.
+    pub(crate) grant: Option<crate::api::InboxGrant>,
 }
 
 /// How a [`Job`] ended: pass it to [`crate::api::Api::handle_done`].
@@ -171,6 +175,8 @@ pub(crate) enum CommitKind {
         deadline_ms: u64,
         budget: Budget,
         inbox: Option<InboxId>,
+        /// The inbox token that admitted it, to check again when it commits.
+        grant: Option<crate::api::InboxGrant>,
     },
     /// Delete these messages from a scope.
     Remove {
@@ -182,6 +188,8 @@ pub(crate) enum CommitKind {
         filter: Filter,
         budget: Budget,
         inbox: Option<InboxId>,
+        /// The inbox token that admitted it, to check again when it commits.
+        grant: Option<crate::api::InboxGrant>,
     },
 }
 
@@ -304,12 +312,14 @@ impl Job {
                 spec,
                 budget,
                 inbox,
+                grant,
             } => {
                 let filter = spec.compile(cached)?;
                 Ok(Outcome::Commit(Commit(CommitKind::Subscribe {
                     filter,
                     budget,
                     inbox,
+                    grant,
                 })))
             }
             JobKind::Attachment { email, index } => Ok(Outcome::Response(
@@ -403,6 +413,7 @@ fn wait(
         deadline_ms,
         mut budget,
         inbox,
+        grant,
     } = work;
     let filter = match filter {
         WaitFilter::Spec(spec) => spec.compile(cached)?,
@@ -420,6 +431,7 @@ fn wait(
         deadline_ms,
         budget,
         inbox,
+        grant,
     })))
 }
 

@@ -8,10 +8,10 @@
 //! responses out.
 //!
 //! A host needs [`api`] (the API, its inputs and outputs, responses, event
-//! streams, fault rules and the defaults of its limits), [`smtp`] (the
-//! session), [`store`] (stored messages, their limits, filters), [`id`]
-//! (message ids and their entropy), [`budget`] (the clock pattern budgets
-//! read) and [`inbox`] (inboxes, their routing and credentials).
+//! streams, fault rules, the questions about inboxes and credentials, and
+//! the defaults of its limits), [`smtp`] (the session), [`store`] (stored
+//! messages, their limits, filters), [`id`] (message ids and their entropy)
+//! and [`budget`] (the clock pattern budgets read).
 //! [`message`] (the MIME parser) and [`jsregex`] (JavaScript regular
 //! expressions) stand alone. Everything else is private to the crate.
 
@@ -29,7 +29,7 @@ mod faults;
 mod filter;
 mod head;
 pub mod id;
-pub mod inbox;
+mod inbox;
 mod job;
 mod json_text;
 pub mod jsregex;

@@ -777,7 +777,7 @@ impl Session {
     }
 
     fn deliver(&mut self, mut t: Transaction, out: &mut Outputs, env: &mut Env<'_>) {
-        let fired = Session::fault_for(env.faults, Stage::Message, t.from.as_deref(), &t.to);
+        let fired = self.fault_for(env.faults, Stage::Message, t.from.as_deref(), &t.to);
         if !self.go_on(fired, out) {
             return;
         }
@@ -943,7 +943,7 @@ impl Session {
             );
             return;
         };
-        let fired = Session::fault_for(env.faults, Stage::Helo, None, &[]);
+        let fired = self.fault_for(env.faults, Stage::Helo, None, &[]);
         if !self.go_on(fired, out) {
             return;
         }
@@ -1017,7 +1017,7 @@ impl Session {
             self.error(reply, out);
             return;
         }
-        let fired = Session::fault_for(env.faults, Stage::Mail, Some(&path), &[]);
+        let fired = self.fault_for(env.faults, Stage::Mail, Some(&path), &[]);
         if !self.go_on(fired, out) {
             return;
         }
@@ -1132,7 +1132,7 @@ impl Session {
             return;
         }
         let from = self.transaction.from.as_deref();
-        let fired = Session::fault_for(env.faults, Stage::Rcpt, from, std::slice::from_ref(&path));
+        let fired = self.fault_for(env.faults, Stage::Rcpt, from, std::slice::from_ref(&path));
         if !self.go_on(fired, out) {
             return;
         }

@@ -34,6 +34,9 @@ pub(crate) struct PendingWait {
     pub(crate) budget_ns: u64,
     /// The inbox it waits in; None for every message.
     pub(crate) inbox: Option<crate::inbox::InboxId>,
+    /// An inbox's token admitted it (not the admin's `?inbox=`): it ends
+    /// when that token is rotated.
+    pub(crate) by_token: bool,
 }
 
 /// The parked waits with their hosts' handles, bounded in number.
@@ -48,6 +51,8 @@ pub(crate) struct Waits<W> {
     deadlines: BTreeSet<(u64, WaitId)>,
     /// How many parked waits each inbox has.
     by_inbox: std::collections::BTreeMap<crate::inbox::InboxId, usize>,
+    /// The parked waits of each inbox, to end them when its token changes.
+    in_inbox: BTreeSet<(crate::inbox::InboxId, WaitId)>,
 }
 
 impl<W> Default for Waits<W> {
@@ -57,6 +62,7 @@ impl<W> Default for Waits<W> {
             handles: std::collections::HashMap::new(),
             deadlines: BTreeSet::new(),
             by_inbox: std::collections::BTreeMap::new(),
+            in_inbox: BTreeSet::new(),
         }
     }
 }
@@ -70,6 +76,7 @@ impl<W> Waits<W> {
         self.deadlines.insert((wait.deadline_ms, id));
         if let Some(inbox) = wait.inbox {
             *self.by_inbox.entry(inbox).or_default() += 1;
+            self.in_inbox.insert((inbox, id));
         }
         self.parked.insert(id, Arc::new(wait));
         self.handles.insert(id, handle);
@@ -85,9 +92,26 @@ impl<W> Waits<W> {
             if *count == 0 {
                 self.by_inbox.remove(&inbox);
             }
+            self.in_inbox.remove(&(inbox, id));
         }
         let handle = self.handles.remove(&id)?;
         Some((wait, handle))
+    }
+
+    /// Takes out the waits in `inbox` that its token admitted, and with
+    /// `all` the admin's there too; in wait order. O(k log n) for k waits in it.
+    pub(crate) fn remove_inbox(
+        &mut self,
+        inbox: crate::inbox::InboxId,
+        all: bool,
+    ) -> Vec<(Arc<PendingWait>, W)> {
+        let ids: Vec<WaitId> = self
+            .in_inbox
+            .range((inbox, RequestId(0))..=(inbox, RequestId(u64::MAX)))
+            .map(|(_, id)| *id)
+            .filter(|id| all || self.parked.get(id).is_some_and(|w| w.by_token))
+            .collect();
+        ids.into_iter().filter_map(|id| self.remove(id)).collect()
     }
 
     pub(crate) fn is_empty(&self) -> bool {

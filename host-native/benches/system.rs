@@ -10,7 +10,8 @@
 //! Environment: `ROUNDS` (default 3), `MESSAGES` (default 5000),
 //! `WAIT_SAMPLES` (default 1000), `MANY_WAITS` (default 10000), `MAILJAR_BIN`
 //! (another build to measure); `ONLY` runs one section: `idle`, `many-waits`,
-//! `streams-ingest` (`STREAMS`), `event-latency`, `persist`; `ONLY=ingest`
+//! `streams-ingest` (`STREAMS`), `event-latency`, `persist`, `inboxes`
+//! (`INBOXES`); `ONLY=ingest`
 //! stops after the ingest table.
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -536,6 +537,10 @@ fn event_latency(samples: usize) -> (Vec<f64>, Vec<f64>) {
 #[path = "system/persist.rs"]
 mod persist;
 
+/// `ONLY=inboxes`: ingest with 100 inboxes against none, and memory per inbox.
+#[path = "system/inboxes.rs"]
+mod inboxes;
+
 /// The RSS of a mailjar started with default flags, once it has settled.
 fn idle_rss() -> u64 {
     let idle = Mailjar::start(&[]);
@@ -565,6 +570,10 @@ fn main() {
     }
     if std::env::var("ONLY").as_deref() == Ok("persist") {
         persist::run(rounds, messages);
+        return;
+    }
+    if std::env::var("ONLY").as_deref() == Ok("inboxes") {
+        inboxes::run(rounds, messages);
         return;
     }
     if std::env::var("ONLY").as_deref() == Ok("event-latency") {

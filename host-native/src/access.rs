@@ -8,8 +8,8 @@
 //! authentication comes before routing: an unknown `/api/*` path without
 //! credentials is 401 too.
 
-use mailjar_core::api::{Response, Scope};
-use mailjar_core::inbox::same_secret;
+use mailjar_core::api::same_secret;
+use mailjar_core::api::{Digest32, Response, Scope};
 use warp::http::{self, HeaderMap};
 
 use crate::sessions::{Holder, Sessions};
@@ -100,7 +100,7 @@ impl Access {
         if same_secret(token, &self.admin) {
             return Some(Scope::All);
         }
-        shared.inbox_by_token(token).map(Scope::Inbox)
+        shared.inbox_scope(&Digest32::of(token))
     }
 }
 

@@ -308,7 +308,7 @@ impl Settings {
 impl Settings {
     /// Checks `--admin-token`, `--max-sessions` and `--unrouted` (part of [`Settings::validate`]).
     fn validate_access(&self) -> Result<(), String> {
-        let min = mailjar_core::inbox::MIN_ADMIN_TOKEN_CHARS;
+        let min = mailjar_core::api::MIN_ADMIN_TOKEN_CHARS;
         if let Some(token) = &self.admin_token
             && (token.chars().count() < min || token.trim() != token)
         {

@@ -1,11 +1,12 @@
 //! What the HTTP and SMTP sides ask the core about inboxes: whose token,
 //! session or login this is, and whether an address is routed. Each is one
-//! call into the core ([`Shared::call`]), a hash lookup under the lock.
+//! call into the core ([`Shared::call`]) through its
+//! [`InboxQuery`](mailjar_core::api::InboxQuery), a hash lookup under the lock.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use mailjar_core::inbox::Digest32;
+use mailjar_core::api::{Digest32, Scope};
 use mailjar_core::smtp::InboxLogin;
 
 use crate::state::Shared;
@@ -20,7 +21,14 @@ impl Shared {
 
     /// The name of the inbox whose API token has this digest.
     pub fn inbox_by_token_digest(self: &Arc<Self>, digest: &Digest32) -> Option<String> {
-        self.call(|api| api.inbox_by_token_digest(digest))
+        self.call(|api| api.inboxes().name_of_token_digest(digest))
+    }
+
+    /// The scope a request admitted by the inbox token with this digest
+    /// reads in (its credentials' generation with it: what it parks ends
+    /// when they change); None when it opens no inbox.
+    pub fn inbox_scope(self: &Arc<Self>, digest: &Digest32) -> Option<Scope> {
+        self.call(|api| api.inboxes().token_scope(digest))
     }
 
     /// Of these token digests, those that open no inbox any more.
@@ -28,7 +36,7 @@ impl Shared {
         self.call(|api| {
             tokens
                 .into_iter()
-                .filter(|t| api.inbox_by_token_digest(t).is_none())
+                .filter(|t| api.inboxes().name_of_token_digest(t).is_none())
                 .collect()
         })
     }
@@ -43,13 +51,13 @@ impl Shared {
         if !self.any_inboxes() {
             return InboxLogin::NotAnInbox;
         }
-        self.call(|api| api.smtp_login(user, password))
+        self.call(|api| api.inboxes().smtp_login(user, password))
     }
 
     /// With `--unrouted reject`: whether `RCPT TO:<recipient>` is taken in a
     /// session logged in as `login` (no inbox: none is).
     pub fn takes_recipient(self: &Arc<Self>, recipient: &str, login: Option<&str>) -> bool {
-        self.any_inboxes() && self.call(|api| api.takes_recipient(recipient, login))
+        self.any_inboxes() && self.call(|api| api.inboxes().takes_recipient(recipient, login))
     }
 }
 
@@ -63,7 +71,7 @@ impl Shared {
         let (ack, written) = tokio::sync::oneshot::channel();
         // Taken and queued under one lock: the writer sees the changes in order.
         self.call(|api| {
-            let records = api.inbox_records();
+            let records = api.inboxes().records();
             writer.send(crate::storage::writer::Job::Inboxes(records, ack))
         })
         .map_err(|_| crate::storage::StorageError("the storage writer has stopped".to_owned()))?;

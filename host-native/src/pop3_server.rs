@@ -161,11 +161,11 @@ impl Connection {
                     self.session.handle_login(maildrop);
                 }
                 Output::Fetch(id) => {
-                    let scope = self.scope.clone();
+                    let scope = self.scope;
                     let email = self
                         .context
                         .shared
-                        .call(|api| api.mailbox_email(&scope, id));
+                        .call(|api| api.inboxes().mailbox_email(scope, id));
                     self.session.handle_message(email);
                 }
                 Output::Delete(ids) => {
@@ -207,10 +207,10 @@ impl Connection {
             None => Scope::All,
             Some(access) => match access.holder_of(shared, password) {
                 Some(Holder::Admin) => Scope::All,
-                _ => shared.call(|api| api.mailbox_of_login(user, password))?,
+                _ => shared.call(|api| api.inboxes().mailbox_of_login(user, password))?,
             },
         };
-        let snapshot = shared.call(|api| api.mailbox(&scope));
+        let snapshot = shared.call(|api| api.inboxes().mailbox(scope));
         self.scope = scope;
         // Listed outside the lock.
         Some(
@@ -230,7 +230,7 @@ impl Connection {
         let mut all = true;
         for id in ids {
             let mut request = Request::new("DELETE", &format!("/api/emails/{id}"));
-            request.scope = self.scope.clone();
+            request.scope = self.scope;
             let status = match self.context.shared.handle(&request).await {
                 Answer::Response(response) => response.status,
                 Answer::Subscribe(_) => 500,

@@ -11,8 +11,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use mailjar_core::api::Digest32;
 use mailjar_core::api::Scope;
-use mailjar_core::inbox::Digest32;
 
 use crate::state::Shared;
 
@@ -121,7 +121,7 @@ impl Sessions {
         match holder {
             Holder::Admin => Some(Scope::All),
             Holder::Inbox(token) => {
-                let scope = shared.inbox_by_token_digest(&token).map(Scope::Inbox);
+                let scope = shared.inbox_scope(&token);
                 if scope.is_none() {
                     self.lock().remove(&digest);
                 }

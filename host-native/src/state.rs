@@ -156,7 +156,7 @@ impl Shared {
     /// Shares this API; `workers` is how many jobs may run at once (the core count).
     pub fn new(api: ClientApi, workers: usize) -> Shared {
         let deadline = api.poll_timeout();
-        let any_inboxes = AtomicBool::new(api.has_inboxes());
+        let any_inboxes = AtomicBool::new(api.inboxes().any());
         Shared {
             inner: Mutex::new(api),
             workers: Semaphore::new(workers.max(1)),
@@ -192,7 +192,8 @@ impl Shared {
             // Still under the lock: no change of the rules slips in between.
             self.any_faults
                 .store(api.fault_count() > 0, Ordering::Release);
-            self.any_inboxes.store(api.has_inboxes(), Ordering::Release);
+            self.any_inboxes
+                .store(api.inboxes().any(), Ordering::Release);
             let outputs: Vec<Output<Client>> = std::iter::from_fn(|| api.poll_output()).collect();
             (value, outputs, api.event_head(), api.poll_timeout())
         };
@@ -546,7 +547,7 @@ impl Shared {
     /// Stored message `id` as `request`'s scope sees it, for the host's
     /// checks: the lock is held only to look it up and clone its `Arc`.
     pub fn email(&self, request: &Request, id: &str) -> Result<Arc<Email>, ApiError> {
-        self.lock().stored_for(request, id)
+        self.lock().inboxes().message_for(request, id)
     }
 }
 

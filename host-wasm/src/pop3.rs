@@ -80,7 +80,7 @@ impl Pop3Session {
                     self.inner.handle_login(maildrop);
                 }
                 Output::Fetch(id) => {
-                    let email = self.api.borrow().mailbox_email(&self.scope, id);
+                    let email = self.api.borrow().inboxes().mailbox_email(self.scope, id);
                     self.inner.handle_message(email);
                 }
                 Output::Delete(ids) => {
@@ -96,12 +96,14 @@ impl Pop3Session {
 
     fn login(&mut self, user: &str, password: &str) -> Option<Vec<Entry>> {
         let api = self.api.borrow();
-        self.scope = match api.access_control() {
+        let inboxes = api.inboxes();
+        self.scope = match inboxes.access_control() {
             false => Scope::All,
-            true => api.mailbox_of_login(user, password)?,
+            true => inboxes.mailbox_of_login(user, password)?,
         };
         Some(
-            api.mailbox(&self.scope)
+            inboxes
+                .mailbox(self.scope)
                 .iter()
                 .map(|email| Entry {
                     id: email.id,
@@ -114,7 +116,7 @@ impl Pop3Session {
     /// `DELETE /api/emails/:id` in the login's scope; true when it is gone.
     fn delete(&self, id: &str) -> bool {
         let mut request = Request::new("DELETE", &format!("/api/emails/{id}"));
-        request.scope = self.scope.clone();
+        request.scope = self.scope;
         let now = js_sys::Date::now().max(0.0) as u64;
         let answered = self
             .api

@@ -45,13 +45,13 @@ impl FaultCheck for Linked<'_> {
 impl InboxCheck for Linked<'_> {
     fn login(&mut self, user: &str, password: &str) -> InboxLogin {
         self.0.map_or(InboxLogin::NotAnInbox, |api| {
-            api.borrow().smtp_login(user, password)
+            api.borrow().inboxes().smtp_login(user, password)
         })
     }
 
     fn takes(&mut self, recipient: &str, login: Option<&str>) -> bool {
         self.0
-            .is_none_or(|api| api.borrow().takes_recipient(recipient, login))
+            .is_none_or(|api| api.borrow().inboxes().takes_recipient(recipient, login))
     }
 }
 

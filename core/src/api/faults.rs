@@ -3,7 +3,8 @@
 use super::routes::Step;
 use super::{Api, Request};
 use crate::error::ApiError;
-use crate::faults::{FaultEvent, Fired, Routed};
+use crate::faults::{FaultEvent, Fired, Routed, RuleOwner, Stage};
+use crate::inbox::InboxId;
 use crate::job::JobKind;
 
 impl<W> Api<W> {
@@ -11,7 +12,24 @@ impl<W> Api<W> {
     /// rule may be used up by it). A host calls it under its API lock, from
     /// its [`crate::smtp::FaultCheck`].
     pub fn fire_fault(&mut self, event: &FaultEvent<'_>) -> Option<Fired> {
-        self.faults.fire(event)
+        if self.inboxes.is_empty() {
+            return self.faults.fire(event);
+        }
+        let inboxes = self.event_inboxes(event);
+        self.faults.fire_in(event, &inboxes)
+    }
+
+    /// The inboxes an SMTP event concerns, for the rules of inboxes: the
+    /// one its session's AUTH named, and at `rcpt`, `data` and `message`
+    /// those its recipients route to. O(recipients).
+    fn event_inboxes(&self, event: &FaultEvent<'_>) -> Vec<InboxId> {
+        let authenticated = event.login.and_then(|user| self.inboxes.by_smtp_user(user));
+        match event.stage {
+            Stage::Connect | Stage::Helo | Stage::Mail => authenticated.into_iter().collect(),
+            Stage::Rcpt | Stage::Data | Stage::Message => self
+                .inboxes
+                .route(event.to.iter().map(String::as_str), authenticated),
+        }
     }
 
     /// How many fault rules are held: while none is, a host need not ask.
@@ -27,16 +45,17 @@ impl<W> Api<W> {
         id: Option<&str>,
         request: &Request,
     ) -> Result<Step, ApiError> {
-        // Rules act on every session: only the admin makes them, until
-        // rules scoped to an inbox's mail exist.
-        if request.scope != super::Scope::All {
-            return Err(ApiError::Forbidden("admin token required".to_owned()));
-        }
+        // An inbox token's rules are its inbox's: made, listed and deleted there.
+        let owner = self.scope_of(request, None)?.and_then(|id| {
+            let inbox = self.inbox_boxes.get(&id)?;
+            Some(RuleOwner {
+                id,
+                name: inbox.name.clone(),
+            })
+        });
         let content_type = request.content_type.as_deref();
-        match self
-            .faults
-            .route(method, id, content_type, request.body.clone())?
-        {
+        let body = request.body.clone();
+        match self.faults.route(method, id, content_type, body, owner)? {
             Routed::Ready(response) => Ok(Step::Ready(response)),
             Routed::Work(work) => Ok(Step::Work(Box::new(JobKind::Faults(work)))),
         }

@@ -24,17 +24,39 @@ use crate::query::truncate;
 use crate::response::Response;
 use crate::store::{Store, StoreLimits};
 
+mod expiry;
 mod saved;
 pub use saved::InboxRecord;
 
 /// Whose mail a request may see: the host sets it from the request's credentials.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Scope {
     /// Every message: the admin token, or a mailjar without access control.
     #[default]
     All,
-    /// The messages of the inbox with this name: its token.
-    Inbox(String),
+    /// The messages of the inbox whose token admitted the request
+    /// ([`InboxQuery::token_scope`](super::InboxQuery::token_scope)).
+    Inbox(InboxGrant),
+}
+
+impl Scope {
+    /// The grant of the inbox token that admitted the request, if one did.
+    pub(crate) fn grant(self) -> Option<InboxGrant> {
+        match self {
+            Scope::All => None,
+            Scope::Inbox(grant) => Some(grant),
+        }
+    }
+}
+
+/// An inbox's token, as it stood when it admitted a request: the inbox and
+/// the generation of its credentials. A request, a parked wait or an event
+/// stream admitted under one generation is refused (401) or ended once the
+/// token is rotated or the inbox deleted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InboxGrant {
+    pub(crate) inbox: InboxId,
+    pub(crate) generation: u64,
 }
 
 /// One inbox's quotas; None is no limit of its own (the global ones still hold).
@@ -56,6 +78,9 @@ pub(crate) struct Inbox {
     addresses: Vec<String>,
     limits: InboxLimits,
     pub(crate) store: Store,
+    /// When its oldest message reaches its `maxAgeMs`, as filed in
+    /// [`Api`]'s index of expiries (see [`Api::rearm`]).
+    due: Option<u64>,
 }
 
 /// The body of `POST /api/inboxes`.
@@ -84,18 +109,33 @@ impl<W> Api<W> {
     ) -> Result<Option<InboxId>, ApiError> {
         let unknown =
             |name: &str| ApiError::NotFound(format!("no inbox named {}", truncate(name, 64)));
-        match (&request.scope, named) {
-            (crate::api::Scope::All, None) => Ok(None),
-            (crate::api::Scope::All, Some(name)) => {
+        match (request.scope, named) {
+            (Scope::All, None) => Ok(None),
+            (Scope::All, Some(name)) => {
                 self.inboxes.id(name).map(Some).ok_or_else(|| unknown(name))
             }
-            (crate::api::Scope::Inbox(own), named) => {
-                if named.is_some_and(|n| n != own) {
-                    return Err(unknown(named.unwrap_or_default()));
+            (Scope::Inbox(grant), named) => {
+                if !self.holds(grant) {
+                    return Err(ApiError::Unauthorized);
                 }
-                self.inboxes.id(own).map(Some).ok_or_else(|| unknown(own))
+                match named {
+                    Some(name) if self.inboxes.id(name) != Some(grant.inbox) => Err(unknown(name)),
+                    _ => Ok(Some(grant.inbox)),
+                }
             }
         }
+    }
+
+    /// Whether a grant's credentials are still the inbox's.
+    pub(super) fn holds(&self, grant: InboxGrant) -> bool {
+        self.inboxes.generation(grant.inbox) == Some(grant.generation)
+    }
+
+    /// The scope of the inbox whose current token has this digest.
+    pub(super) fn token_grant(&self, digest: &Digest32) -> Option<Scope> {
+        let inbox = self.inboxes.by_token_digest(digest)?;
+        let generation = self.inboxes.generation(inbox)?;
+        Some(Scope::Inbox(InboxGrant { inbox, generation }))
     }
 
     /// The messages a scope sees: an inbox's, or the whole store's.
@@ -134,6 +174,7 @@ impl<W> Api<W> {
             let evicted = inbox.store.push_shared(email.clone());
             self.log_left(id, &evicted, Reason::Evicted);
             self.left_inbox(id, evicted, Reason::Evicted);
+            self.rearm(id);
         }
     }
 
@@ -155,6 +196,7 @@ impl<W> Api<W> {
         }
         for (id, emails) in left {
             self.log_left(id, &emails, reason);
+            self.rearm(id);
         }
     }
 
@@ -185,37 +227,6 @@ impl<W> Api<W> {
         }
         let removed = self.store.remove_ids(&orphans);
         self.forget(removed, reason);
-    }
-
-    /// Evicts every inbox's messages older than its `maxAgeMs` at `now_ms`.
-    pub(super) fn expire_inboxes(&mut self, now_ms: u64) {
-        let due: Vec<(InboxId, u64)> = self
-            .inbox_boxes
-            .iter()
-            .filter_map(|(id, inbox)| {
-                let cutoff = now_ms.checked_sub(inbox.limits.max_age_ms?)?;
-                let oldest = inbox.store.oldest_received_ms()?;
-                (oldest <= cutoff).then_some((*id, cutoff))
-            })
-            .collect();
-        for (id, cutoff) in due {
-            if let Some(inbox) = self.inbox_boxes.get_mut(&id) {
-                let expired = inbox.store.expire_before(cutoff.saturating_add(1));
-                self.log_left(id, &expired, Reason::Evicted);
-                self.left_inbox(id, expired, Reason::Evicted);
-            }
-        }
-    }
-
-    /// When an inbox's oldest message reaches its `maxAgeMs`: the earliest of them.
-    pub(super) fn next_inbox_expiry(&self) -> Option<u64> {
-        self.inbox_boxes
-            .values()
-            .filter_map(|inbox| {
-                let oldest = inbox.store.oldest_received_ms()?;
-                Some(oldest.saturating_add(inbox.limits.max_age_ms?))
-            })
-            .min()
     }
 
     /// `/api/inboxes[/:name[/token]]`.
@@ -299,6 +310,7 @@ impl<W> Api<W> {
             addresses: new.addresses,
             limits,
             store,
+            due: None,
         };
         let answer = shown_once(&inbox, &token, &password);
         self.inbox_boxes.insert(id, inbox);
@@ -313,8 +325,8 @@ impl<W> Api<W> {
         let (token, password) = secrets(&request.entropy);
         self.inboxes
             .set_credentials(id, &credentials_of(name, &token, &password));
-        // Streams opened with the old token end with it (an admin's `?inbox=` one reconnects).
-        self.subscribers.end_inbox(id);
+        // Waits and streams admitted with the old token end with it.
+        self.end_admitted(id, false);
         let inbox = self
             .inbox_boxes
             .get(&id)
@@ -328,11 +340,15 @@ impl<W> Api<W> {
             .inboxes
             .remove(name)
             .ok_or_else(|| ApiError::NotFound(format!("no inbox named {}", truncate(name, 64))))?;
-        // Its streams end: their token no longer opens anything.
-        self.subscribers.end_inbox(id);
+        // Its waits and streams end: their token no longer opens anything.
+        self.end_admitted(id, true);
+        self.faults.remove_inbox(id);
         let Some(mut inbox) = self.inbox_boxes.remove(&id) else {
             return Ok(Response::json(200, &serde_json::json!({ "deleted": 0 })));
         };
+        if let Some(due) = inbox.due {
+            self.inbox_expiries.remove(&(due, id));
+        }
         let held: Vec<Arc<Email>> = inbox.store.clear().iter().cloned().collect();
         let before = self.store.len();
         self.left_inbox(id, held, Reason::Deleted);
@@ -341,6 +357,25 @@ impl<W> Api<W> {
             200,
             &serde_json::json!({ "deleted": deleted }),
         ))
+    }
+
+    /// Ends what was admitted in an inbox whose token changed: its parked
+    /// waits (401) and event streams that its token opened, and, when the
+    /// inbox is `gone`, the admin's too (a wait gets the 404 of an unknown
+    /// inbox). O(waits and streams of this inbox).
+    fn end_admitted(&mut self, id: InboxId, gone: bool) {
+        let name = self.inbox_boxes.get(&id).map(|inbox| inbox.name.clone());
+        for (wait, client) in self.waits.remove_inbox(id, gone) {
+            let error = match (wait.by_token, &name) {
+                (false, Some(name)) => {
+                    ApiError::NotFound(format!("no inbox named {}", truncate(name, 64)))
+                }
+                _ => ApiError::Unauthorized,
+            };
+            self.ended
+                .push(super::Output::Respond(client, error.response()));
+        }
+        self.subscribers.end_inbox(id, gone);
     }
 
     /// Removes these messages from a scope: from the whole store (and every
@@ -363,6 +398,7 @@ impl<W> Api<W> {
                 let count = removed.len();
                 self.log_left(id, &removed, Reason::Deleted);
                 self.left_inbox(id, removed, Reason::Deleted);
+                self.rearm(id);
                 count
             }
         }
@@ -375,8 +411,10 @@ impl<W> Api<W> {
             None => {
                 for (id, inbox) in self.inbox_boxes.iter_mut() {
                     drop(inbox.store.clear());
+                    inbox.due = None;
                     self.subscribers.deleted_all(Some(*id));
                 }
+                self.inbox_expiries.clear();
                 0
             }
             Some(id) => {
@@ -387,6 +425,7 @@ impl<W> Api<W> {
                 let count = held.len();
                 self.subscribers.deleted_all(Some(id));
                 self.left_inbox(id, held, Reason::Deleted);
+                self.rearm(id);
                 count
             }
         }

@@ -5,38 +5,42 @@
 
 use std::sync::Arc;
 
-use super::{Api, Scope};
+use super::{InboxGrant, InboxQuery, Scope};
 use crate::email::Email;
 use crate::id::MessageId;
-use crate::store::Snapshot;
+use crate::store::{Snapshot, Store};
 
-impl<W> Api<W> {
-    /// The mailbox an inbox's SMTP credentials open: that inbox's; None for
-    /// a user name no inbox has, or a wrong password.
+impl<W> InboxQuery<'_, W> {
+    /// The mailbox an inbox's SMTP credentials open: that inbox's, under its
+    /// credentials' current generation; None for a user name no inbox has,
+    /// or a wrong password.
     pub fn mailbox_of_login(&self, user: &str, password: &str) -> Option<Scope> {
-        let id = self.inboxes.smtp_login(user, password).ok()??;
-        let inbox = self.inbox_boxes.get(&id)?;
-        Some(Scope::Inbox(inbox.name.clone()))
+        let inbox = self.api.inboxes.smtp_login(user, password).ok()??;
+        let generation = self.api.inboxes.generation(inbox)?;
+        Some(Scope::Inbox(InboxGrant { inbox, generation }))
     }
 
-    /// The messages `scope` sees now, oldest first (none for an inbox that
-    /// has gone).
-    pub fn mailbox(&self, scope: &Scope) -> Snapshot {
+    /// The messages `scope` sees now, oldest first (none once its inbox is
+    /// gone or its credentials changed).
+    pub fn mailbox(&self, scope: Scope) -> Snapshot {
         self.scope_store(scope)
-            .map(|store| store.snapshot())
+            .map(Store::snapshot)
             .unwrap_or_default()
     }
 
     /// One message `scope` sees, if it is still stored.
-    pub fn mailbox_email(&self, scope: &Scope, id: MessageId) -> Option<Arc<Email>> {
+    pub fn mailbox_email(&self, scope: Scope, id: MessageId) -> Option<Arc<Email>> {
         self.scope_store(scope)?.get(id)
     }
 
-    /// The store a scope sees; None for an inbox that has gone.
-    fn scope_store(&self, scope: &Scope) -> Option<&crate::store::Store> {
+    /// The store a scope sees; None for a grant that no longer holds.
+    fn scope_store(&self, scope: Scope) -> Option<&Store> {
         match scope {
-            Scope::All => Some(self.view(None)),
-            Scope::Inbox(name) => Some(self.view(Some(self.inboxes.id(name)?))),
+            Scope::All => Some(self.api.view(None)),
+            Scope::Inbox(grant) => self
+                .api
+                .holds(grant)
+                .then(|| self.api.view(Some(grant.inbox))),
         }
     }
 }

@@ -122,12 +122,16 @@ impl<W> Api<W> {
                 self.latest(query, self.scope_of(request, query.get("inbox"))?)
             }
             ("GET", Route::Wait) => {
-                self.wait(query, now_ms, self.scope_of(request, query.get("inbox"))?)
+                let scope = self.scope_of(request, query.get("inbox"))?;
+                self.wait(query, now_ms, (scope, request.scope.grant()))
             }
             ("GET", Route::Events) => self.events(
                 query,
                 request.last_event_id.as_deref(),
-                self.scope_of(request, query.get("inbox"))?,
+                (
+                    self.scope_of(request, query.get("inbox"))?,
+                    request.scope.grant(),
+                ),
             ),
             ("GET", Route::ById(id)) => {
                 query.only(&[])?;
@@ -287,7 +291,8 @@ impl<W> Api<W> {
         })))
     }
 
-    fn wait(&self, query: &Query, now_ms: u64, scope: Option<InboxId>) -> Result<Step, ApiError> {
+    /// `/api/emails/wait` in `scope`, admitted by an inbox token's `grant` or by the admin.
+    fn wait(&self, query: &Query, now_ms: u64, (scope, grant): Admitted) -> Result<Step, ApiError> {
         query.only(&[FILTERS, &["timeoutMs"]].concat())?;
         let spec = query.filter()?;
         let timeout_ms = query
@@ -303,6 +308,7 @@ impl<W> Api<W> {
             messages,
             upto: store.newest(),
             inbox: scope,
+            grant,
             timeout_ms,
             deadline_ms: now_ms.saturating_add(timeout_ms),
             budget: self.budget(),
@@ -313,7 +319,7 @@ impl<W> Api<W> {
         &self,
         query: &Query,
         last_event_id: Option<&str>,
-        scope: Option<InboxId>,
+        (scope, grant): Admitted,
     ) -> Result<Step, ApiError> {
         query.only(FILTERS)?;
         let mut spec = query.filter()?;
@@ -335,6 +341,7 @@ impl<W> Api<W> {
             spec,
             budget: self.budget(),
             inbox: scope,
+            grant,
         })))
     }
 
@@ -347,7 +354,7 @@ impl<W> Api<W> {
     /// Stored message `id` (as the path gives it) as `request`'s scope sees
     /// it, for a host that answers a route of its own about one message (the
     /// checks that need the network); the 404 or 403 the core's routes give.
-    pub fn stored_for(&self, request: &Request, id: &str) -> Result<Arc<Email>, ApiError> {
+    pub(super) fn stored_for(&self, request: &Request, id: &str) -> Result<Arc<Email>, ApiError> {
         self.stored(id, self.scope_of(request, None)?)
     }
 
@@ -434,6 +441,9 @@ impl<W> Api<W> {
         }
     }
 }
+
+/// The inbox a wait or stream reads in, and the inbox token's grant that admitted it.
+type Admitted = (Option<InboxId>, Option<super::InboxGrant>);
 
 /// The filter parameters the list, latest and wait endpoints take.
 pub(super) const FILTERS: &[&str] = &[

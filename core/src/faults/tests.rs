@@ -9,7 +9,12 @@ fn refused(body: &str) -> String {
 }
 
 fn event<'a>(stage: Stage, from: Option<&'a str>, to: &'a [String]) -> FaultEvent<'a> {
-    FaultEvent { stage, from, to }
+    FaultEvent {
+        stage,
+        from,
+        to,
+        login: None,
+    }
 }
 
 #[test]

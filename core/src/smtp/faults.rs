@@ -84,6 +84,8 @@ pub struct FaultEvent<'a> {
     pub from: Option<&'a str>,
     /// The recipients: the one being given at `rcpt`, all of them at `data` and `message`.
     pub to: &'a [String],
+    /// The user name the session authenticated with (AUTH), if it did.
+    pub login: Option<&'a str>,
 }
 
 /// A rule that fired: what the session does and what the host logs.
@@ -132,6 +134,7 @@ impl Session {
             stage: Stage::Connect,
             from: None,
             to: &[],
+            login: None,
         });
         if self.go_on(fired, &mut out) {
             out.push(Output::Reply(self.greeting()));
@@ -145,14 +148,21 @@ impl Session {
         self.queue.transcript.reply(greeting);
     }
 
-    /// The fault that fires for this event, if any.
+    /// The fault that fires for this event in this session, if any.
     pub(super) fn fault_for(
+        &self,
         faults: &mut dyn FaultCheck,
         stage: Stage,
         from: Option<&str>,
         to: &[String],
     ) -> Option<Fired> {
-        faults.fire(&FaultEvent { stage, from, to })
+        let login = self.security.facts.auth.as_ref();
+        faults.fire(&FaultEvent {
+            stage,
+            from,
+            to,
+            login: login.map(|auth| auth.username.as_str()),
+        })
     }
 
     /// Carries out what fired; true when the stage goes on with its normal reply.
@@ -210,6 +220,6 @@ impl Session {
     /// The fault that fires at DATA (or the first BDAT), if any.
     pub(super) fn data_fault(&self, faults: &mut dyn FaultCheck) -> Option<Fired> {
         let t = &self.transaction;
-        Session::fault_for(faults, Stage::Data, t.from.as_deref(), &t.to)
+        self.fault_for(faults, Stage::Data, t.from.as_deref(), &t.to)
     }
 }

@@ -292,7 +292,7 @@ fn restore_inboxes<W>(storage: &mut dyn Storage, api: &mut Api<W>) -> Result<(),
     if records.is_empty() {
         return Ok(());
     }
-    if !api.access_control() {
+    if !api.inboxes().access_control() {
         tracing::info!(
             "{} inboxes are kept on disk, unused without --admin-token",
             records.len()

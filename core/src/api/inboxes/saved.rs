@@ -1,6 +1,6 @@
 //! Inboxes as a host keeps them on disk (`--data-dir`): names, patterns,
 //! quotas and the digests of their credentials, never the secrets. A host
-//! writes [`Api::inbox_records`] after every change and hands each back with
+//! writes [`InboxQuery::records`](crate::api::InboxQuery::records) after every change and hands each back with
 //! [`Api::restore_inbox`] at start, before the messages, which are routed
 //! again as they are restored (by their envelope and their session's AUTH).
 
@@ -26,7 +26,7 @@ pub struct InboxRecord {
 
 impl<W> Api<W> {
     /// Every inbox, in creation order, as the disk keeps it. O(inboxes).
-    pub fn inbox_records(&self) -> Vec<InboxRecord> {
+    pub(in crate::api) fn inbox_records(&self) -> Vec<InboxRecord> {
         let credentials = self.inboxes.all_credentials();
         self.inbox_boxes
             .iter()
@@ -66,6 +66,7 @@ impl<W> Api<W> {
             addresses: record.addresses,
             limits: record.limits,
             store,
+            due: None,
         };
         self.inbox_boxes.insert(id, inbox);
         Ok(())
@@ -96,19 +97,17 @@ mod tests {
         let created: serde_json::Value = serde_json::from_str(&created.into_text()).unwrap();
         let token = created["inbox"]["token"].as_str().unwrap();
         let password = created["inbox"]["smtp"]["password"].as_str().unwrap();
-        let records = api.inbox_records();
+        let records = api.inboxes().records();
         assert_eq!(records.len(), 1);
         assert_eq!(records[0].token, Digest32::of(token));
         assert_eq!(records[0].limits.max_messages, Some(5));
         let mut again: Api<u64> = Api::new(config());
         again.restore_inbox(records[0].clone()).unwrap();
-        assert_eq!(again.inbox_by_token(token), Some("qa".to_owned()));
-        assert_eq!(
-            again.smtp_login("qa", password),
-            crate::smtp::InboxLogin::Inbox
-        );
-        assert!(again.is_routed("x@qa.test"));
-        assert_eq!(again.inbox_records(), records);
+        let q = again.inboxes();
+        assert_eq!(q.name_of_token(token), Some("qa".to_owned()));
+        assert_eq!(q.smtp_login("qa", password), crate::smtp::InboxLogin::Inbox);
+        assert!(q.is_routed("x@qa.test"));
+        assert_eq!(q.records(), records);
         assert_eq!(
             again
                 .restore_inbox(records[0].clone())

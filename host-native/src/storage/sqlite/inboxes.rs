@@ -3,8 +3,8 @@
 //! Written whole after each change (a few rows: inboxes are made by hand),
 //! read back at start.
 
+use mailjar_core::api::Digest32;
 use mailjar_core::api::{InboxLimits, InboxRecord};
-use mailjar_core::inbox::Digest32;
 use rusqlite::{Connection, params};
 
 /// Replaces the stored inboxes with `records`, in one transaction.
