@@ -818,9 +818,10 @@ mod mailbox;
 mod persist;
 mod routes;
 pub use crate::faults::RuleOwner;
+pub use crate::inbox::InboxGrant;
 pub use crate::inbox::{Digest32, MIN_ADMIN_TOKEN_CHARS, same_secret};
 pub use access::InboxQuery;
-pub use inboxes::{InboxGrant, InboxLimits, InboxRecord, Scope};
+pub use inboxes::{InboxLimits, InboxRecord, Scope};
 pub use persist::{Assigned, Removal, StorageReport};
 
 #[cfg(test)]

@@ -37,6 +37,16 @@ pub const MIN_ADMIN_TOKEN_CHARS: usize = 16;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct InboxId(pub u32);
 
+/// An inbox's token, as it stood when it admitted a request: the inbox and
+/// the generation of its credentials. A request, a parked wait or an event
+/// stream admitted under one generation is refused (401) or ended once the
+/// token is rotated or the inbox deleted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InboxGrant {
+    pub(crate) inbox: InboxId,
+    pub(crate) generation: u64,
+}
+
 /// A SHA-256 digest of a secret (a token or a password).
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Digest32(pub [u8; 32]);

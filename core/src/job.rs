@@ -83,7 +83,7 @@ pub(crate) enum JobKind {
         budget: Budget,
         inbox: Option<InboxId>,
         /// The inbox token that admitted it, to check again when it commits.
-        grant: Option<crate::api::InboxGrant>,
+        grant: Option<crate::inbox::InboxGrant>,
     },
     /// Decode attachment `index` of a message.
     Attachment {
@@ -128,7 +128,7 @@ pub(crate) struct WaitWork {
     /// The inbox it waits in; None for every message.
     pub(crate) inbox: Option<InboxId>,
     /// The inbox token that admitted it, to check again when it parks.
-    pub(crate) grant: Option<crate::api::InboxGrant>,
+    pub(crate) grant: Option<crate::inbox::InboxGrant>,
 }
 
 /// How a [`Job`] ended: pass it to [`crate::api::Api::handle_done`].
@@ -176,7 +176,7 @@ pub(crate) enum CommitKind {
         budget: Budget,
         inbox: Option<InboxId>,
         /// The inbox token that admitted it, to check again when it commits.
-        grant: Option<crate::api::InboxGrant>,
+        grant: Option<crate::inbox::InboxGrant>,
     },
     /// Delete these messages from a scope.
     Remove {
@@ -189,7 +189,7 @@ pub(crate) enum CommitKind {
         budget: Budget,
         inbox: Option<InboxId>,
         /// The inbox token that admitted it, to check again when it commits.
-        grant: Option<crate::api::InboxGrant>,
+        grant: Option<crate::inbox::InboxGrant>,
     },
 }
 

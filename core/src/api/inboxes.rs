@@ -19,7 +19,7 @@ use super::{Api, Reason, Request};
 use crate::email::Email;
 use crate::error::ApiError;
 use crate::id::MessageId;
-use crate::inbox::{Credentials, Digest32, InboxId, Pattern};
+use crate::inbox::{Credentials, Digest32, InboxGrant, InboxId, Pattern};
 use crate::query::truncate;
 use crate::response::Response;
 use crate::store::{Store, StoreLimits};
@@ -47,16 +47,6 @@ impl Scope {
             Scope::Inbox(grant) => Some(grant),
         }
     }
-}
-
-/// An inbox's token, as it stood when it admitted a request: the inbox and
-/// the generation of its credentials. A request, a parked wait or an event
-/// stream admitted under one generation is refused (401) or ended once the
-/// token is rotated or the inbox deleted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct InboxGrant {
-    pub(crate) inbox: InboxId,
-    pub(crate) generation: u64,
 }
 
 /// One inbox's quotas; None is no limit of its own (the global ones still hold).
