@@ -49,7 +49,7 @@ def mailjar():
     admin_token = secrets.token_urlsafe(24)
     process = subprocess.Popen(
         [os.environ.get("MAILJAR_BIN", "mailjar"), "--smtp-port", "0", "--http-port", "0", "--ready-json",
-         "--admin-token", admin_token],
+         f"--admin-token={admin_token}"],
         stdout=subprocess.PIPE,
         text=True,
     )

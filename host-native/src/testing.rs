@@ -214,13 +214,15 @@ impl TestServerBuilder {
 
     /// Starts on free local ports (unless the flags name them).
     pub async fn start(self) -> std::io::Result<TestServer> {
+        // One argument: a token may start with "-".
         let token = self
             .admin_token
             .iter()
-            .flat_map(|t| ["--admin-token", t.as_str()]);
+            .map(|t| format!("--admin-token={t}"));
         let args = ["mailjar", "--smtp-port", "0", "--http-port", "0"]
             .into_iter()
-            .chain(self.flags.iter().map(String::as_str))
+            .map(str::to_owned)
+            .chain(self.flags.iter().cloned())
             .chain(token);
         let settings = <Settings as clap::Parser>::try_parse_from(args)
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;

@@ -240,3 +240,16 @@ async fn without_an_admin_token_there_are_no_inboxes_and_no_token_is_needed() {
     flagged.shutdown().await;
     server.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_token_that_starts_with_a_dash_is_a_token_not_a_flag() {
+    // A random base64url token starts with "-" one time in 64.
+    let token = "-Sstarts-with-a-dash-0123456789";
+    let server = TestServer::builder()
+        .admin_token(token)
+        .start()
+        .await
+        .unwrap();
+    assert_eq!(server.admin_token(), Some(token));
+    assert!(server.inboxes().await.unwrap().is_empty());
+}

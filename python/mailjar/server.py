@@ -59,7 +59,8 @@ class Server(Client):
     def __init__(self, *flags: str, admin_token: Optional[str] = None, executable: Optional[str] = None,
                  startup_timeout: float = 15.0):
         if admin_token is not None:
-            flags = (*flags, "--admin-token", admin_token)
+            # One argument: a token may start with "-".
+            flags = (*flags, f"--admin-token={admin_token}")
         self._log = tempfile.NamedTemporaryFile(prefix="mailjar-", suffix=".log", delete=False)
         self.log_path = self._log.name
         command = [executable or binary(), "--smtp-port", "0", "--http-port", "0", "--ready-json", *flags]

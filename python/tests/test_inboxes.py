@@ -101,3 +101,13 @@ def test_no_token_or_a_wrong_one_is_a_clear_401(mailjar):
     assert Client(mailjar.http_url).health()["messages"] >= 0
     with pytest.raises(ValueError):
         Client(mailjar.http_url, token="two words")
+
+
+def test_a_token_that_starts_with_a_dash_starts_the_server():
+    # A random base64url token starts with "-" one time in 64: it must not read as a flag.
+    from mailjar.server import Server
+
+    token = "-Sstarts-with-a-dash-0123456789"
+    with Server(admin_token=token) as server:
+        assert server.health()["inboxes"] == 0
+        assert server.inboxes.list() == []
