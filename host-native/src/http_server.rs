@@ -106,6 +106,8 @@ pub fn routes(
                             to_core(&context, &method, &request).await
                         }
                     };
+                    let status = response.status().as_u16();
+                    context.shared.metrics.http_request(path.as_str(), status);
                     if let Some(origin) = cors {
                         let h = response.headers_mut();
                         h.insert(http::header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
@@ -146,7 +148,14 @@ async fn to_core(
     if let Some(answer) = crate::checks::route(&context.checks, &context.shared, request).await {
         return json(answer);
     }
+    if let Some(answer) = crate::metrics::route(&context.shared, request) {
+        return json(answer);
+    }
     let mut answer = respond(context, request).await;
+    if let Answer::Response(response) = &answer {
+        let metrics = &context.shared.metrics;
+        metrics.answered(&request.method, &request.path, response);
+    }
     if let (Some(access), Answer::Response(response)) = (&context.access, &mut answer) {
         after_access(context, access, method, &request.path, response).await;
     }

@@ -10,6 +10,7 @@ pub mod faults;
 pub mod http1;
 pub mod http_server;
 pub mod inbox_checks;
+pub mod metrics;
 pub mod sessions;
 pub mod smtp_load;
 pub mod smtp_server;
@@ -262,6 +263,7 @@ impl Server {
             None => None,
         };
         let shared = Arc::new(Shared::new(api, workers));
+        shared.metrics.set_smtp_load(smtp_load.clone());
         if let Some(storage) = storage {
             shared.start_writer(storage)?;
         }

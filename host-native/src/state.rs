@@ -67,6 +67,8 @@ pub struct Shared {
     /// Whether an inbox exists, as of the last call into the API: SMTP
     /// sessions ask about logins and routes only while one does.
     pub(crate) any_inboxes: AtomicBool,
+    /// The counters and histograms of `GET /metrics`.
+    pub metrics: crate::metrics::Metrics,
 }
 
 /// Why a write was not made: the writer has stopped (mailjar is shutting down).
@@ -165,6 +167,7 @@ impl Shared {
             writer: std::sync::OnceLock::new(),
             any_faults: AtomicBool::new(false),
             any_inboxes,
+            metrics: crate::metrics::Metrics::default(),
         }
     }
 
@@ -351,6 +354,18 @@ impl Shared {
         self: &Arc<Self>,
         incoming: Incoming,
     ) -> Result<MessageId, StorageError> {
+        let started = Instant::now();
+        let stored = self.deliver_durable_untimed(incoming).await;
+        if stored.is_ok() {
+            self.metrics.stored(started.elapsed());
+        }
+        stored
+    }
+
+    async fn deliver_durable_untimed(
+        self: &Arc<Self>,
+        incoming: Incoming,
+    ) -> Result<MessageId, StorageError> {
         let Some(writer) = self.writer.get() else {
             return Ok(self.deliver(incoming));
         };
@@ -373,7 +388,10 @@ impl Shared {
                 .send(writer::Job::Store(Box::new(pending)))
                 .map_err(|_| writer_stopped())
         })?;
-        receiver.await.unwrap_or_else(|_| Err(writer_stopped()))
+        let queued = Instant::now();
+        let written = receiver.await.unwrap_or_else(|_| Err(writer_stopped()));
+        self.metrics.written(queued.elapsed());
+        written
     }
 
     /// With `--data-dir`: the storage writer's queue.
@@ -524,6 +542,18 @@ impl Shared {
     /// Ends a subscription.
     pub fn unsubscribe(self: &Arc<Self>, id: SubscriberId) {
         self.call(|api| api.handle_unsubscribe(id));
+    }
+
+    /// The store's and the API's counts for `/metrics`: O(1) reads under the lock.
+    pub fn gauges(&self) -> crate::metrics::Gauges {
+        let api = self.lock();
+        crate::metrics::Gauges {
+            stored: api.store().len(),
+            bytes: api.store().bytes(),
+            evicted: api.store().evicted(),
+            waits: api.pending_waits(),
+            subscribers: api.subscriber_count(),
+        }
     }
 
     /// Stored message `id` as `request`'s scope sees it, for the host's
