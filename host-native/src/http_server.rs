@@ -38,6 +38,8 @@ pub struct HttpContext {
     pub access: Option<Arc<crate::access::Access>>,
     /// The API is served over HTTPS (session cookies are `Secure`).
     pub https: bool,
+    /// `POST /api/send`'s limits.
+    pub send: crate::send::SendOptions,
     /// The checks on a message that need the network (`/api/emails/:id/checks/{links,spam,auth}`).
     pub checks: Arc<crate::checks::Checks>,
 }
@@ -149,6 +151,9 @@ async fn to_core(
         return json(answer);
     }
     if let Some(answer) = crate::metrics::route(&context.shared, request) {
+        return json(answer);
+    }
+    if let Some(answer) = crate::send::route(&context.shared, context.send, request).await {
         return json(answer);
     }
     let mut answer = respond(context, request).await;
@@ -376,6 +381,7 @@ pub async fn serve(listener: TcpListener, context: HttpContext, options: http1::
         write_stall: http1::WRITE_STALL_TIMEOUT,
     };
     let connections = options.connections;
+    let large_body = options.large_body;
     let service = warp::service(routes(context));
     loop {
         let (stream, peer) = tokio::select! {
@@ -397,6 +403,7 @@ pub async fn serve(listener: TcpListener, context: HttpContext, options: http1::
         let connections = connections.clone();
         let service = service.clone();
         let shutdown = shutdown.clone();
+        let large_body = large_body.clone();
         tokio::spawn(async move {
             let slot = match slot {
                 Some(slot) => slot,
@@ -416,8 +423,9 @@ pub async fn serve(listener: TcpListener, context: HttpContext, options: http1::
                     }
                 },
             };
+            let idle = connections.idle();
             let connection =
-                http1::serve_connection(stream, service, shutdown, timeouts, connections.idle());
+                http1::serve_connection(stream, service, shutdown, timeouts, idle, large_body);
             if let Err(e) = connection.await {
                 tracing::debug!(%peer, "HTTP connection ended: {e}");
             }

@@ -11,6 +11,7 @@ pub mod http1;
 pub mod http_server;
 pub mod inbox_checks;
 pub mod metrics;
+pub mod send;
 pub mod sessions;
 pub mod smtp_load;
 pub mod smtp_server;
@@ -369,6 +370,10 @@ impl Server {
             ui: !self.settings.no_ui,
             access: self.access.clone(),
             https: false,
+            send: send::SendOptions {
+                max_message_bytes: self.settings.max_message_bytes,
+                reject_unrouted: self.settings.unrouted == config::Unrouted::Reject,
+            },
             checks: Arc::new(checks::Checks::new(
                 &self.settings.checks,
                 &self.settings.domain,
@@ -381,6 +386,13 @@ impl Server {
         let http_options = http1::HttpOptions {
             body_timeout: self.settings.http_body_timeout,
             connections: self.http_connections.clone(),
+            large_body: Some(http1::LargeBody {
+                route: http1::LargeBodyRoute {
+                    path: send::PATH,
+                    limit: send::body_limit(self.settings.max_message_bytes),
+                },
+                load: self.smtp_load.clone(),
+            }),
         };
         let http_task = tokio::spawn(http_server::serve(self.http, http_context, http_options));
         stop.await;
