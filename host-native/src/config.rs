@@ -168,6 +168,9 @@ pub struct Settings {
     /// The checks' flags (below).
     #[command(flatten)]
     pub checks: CheckSettings,
+    /// The webhooks' flags (`--webhook` and the rest).
+    #[command(flatten)]
+    pub webhooks: crate::webhooks::WebhookSettings,
 }
 
 /// What becomes of mail that no inbox's addresses match (`--unrouted`).
@@ -282,6 +285,7 @@ impl Settings {
         if self.fsync && self.data_dir.is_none() {
             return Err("--fsync needs --data-dir".to_owned());
         }
+        self.webhooks.validate()?;
         Ok(())
     }
 }

@@ -157,9 +157,12 @@ async fn to_core(
         return json(answer);
     }
     let mut answer = respond(context, request).await;
-    if let Answer::Response(response) = &answer {
+    if let Answer::Response(response) = &mut answer {
         let metrics = &context.shared.metrics;
         metrics.answered(&request.method, &request.path, response);
+        if let Some(webhooks) = context.shared.webhooks.get() {
+            webhooks.add_to_health(&request.path, response);
+        }
     }
     if let (Some(access), Answer::Response(response)) = (&context.access, &mut answer) {
         after_access(context, access, method, &request.path, response).await;

@@ -20,6 +20,7 @@ pub mod storage;
 pub mod testing;
 pub mod tls;
 pub mod ui;
+pub mod webhooks;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -152,6 +153,9 @@ fn host_limits(settings: &Settings) -> Vec<(&'static str, u64)> {
     if settings.admin_token.is_some() {
         limits.push(("maxSessions", settings.max_sessions as u64));
     }
+    if !settings.webhooks.webhook.is_empty() {
+        limits.push(("webhookQueue", settings.webhooks.webhook_queue as u64));
+    }
     limits
 }
 
@@ -265,6 +269,11 @@ impl Server {
         };
         let shared = Arc::new(Shared::new(api, workers));
         shared.metrics.set_smtp_load(smtp_load.clone());
+        if let Some(webhooks) =
+            webhooks::Webhooks::start(&settings.webhooks).map_err(std::io::Error::other)?
+        {
+            let _ = shared.webhooks.set(webhooks);
+        }
         if let Some(storage) = storage {
             shared.start_writer(storage)?;
         }

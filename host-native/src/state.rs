@@ -69,6 +69,8 @@ pub struct Shared {
     pub(crate) any_inboxes: AtomicBool,
     /// The counters and histograms of `GET /metrics`.
     pub metrics: crate::metrics::Metrics,
+    /// With `--webhook`: where stored messages are announced (set once, at start).
+    pub webhooks: std::sync::OnceLock<Arc<crate::webhooks::Webhooks>>,
 }
 
 /// Why a write was not made: the writer has stopped (mailjar is shutting down).
@@ -168,6 +170,7 @@ impl Shared {
             any_faults: AtomicBool::new(false),
             any_inboxes,
             metrics: crate::metrics::Metrics::default(),
+            webhooks: std::sync::OnceLock::new(),
         }
     }
 
@@ -356,8 +359,16 @@ impl Shared {
     ) -> Result<MessageId, StorageError> {
         let started = Instant::now();
         let stored = self.deliver_durable_untimed(incoming).await;
-        if stored.is_ok() {
+        if let Ok(id) = &stored {
             self.metrics.stored(started.elapsed());
+            if let Some(webhooks) = self.webhooks.get() {
+                // Looked up in O(log n), queued after the lock is released.
+                let summary = self.lock().store().get(*id).map(|e| e.summary());
+                match summary {
+                    Some(summary) => webhooks.stored(summary),
+                    None => tracing::debug!(%id, "no webhook: the message left the store at once"),
+                }
+            }
         }
         stored
     }
