@@ -171,6 +171,9 @@ pub struct Settings {
     /// The webhooks' flags (`--webhook` and the rest).
     #[command(flatten)]
     pub webhooks: crate::webhooks::WebhookSettings,
+    /// The relay's flags (`--relay` and the rest).
+    #[command(flatten)]
+    pub relay: crate::release::RelaySettings,
 }
 
 /// What becomes of mail that no inbox's addresses match (`--unrouted`).
@@ -286,6 +289,7 @@ impl Settings {
             return Err("--fsync needs --data-dir".to_owned());
         }
         self.webhooks.validate()?;
+        self.relay.validate()?;
         Ok(())
     }
 }

@@ -38,6 +38,8 @@ pub struct HttpContext {
     pub access: Option<Arc<crate::access::Access>>,
     /// The API is served over HTTPS (session cookies are `Secure`).
     pub https: bool,
+    /// With `--relay`: where `POST /api/emails/:id/release` sends.
+    pub relay: Option<Arc<crate::release::Relay>>,
     /// `POST /api/send`'s limits.
     pub send: crate::send::SendOptions,
     /// The checks on a message that need the network (`/api/emails/:id/checks/{links,spam,auth}`).
@@ -154,6 +156,10 @@ async fn to_core(
         return json(answer);
     }
     if let Some(answer) = crate::send::route(&context.shared, context.send, request).await {
+        return json(answer);
+    }
+    let relay = context.relay.as_deref();
+    if let Some(answer) = crate::release::route(relay, &context.shared, request).await {
         return json(answer);
     }
     let mut answer = respond(context, request).await;

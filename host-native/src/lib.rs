@@ -11,6 +11,7 @@ pub mod http1;
 pub mod http_server;
 pub mod inbox_checks;
 pub mod metrics;
+pub mod release;
 pub mod send;
 pub mod sessions;
 pub mod smtp_load;
@@ -379,6 +380,11 @@ impl Server {
             ui: !self.settings.no_ui,
             access: self.access.clone(),
             https: false,
+            relay: self.settings.relay.relay().unwrap_or_else(|e| {
+                // Checked at bind: only a --relay-ca file removed since can fail here.
+                tracing::error!("release is off: {e}");
+                None
+            }),
             send: send::SendOptions {
                 max_message_bytes: self.settings.max_message_bytes,
                 reject_unrouted: self.settings.unrouted == config::Unrouted::Reject,
