@@ -166,9 +166,7 @@ async fn to_core(
     if let Answer::Response(response) = &mut answer {
         let metrics = &context.shared.metrics;
         metrics.answered(&request.method, &request.path, response);
-        if let Some(webhooks) = context.shared.webhooks.get() {
-            webhooks.add_to_health(&request.path, response);
-        }
+        add_health_lines(&context.shared, &request.path, response);
     }
     if let (Some(access), Answer::Response(response)) = (&context.access, &mut answer) {
         after_access(context, access, method, &request.path, response).await;
@@ -202,6 +200,32 @@ async fn after_access(
             ),
         );
     }
+}
+
+/// Adds `webhooks` and `relay` (when configured) to a `/health` answer.
+fn add_health_lines(shared: &Shared, path: &str, response: &mut Response) {
+    if !matches!(path, "/health" | "/health/") || response.status != 200 {
+        return;
+    }
+    let lines = [
+        ("webhooks", shared.webhooks.get().map(|w| w.health())),
+        ("relay", shared.relay_auto.get().map(|r| r.health())),
+    ];
+    if lines.iter().all(|(_, line)| line.is_none()) {
+        return;
+    }
+    let Body::Full(body) = &response.body else {
+        return;
+    };
+    let Ok(serde_json::Value::Object(mut health)) = serde_json::from_slice(body) else {
+        return;
+    };
+    for (name, line) in lines {
+        if let Some(line) = line {
+            health.insert(name.to_owned(), line);
+        }
+    }
+    *response = Response::json(200, &health);
 }
 
 fn error(status: u16, text: &str) -> Response {

@@ -11,6 +11,7 @@ pub mod http1;
 pub mod http_server;
 pub mod inbox_checks;
 pub mod metrics;
+pub mod relay_auto;
 pub mod release;
 pub mod send;
 pub mod sessions;
@@ -48,6 +49,8 @@ pub struct Server {
     access: Option<Arc<access::Access>>,
     smtp_load: Arc<smtp_load::SmtpLoad>,
     http_connections: http1::HttpConnections,
+    /// With `--relay`: where releases go.
+    relay: Option<Arc<release::Relay>>,
 }
 
 use state::Shared;
@@ -156,6 +159,9 @@ fn host_limits(settings: &Settings) -> Vec<(&'static str, u64)> {
     }
     if !settings.webhooks.webhook.is_empty() {
         limits.push(("webhookQueue", settings.webhooks.webhook_queue as u64));
+    }
+    if !settings.relay.relay_auto.is_empty() {
+        limits.push(("relayQueue", settings.relay.relay_queue as u64));
     }
     limits
 }
@@ -275,10 +281,22 @@ impl Server {
         {
             let _ = shared.webhooks.set(webhooks);
         }
+        let relay = settings.relay.relay().map_err(std::io::Error::other)?;
+        let relay_auto = relay_auto::AutoRelay::start(
+            &settings.relay.relay_auto,
+            settings.relay.relay_queue,
+            relay.clone(),
+            &shared,
+        )
+        .map_err(std::io::Error::other)?;
+        if let Some(relay_auto) = relay_auto {
+            let _ = shared.relay_auto.set(relay_auto);
+        }
         if let Some(storage) = storage {
             shared.start_writer(storage)?;
         }
         Ok(Server {
+            relay,
             access,
             shared,
             smtp_load,
@@ -380,11 +398,7 @@ impl Server {
             ui: !self.settings.no_ui,
             access: self.access.clone(),
             https: false,
-            relay: self.settings.relay.relay().unwrap_or_else(|e| {
-                // Checked at bind: only a --relay-ca file removed since can fail here.
-                tracing::error!("release is off: {e}");
-                None
-            }),
+            relay: self.relay.clone(),
             send: send::SendOptions {
                 max_message_bytes: self.settings.max_message_bytes,
                 reject_unrouted: self.settings.unrouted == config::Unrouted::Reject,

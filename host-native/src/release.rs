@@ -57,6 +57,12 @@ pub struct RelaySettings {
     /// A PEM certificate to trust for the relay's TLS besides the webpki roots (a private CA, a self-signed relay).
     #[arg(long, env = "MAILJAR_RELAY_CA", value_name = "FILE")]
     pub relay_ca: Option<std::path::PathBuf>,
+    /// Release every stored message with a recipient matching this pattern to those recipients, from a bounded queue with retries; repeatable.
+    #[arg(long, env = "MAILJAR_RELAY_AUTO", value_name = "PATTERN")]
+    pub relay_auto: Vec<String>,
+    /// Messages waiting for their --relay-auto release; past it one is dropped (counted, logged).
+    #[arg(long, env = "MAILJAR_RELAY_QUEUE", default_value_t = 1000)]
+    pub relay_queue: usize,
     /// How long one release may take, connect to the relay's last reply.
     #[arg(long, env = "MAILJAR_RELAY_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
     pub relay_timeout: Duration,
@@ -78,8 +84,14 @@ impl RelaySettings {
     /// The relay these flags describe, None without `--relay`.
     pub fn relay(&self) -> Result<Option<Arc<Relay>>, String> {
         let Some(address) = &self.relay else {
-            if !self.relay_allow.is_empty() || self.relay_auth.is_some() {
-                return Err("--relay-allow and --relay-auth need --relay HOST:PORT".to_owned());
+            if !self.relay_allow.is_empty()
+                || self.relay_auth.is_some()
+                || !self.relay_auto.is_empty()
+            {
+                return Err(
+                    "--relay-allow, --relay-auth and --relay-auto need --relay HOST:PORT"
+                        .to_owned(),
+                );
             }
             return Ok(None);
         };
@@ -88,6 +100,12 @@ impl RelaySettings {
             .and_then(|(h, p)| Some((h.trim_matches(['[', ']']), p.parse::<u16>().ok()?)))
             .filter(|(h, _)| !h.is_empty())
             .ok_or_else(|| format!("--relay {address:?}: HOST:PORT"))?;
+        if self.relay_queue == 0 {
+            return Err("--relay-queue must be greater than 0".to_owned());
+        }
+        for pattern in &self.relay_auto {
+            Pattern::parse(pattern).map_err(|e| format!("--relay-auto: {e}"))?;
+        }
         let allow = self
             .relay_allow
             .iter()
@@ -125,7 +143,7 @@ impl RelaySettings {
 }
 
 /// Whether `address` matches `pattern` (case-insensitive, as inbox routing matches).
-fn matches(pattern: &Pattern, address: &str) -> bool {
+pub fn matches(pattern: &Pattern, address: &str) -> bool {
     let lower = address.trim().to_lowercase();
     let Some((local, domain)) = lower.rsplit_once('@') else {
         return false;
@@ -153,7 +171,7 @@ impl Relay {
     }
 
     /// Sends `raw` unchanged with this envelope: the relay's last reply, or its refusal.
-    async fn send(&self, from: &str, to: &[String], raw: &[u8]) -> Result<String, String> {
+    pub async fn send(&self, from: &str, to: &[String], raw: &[u8]) -> Result<String, String> {
         let parse = |a: &str| {
             a.parse::<Address>()
                 .map_err(|e| format!("{a:?} is not an address the relay can take: {e}"))
@@ -275,6 +293,8 @@ mod tests {
             relay_auth: None,
             relay_allow: allow.iter().map(|s| s.to_string()).collect(),
             relay_ca: None,
+            relay_auto: Vec::new(),
+            relay_queue: 10,
             relay_timeout: Duration::from_secs(1),
         };
         assert!(settings(None, &[]).validate().is_ok());

@@ -71,6 +71,8 @@ pub struct Shared {
     pub metrics: crate::metrics::Metrics,
     /// With `--webhook`: where stored messages are announced (set once, at start).
     pub webhooks: std::sync::OnceLock<Arc<crate::webhooks::Webhooks>>,
+    /// With `--relay-auto`: the releases of stored messages (set once, at start).
+    pub relay_auto: std::sync::OnceLock<Arc<crate::relay_auto::AutoRelay>>,
 }
 
 /// Why a write was not made: the writer has stopped (mailjar is shutting down).
@@ -171,6 +173,7 @@ impl Shared {
             any_inboxes,
             metrics: crate::metrics::Metrics::default(),
             webhooks: std::sync::OnceLock::new(),
+            relay_auto: std::sync::OnceLock::new(),
         }
     }
 
@@ -361,14 +364,7 @@ impl Shared {
         let stored = self.deliver_durable_untimed(incoming).await;
         if let Ok(id) = &stored {
             self.metrics.stored(started.elapsed());
-            if let Some(webhooks) = self.webhooks.get() {
-                // Looked up in O(log n), queued after the lock is released.
-                let summary = self.lock().store().get(*id).map(|e| e.summary());
-                match summary {
-                    Some(summary) => webhooks.stored(summary),
-                    None => tracing::debug!(%id, "no webhook: the message left the store at once"),
-                }
-            }
+            self.announce(*id);
         }
         stored
     }
@@ -553,6 +549,30 @@ impl Shared {
     /// Ends a subscription.
     pub fn unsubscribe(self: &Arc<Self>, id: SubscriberId) {
         self.call(|api| api.handle_unsubscribe(id));
+    }
+
+    /// Hands a stored message to the webhooks and `--relay-auto`, when
+    /// configured: looked up in O(log n), queued after the lock is released.
+    fn announce(&self, id: MessageId) {
+        let (webhooks, relay) = (self.webhooks.get(), self.relay_auto.get());
+        if webhooks.is_none() && relay.is_none() {
+            return;
+        }
+        let Some(email) = self.stored(id) else {
+            tracing::debug!(%id, "not announced: the message left the store at once");
+            return;
+        };
+        if let Some(webhooks) = webhooks {
+            webhooks.stored(email.summary());
+        }
+        if let Some(relay) = relay {
+            relay.stored(id, &email.envelope.to);
+        }
+    }
+
+    /// Stored message `id`, whoever's it is (the lock is held to find it and clone its `Arc`).
+    pub fn stored(&self, id: MessageId) -> Option<Arc<Email>> {
+        self.lock().store().get(id)
     }
 
     /// The store's and the API's counts for `/metrics`: O(1) reads under the lock.

@@ -154,21 +154,6 @@ impl Webhooks {
         }
     }
 
-    /// Adds `webhooks` to a `/health` answer.
-    pub fn add_to_health(&self, path: &str, response: &mut mailjar_core::api::Response) {
-        if !matches!(path, "/health" | "/health/") || response.status != 200 {
-            return;
-        }
-        let mailjar_core::api::Body::Full(body) = &response.body else {
-            return;
-        };
-        let Ok(serde_json::Value::Object(mut health)) = serde_json::from_slice(body) else {
-            return;
-        };
-        health.insert("webhooks".to_owned(), self.health());
-        *response = mailjar_core::api::Response::json(200, &health);
-    }
-
     /// `/health`'s `webhooks`.
     pub fn health(&self) -> serde_json::Value {
         let c = &self.counts;

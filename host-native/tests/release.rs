@@ -255,3 +255,95 @@ fn a_relay_without_starttls_is_refused_when_tls_is_required() {
     assert_eq!(release(&server, &id, &["b@dest.test"], None).status, 200);
     assert_eq!(plain_target.health()["messages"], 1);
 }
+
+fn poll_relay(server: &Server, field: &str, want: u64) -> Value {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let relay = server.health()["relay"].clone();
+        if relay[field].as_u64() == Some(want) {
+            return relay;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "relay {relay}, want {field} = {want}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn relay_auto_releases_matching_recipients_and_retries_a_451() {
+    let target = Target::start();
+    // The relay greylists the first attempt.
+    let rule = json!({"stage": "rcpt", "times": 1, "match": {"to": "a@auto.test"},
+        "action": {"reply": {"code": 451, "text": "4.7.1 try again later"}}});
+    assert_eq!(
+        target
+            .server
+            .post_json("/api/faults", &rule.to_string())
+            .status,
+        200
+    );
+    let server = releasing(&target, &["--relay-auto", "*@auto.test"]);
+    assert_eq!(server.health()["limits"]["relayQueue"], 1000);
+    let raw = awkward_message();
+    server.send("app@sender.test", &["a@auto.test", "b@other.test"], &raw);
+    let relay = poll_relay(&server, "released", 1);
+    assert_eq!(relay["failed"], 0, "{relay}");
+    assert_eq!(relay["queued"], 0, "{relay}");
+    let arrived = target.server.latest();
+    assert_eq!(arrived["envelope"]["to"], json!(["a@auto.test"]));
+    assert_eq!(arrived["envelope"]["from"], "app@sender.test");
+    assert!(raw_bytes(&target.server, arrived["id"].as_str().unwrap()) == raw);
+    // Mail for no auto pattern stays put.
+    server.send("app@sender.test", &["c@other.test"], &raw);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(target.server.health()["messages"], 1);
+}
+
+#[test]
+fn a_silent_relay_never_delays_a_250_and_a_full_queue_drops() {
+    // Accepts and never greets.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let relay = silent.local_addr().unwrap().to_string();
+    let held = std::thread::spawn(move || {
+        let mut open = Vec::new();
+        for stream in silent.incoming().take(64) {
+            open.push(stream);
+        }
+        open
+    });
+    let server = Server::start_with(&[
+        "--relay",
+        &relay,
+        "--relay-auto",
+        "*@auto.test",
+        "--relay-queue",
+        "5",
+        "--relay-timeout",
+        "2s",
+    ]);
+    let sent = 60u64;
+    let mut smtp = server.smtp();
+    smtp.expect("EHLO e2e.test", 250);
+    let raw = common::message("app@sender.test", "a@auto.test", "auto", "body");
+    let mut worst = std::time::Duration::ZERO;
+    for _ in 0..sent {
+        let started = std::time::Instant::now();
+        let reply = smtp.transaction("app@sender.test", &["a@auto.test"], &raw);
+        worst = worst.max(started.elapsed());
+        assert_eq!(reply.code, 250);
+    }
+    let relay = server.health()["relay"].clone();
+    eprintln!("silent relay: {sent} messages, worst MAIL-to-250 {worst:?}, relay {relay}");
+    assert!(worst < std::time::Duration::from_millis(100), "{worst:?}");
+    let n = |f: &str| relay[f].as_u64().unwrap();
+    // The queue, the releases in flight (4) and one waiting for a slot.
+    assert!(n("queued") <= 5 + 4 + 1, "{relay}");
+    assert!(n("dropped") >= sent - 10, "{relay}");
+    assert_eq!(
+        n("queued") + n("dropped") + n("released") + n("failed"),
+        sent
+    );
+    drop(held);
+}
