@@ -11,11 +11,13 @@
 //! hold is bounded by `--webhook-queue` + [`MAX_IN_FLIGHT`] + 1 summaries,
 //! whatever the receivers do.
 //!
-//! The requests go out with the hyper client the link check uses, a new
-//! connection each (HTTP/1.1, TLS with the webpki roots for `https`), each
-//! bounded by `--webhook-timeout` from connect to response head; the
-//! response body is never read. The URL is the operator's: it is not
+//! The requests go out with the hyper client the link check uses
+//! ([`client`]: HTTP/1.1, TLS with the webpki roots for `https`, idle
+//! connections kept for the next message), each bounded by
+//! `--webhook-timeout` from connect to the end of the response. The URL is the operator's: it is not
 //! filtered, only time-bounded.
+
+mod client;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,12 +25,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use hmac::{Hmac, Mac};
-use http_body_util::Full;
-use hyper::header;
-use hyper_util::rt::TokioIo;
-use rustls::pki_types::ServerName;
 use sha2::Sha256;
-use tokio::net::TcpStream;
 use tokio::sync::{Semaphore, mpsc};
 use url::Url;
 
@@ -37,8 +34,6 @@ pub const MAX_IN_FLIGHT: usize = 16;
 
 /// The waits before each retry.
 const BACKOFF_SECS: [u64; 5] = [1, 2, 4, 8, 16];
-
-const USER_AGENT: &str = concat!("mailjar/", env!("CARGO_PKG_VERSION"), " webhook");
 
 /// The webhook flags.
 #[derive(Debug, Clone, clap::Args)]
@@ -79,10 +74,9 @@ struct Counts {
 
 /// Where and how to POST.
 struct Target {
-    urls: Vec<Url>,
+    clients: Vec<client::Client>,
     secret: Option<Vec<u8>>,
     timeout: Duration,
-    tls: Arc<rustls::ClientConfig>,
 }
 
 /// The webhooks' queue and counts.
@@ -120,15 +114,15 @@ impl Webhooks {
             return Ok(None);
         }
         settings.validate()?;
+        let tls = crate::checks::links::tls_config()?;
         let target = Arc::new(Target {
-            urls: settings
+            clients: settings
                 .webhook
                 .iter()
-                .map(|u| parse_url(u))
-                .collect::<Result<_, _>>()?,
+                .map(|u| Ok(client::Client::new(parse_url(u)?, tls.clone())))
+                .collect::<Result<_, String>>()?,
             secret: settings.webhook_secret.clone().map(String::into_bytes),
             timeout: settings.webhook_timeout,
-            tls: crate::checks::links::tls_config()?,
         });
         let (queue, receiver) = mpsc::channel(settings.webhook_queue);
         let counts = Arc::new(Counts::default());
@@ -179,9 +173,9 @@ async fn dispatch(mut receiver: mpsc::Receiver<Bytes>, target: Arc<Target>, coun
         let (target, counts) = (target.clone(), counts.clone());
         tokio::spawn(async move {
             let posts = target
-                .urls
+                .clients
                 .iter()
-                .map(|url| deliver(&target, url, body.clone(), &counts));
+                .map(|client| deliver(&target, client, body.clone(), &counts));
             futures_util::future::join_all(posts).await;
             counts.queued.fetch_sub(1, Ordering::Relaxed);
             drop(permit);
@@ -217,14 +211,17 @@ fn retryable(status: u16) -> bool {
 }
 
 /// POSTs `body` to `url`, retrying after each of [`BACKOFF_SECS`].
-async fn deliver(target: &Target, url: &Url, body: Bytes, counts: &Counts) {
+async fn deliver(target: &Target, client: &client::Client, body: Bytes, counts: &Counts) {
+    let url = client.url();
+    let signature = target.secret.as_ref().map(|s| signature(s, &body));
     let mut last = String::new();
     for attempt in 0..=BACKOFF_SECS.len() {
         if attempt > 0 {
             tokio::time::sleep(Duration::from_secs(BACKOFF_SECS[attempt - 1])).await;
             counts.retried.fetch_add(1, Ordering::Relaxed);
         }
-        let sent = tokio::time::timeout(target.timeout, post(target, url, body.clone())).await;
+        let post = client.post(body.clone(), signature.as_deref());
+        let sent = tokio::time::timeout(target.timeout, post).await;
         match sent {
             Ok(Ok(status)) if (200..300).contains(&status) => {
                 counts.delivered.fetch_add(1, Ordering::Relaxed);
@@ -243,56 +240,6 @@ async fn deliver(target: &Target, url: &Url, body: Bytes, counts: &Counts) {
     }
     counts.failed.fetch_add(1, Ordering::Relaxed);
     tracing::warn!(%url, "webhook given up after {} retries: {last}", BACKOFF_SECS.len());
-}
-
-/// One POST on a connection of its own; the response's status.
-async fn post(target: &Target, url: &Url, body: Bytes) -> Result<u16, String> {
-    let host = url.host_str().ok_or("no host")?;
-    let port = url.port_or_known_default().ok_or("no port")?;
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    let tcp = TcpStream::connect((host, port))
-        .await
-        .map_err(|e| format!("connect: {e}"))?;
-    let _ = tcp.set_nodelay(true);
-    let path = &url[url::Position::BeforePath..url::Position::AfterQuery];
-    let authority = &url[url::Position::BeforeHost..url::Position::AfterPort];
-    let mut request = hyper::Request::builder()
-        .method(hyper::Method::POST)
-        .uri(if path.is_empty() { "/" } else { path })
-        .header(header::HOST, authority)
-        .header(header::USER_AGENT, USER_AGENT)
-        .header(header::CONTENT_TYPE, "application/json");
-    if let Some(secret) = &target.secret {
-        request = request.header("x-mailjar-signature", signature(secret, &body));
-    }
-    let request = request
-        .body(Full::new(body))
-        .map_err(|e| format!("not a valid request: {e}"))?;
-    if url.scheme() == "http" {
-        return send(TokioIo::new(tcp), request).await;
-    }
-    let name = ServerName::try_from(host.to_owned()).map_err(|e| format!("TLS name: {e}"))?;
-    let tls = tokio_rustls::TlsConnector::from(target.tls.clone())
-        .connect(name, tcp)
-        .await
-        .map_err(|e| format!("TLS: {e}"))?;
-    send(TokioIo::new(tls), request).await
-}
-
-/// Sends `request` over HTTP/1.1 on `io`: the response's status (its body is not read).
-async fn send<I>(io: I, request: hyper::Request<Full<Bytes>>) -> Result<u16, String>
-where
-    I: hyper::rt::Read + hyper::rt::Write + Send + Unpin + 'static,
-{
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(io)
-        .await
-        .map_err(|e| e.to_string())?;
-    let driver = tokio::spawn(async move {
-        let _ = connection.await;
-    });
-    let response = sender.send_request(request).await;
-    driver.abort();
-    Ok(response.map_err(|e| e.to_string())?.status().as_u16())
 }
 
 #[cfg(test)]

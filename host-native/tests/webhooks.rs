@@ -369,3 +369,61 @@ fn a_hanging_receiver_never_delays_a_250_and_a_full_queue_drops() {
     let queued = number("queued");
     poll_webhooks(&server, "delivered", queued, Duration::from_secs(20));
 }
+
+/// A receiver that keeps connections open: (connections accepted, requests answered).
+fn keep_alive_receiver() -> (SocketAddr, Arc<AtomicUsize>, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().unwrap();
+    let (connections, requests) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (c, r) = (connections.clone(), requests.clone());
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { continue };
+            c.fetch_add(1, Ordering::SeqCst);
+            let r = r.clone();
+            std::thread::spawn(move || -> std::io::Result<()> {
+                let mut writer = stream.try_clone()?;
+                let mut reader = BufReader::new(stream);
+                loop {
+                    let mut length = 0;
+                    let mut first = true;
+                    loop {
+                        let mut line = String::new();
+                        if reader.read_line(&mut line)? == 0 {
+                            return Ok(());
+                        }
+                        let line = line.trim_end();
+                        if line.is_empty() && !first {
+                            break;
+                        }
+                        first = false;
+                        if let Some((name, value)) = line.split_once(':')
+                            && name.eq_ignore_ascii_case("content-length")
+                        {
+                            length = value.trim().parse().unwrap_or(0);
+                        }
+                    }
+                    let mut body = vec![0; length];
+                    reader.read_exact(&mut body)?;
+                    r.fetch_add(1, Ordering::SeqCst);
+                    writer.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")?;
+                }
+            });
+        }
+    });
+    (addr, connections, requests)
+}
+
+#[test]
+fn connections_to_a_receiver_are_kept_for_the_next_messages() {
+    let (addr, connections, requests) = keep_alive_receiver();
+    let server = Server::start_with(&["--webhook", &format!("http://{addr}/hook")]);
+    let sent = 40;
+    for i in 0..sent {
+        send(&server, &format!("kept {i}"));
+    }
+    poll_webhooks(&server, "delivered", sent, Duration::from_secs(10));
+    assert_eq!(requests.load(Ordering::SeqCst) as u64, sent);
+    let opened = connections.load(Ordering::SeqCst);
+    assert!(opened <= 16, "{opened} connections for {sent} messages");
+}
