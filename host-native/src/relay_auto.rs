@@ -94,6 +94,10 @@ impl AutoRelay {
         if self.queue.try_send(Job { id, to }).is_err() {
             self.counts.queued.fetch_sub(1, Ordering::Relaxed);
             let dropped = self.counts.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+            // Logged at the 1st, 2nd, 4th... and every 1000th: a flood of drops is not a flood of lines.
+            if !(dropped.is_power_of_two() || dropped.is_multiple_of(1000)) {
+                return;
+            }
             tracing::warn!(%id, dropped, "relay queue full (--relay-queue {}): not released", self.capacity);
         }
     }

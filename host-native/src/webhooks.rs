@@ -114,13 +114,19 @@ impl Webhooks {
             return Ok(None);
         }
         settings.validate()?;
-        let tls = crate::checks::links::tls_config()?;
+        // The webpki roots cost about 1 MiB: loaded only for an https URL.
+        let urls = settings
+            .webhook
+            .iter()
+            .map(|u| parse_url(u))
+            .collect::<Result<Vec<_>, _>>()?;
+        let https = urls.iter().any(|u| u.scheme() == "https");
+        let tls = https.then(crate::checks::links::tls_config).transpose()?;
         let target = Arc::new(Target {
-            clients: settings
-                .webhook
-                .iter()
-                .map(|u| Ok(client::Client::new(parse_url(u)?, tls.clone())))
-                .collect::<Result<_, String>>()?,
+            clients: urls
+                .into_iter()
+                .map(|url| client::Client::new(url, tls.clone()))
+                .collect(),
             secret: settings.webhook_secret.clone().map(String::into_bytes),
             timeout: settings.webhook_timeout,
         });
@@ -140,6 +146,10 @@ impl Webhooks {
         if self.queue.try_send(summary).is_err() {
             self.counts.queued.fetch_sub(1, Ordering::Relaxed);
             let dropped = self.counts.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+            // Logged at the 1st, 2nd, 4th... and every 1000th: a flood of drops is not a flood of lines.
+            if !(dropped.is_power_of_two() || dropped.is_multiple_of(1000)) {
+                return;
+            }
             tracing::warn!(
                 dropped,
                 "webhook queue full (--webhook-queue {}): a message's webhook was dropped",

@@ -32,13 +32,14 @@ type Sender = SendRequest<Full<Bytes>>;
 /// One webhook URL and its idle connections.
 pub struct Client {
     url: Url,
-    tls: Arc<rustls::ClientConfig>,
+    /// For an `https` URL.
+    tls: Option<Arc<rustls::ClientConfig>>,
     idle: Mutex<Vec<Sender>>,
 }
 
 impl Client {
     /// A client of `url`, no connection open yet.
-    pub fn new(url: Url, tls: Arc<rustls::ClientConfig>) -> Client {
+    pub fn new(url: Url, tls: Option<Arc<rustls::ClientConfig>>) -> Client {
         Client {
             url,
             tls,
@@ -132,7 +133,8 @@ impl Client {
             return handshake(TokioIo::new(tcp)).await;
         }
         let name = ServerName::try_from(host.to_owned()).map_err(|e| format!("TLS name: {e}"))?;
-        let tls = tokio_rustls::TlsConnector::from(self.tls.clone())
+        let config = self.tls.clone().ok_or("no TLS configuration")?;
+        let tls = tokio_rustls::TlsConnector::from(config)
             .connect(name, tcp)
             .await
             .map_err(|e| format!("TLS: {e}"))?;
