@@ -60,6 +60,8 @@ fn expected_for_other_inbox(method: &str, target: &str) -> u16 {
         (_, t) if t.starts_with("/api/faults") => 403,
         ("GET", "/api/inboxes/a") => 404,
         (_, t) if t.starts_with("/api/inboxes") => 403,
+        // An admin-only route (see the README's access control).
+        ("GET", "/metrics") => 403,
         _ => 404,
     }
 }
