@@ -45,7 +45,13 @@ struct Opening<'a> {
 #[derive(Serialize)]
 struct Closing<'a> {
     size: usize,
-    smtp: &'a SmtpFacts,
+    smtp: Option<&'a SmtpFacts>,
+}
+
+/// A message's `smtp`: null for one no SMTP session delivered (`POST
+/// /api/send`, `deliverRaw`), which has none of the facts a session records.
+fn smtp_facts(facts: &SmtpFacts) -> Option<&SmtpFacts> {
+    (*facts != SmtpFacts::default()).then_some(facts)
 }
 
 /// A string field escaped step by step.
@@ -223,7 +229,7 @@ impl EmailJson {
         let date = json(&head.date);
         let closing = fields_of(&Closing {
             size: email.raw().len(),
-            smtp: email.smtp(),
+            smtp: smtp_facts(email.smtp()),
         });
         let mut pieces = VecDeque::from([
             ready(&[prefix, b"{", &opening, br#","from":""#]),
@@ -642,10 +648,8 @@ mod tests {
         );
         let (json, _) = chunks(EmailJson::new(stored(b"x"), b"", b""));
         let value: Value = serde_json::from_slice(&json).expect("valid JSON");
-        assert_eq!(
-            value["smtp"],
-            serde_json::json!({"helo": null, "remoteAddr": null, "tls": null, "auth": null})
-        );
+        // No session delivered it: no facts, and `smtp` is null.
+        assert_eq!(value["smtp"], Value::Null);
     }
 
     /// One attachment's metadata and the URL of its bytes.
@@ -677,7 +681,7 @@ mod tests {
             codes: &'a [Box<str>],
             attachments: Vec<AttachmentJson<'a>>,
             size: usize,
-            smtp: &'a SmtpFacts,
+            smtp: Option<&'a SmtpFacts>,
             raw: String,
         }
         let fields = email.header_fields();
@@ -707,7 +711,7 @@ mod tests {
                 })
                 .collect(),
             size: email.raw().len(),
-            smtp: email.smtp(),
+            smtp: smtp_facts(email.smtp()),
             raw: String::from_utf8_lossy(email.raw()).into_owned(),
         };
         serde_json::to_vec(&whole).unwrap()

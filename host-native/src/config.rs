@@ -185,6 +185,12 @@ pub struct Settings {
     /// The checks' flags (below).
     #[command(flatten)]
     pub checks: CheckSettings,
+    /// The webhooks' flags (`--webhook` and the rest).
+    #[command(flatten)]
+    pub webhooks: crate::webhooks::WebhookSettings,
+    /// The relay's flags (`--relay` and the rest).
+    #[command(flatten)]
+    pub relay: crate::release::RelaySettings,
 }
 
 /// What becomes of mail that no inbox's addresses match (`--unrouted`).
@@ -300,6 +306,8 @@ impl Settings {
         if self.fsync && self.data_dir.is_none() {
             return Err("--fsync needs --data-dir".to_owned());
         }
+        self.webhooks.validate()?;
+        self.relay.validate()?;
         Ok(())
     }
 }

@@ -61,8 +61,8 @@ use warp::http::{self, HeaderValue};
 
 pub use idle::IdleConnections;
 pub use reader::{
-    MAX_BODY_BYTES, MAX_HEAD_BYTES, MAX_HEADER_BYTES, MAX_URL_BYTES, Refusal, RequestHead,
-    RequestReader, Step,
+    LargeBodyRoute, MAX_BODY_BYTES, MAX_HEAD_BYTES, MAX_HEADER_BYTES, MAX_URL_BYTES, Refusal,
+    RequestHead, RequestReader, Step,
 };
 
 /// How long a connection may sit between requests before it is closed.
@@ -181,7 +181,23 @@ pub struct HttpOptions {
     pub body_timeout: Duration,
     /// The connection cap and count.
     pub connections: HttpConnections,
+    /// The route that takes bodies larger than [`MAX_BODY_BYTES`] (`POST /api/send`).
+    pub large_body: Option<LargeBody>,
 }
+
+/// A route whose bodies may be large, and the budget they are charged to
+/// while their request is handled (`--max-inflight-bytes`, shared with SMTP).
+#[derive(Debug, Clone)]
+pub struct LargeBody {
+    /// The route and its limit.
+    pub route: LargeBodyRoute,
+    /// The bytes of mail in flight.
+    pub load: Arc<crate::smtp_load::SmtpLoad>,
+}
+
+/// How many bytes a large body is charged: the body, and the message built
+/// from it while both are held.
+const LARGE_BODY_CHARGE: usize = 2;
 
 /// The body of a request, handed to the routes as a request extension (the
 /// warp service is called with an empty body).
@@ -278,31 +294,36 @@ pub async fn serve_connection<T, S>(
     mut shutdown: watch::Receiver<bool>,
     timeouts: Timeouts,
     idle: IdleConnections,
+    large: Option<LargeBody>,
 ) -> io::Result<()>
 where
     T: AsyncRead + AsyncWrite + Unpin,
     S: Service<http::Request<Empty<Bytes>>, Response = warp::reply::Response, Error = Infallible>,
 {
     let mut reader = RequestReader::new();
+    reader.allow_large_body(large.as_ref().map(|l| l.route));
     // Only a connection that has been answered can give its slot away while idle.
     let mut kept_alive: Option<&IdleConnections> = None;
     loop {
-        let head = match read_head(
+        let next = read_head(
             &mut stream,
             &mut reader,
             &mut shutdown,
             &timeouts,
             kept_alive,
         )
-        .await?
-        {
-            Next::Head(head) => head,
+        .await?;
+        let admitted = match next {
+            Next::Head(head) => charge_large_body(head, large.as_ref()),
             Next::Closed => return Ok(()),
-            Next::Refused(refusal) => {
-                return refuse(&mut stream, &refusal, timeouts.write_stall).await;
-            }
+            Next::Refused(refusal) => Err(refusal),
         };
-        if !exchange(
+        // A large body is charged to the mail budget until it is answered.
+        let (head, charge) = match admitted {
+            Ok(admitted) => admitted,
+            Err(refusal) => return refuse(&mut stream, &refusal, timeouts.write_stall).await,
+        };
+        let exchanged = exchange(
             &mut stream,
             &mut reader,
             &mut service,
@@ -310,8 +331,9 @@ where
             &shutdown,
             &timeouts,
         )
-        .await?
-        {
+        .await;
+        drop(charge);
+        if !exchanged? {
             let _ = stream.shutdown().await;
             return Ok(());
         }
@@ -319,6 +341,32 @@ where
         reader.release();
         kept_alive = Some(&idle);
     }
+}
+
+/// Charges a body larger than [`MAX_BODY_BYTES`] (only a large route's can
+/// be) to its budget: the charge to hold until it is answered, or the 503
+/// when the budget has no room.
+fn charge_large_body(
+    head: Box<RequestHead>,
+    large: Option<&LargeBody>,
+) -> Result<(Box<RequestHead>, Option<crate::smtp_load::ConnectionBudget>), Refusal> {
+    let Some(large) = large.filter(|_| head.body_length > MAX_BODY_BYTES) else {
+        return Ok((head, None));
+    };
+    let mut budget = crate::smtp_load::ConnectionBudget::new(large.load.clone());
+    // At most the whole budget: one send alone always fits.
+    let bytes = head
+        .body_length
+        .saturating_mul(LARGE_BODY_CHARGE)
+        .min(large.load.limit());
+    if !mailjar_core::smtp::Budget::hold(&mut budget, bytes) {
+        return Err(Refusal {
+            status: 503,
+            error: "too much mail is being received at once (--max-inflight-bytes): try again"
+                .to_owned(),
+        });
+    }
+    Ok((head, Some(budget)))
 }
 
 /// Reads the body of `head`, has the request answered and writes the

@@ -39,6 +39,10 @@ pub struct HttpContext {
     pub access: Option<Arc<crate::access::Access>>,
     /// The API is served over HTTPS (session cookies are `Secure`).
     pub https: bool,
+    /// With `--relay`: where `POST /api/emails/:id/release` sends.
+    pub relay: Option<Arc<crate::release::Relay>>,
+    /// `POST /api/send`'s limits.
+    pub send: crate::send::SendOptions,
     /// The checks on a message that need the network (`/api/emails/:id/checks/{links,spam,auth}`).
     pub checks: Arc<crate::checks::Checks>,
 }
@@ -107,6 +111,8 @@ pub fn routes(
                             to_core(&context, &method, &request).await
                         }
                     };
+                    let status = response.status().as_u16();
+                    context.shared.metrics.http_request(path.as_str(), status);
                     if let Some(origin) = cors {
                         let h = response.headers_mut();
                         h.insert(http::header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
@@ -147,7 +153,22 @@ async fn to_core(
     if let Some(answer) = crate::checks::route(&context.checks, &context.shared, request).await {
         return json(answer);
     }
+    if let Some(answer) = crate::metrics::route(&context.shared, request) {
+        return json(answer);
+    }
+    if let Some(answer) = crate::send::route(&context.shared, context.send, request).await {
+        return json(answer);
+    }
+    let relay = context.relay.as_deref();
+    if let Some(answer) = crate::release::route(relay, &context.shared, request).await {
+        return json(answer);
+    }
     let mut answer = respond(context, request).await;
+    if let Answer::Response(response) = &mut answer {
+        let metrics = &context.shared.metrics;
+        metrics.answered(&request.method, &request.path, response);
+        add_health_lines(&context.shared, &request.path, response);
+    }
     if let (Some(access), Answer::Response(response)) = (&context.access, &mut answer) {
         after_access(context, access, method, &request.path, response).await;
     }
@@ -210,6 +231,32 @@ fn say_http_tls(response: &mut Response, https: bool) {
     out.extend_from_slice(member);
     out.extend_from_slice(&body[1..]);
     response.body = Body::Full(Bytes::from(out));
+}
+
+/// Adds `webhooks` and `relay` (when configured) to a `/health` answer.
+fn add_health_lines(shared: &Shared, path: &str, response: &mut Response) {
+    if !matches!(path, "/health" | "/health/") || response.status != 200 {
+        return;
+    }
+    let lines = [
+        ("webhooks", shared.webhooks.get().map(|w| w.health())),
+        ("relay", shared.relay_auto.get().map(|r| r.health())),
+    ];
+    if lines.iter().all(|(_, line)| line.is_none()) {
+        return;
+    }
+    let Body::Full(body) = &response.body else {
+        return;
+    };
+    let Ok(serde_json::Value::Object(mut health)) = serde_json::from_slice(body) else {
+        return;
+    };
+    for (name, line) in lines {
+        if let Some(line) = line {
+            health.insert(name.to_owned(), line);
+        }
+    }
+    *response = Response::json(200, &health);
 }
 
 fn error(status: u16, text: &str) -> Response {
@@ -403,6 +450,7 @@ pub async fn serve(
         idle: http1::IDLE_TIMEOUT,
         write_stall: http1::WRITE_STALL_TIMEOUT,
     };
+    let large_body = options.large_body;
     let service = warp::service(routes(context));
     loop {
         let (stream, peer) = tokio::select! {
@@ -426,6 +474,7 @@ pub async fn serve(
             peer,
             connections: options.connections.clone(),
             tls: tls.clone(),
+            large_body: large_body.clone(),
         };
         tokio::spawn(connection(
             accepted,
@@ -443,6 +492,8 @@ struct Accepted {
     peer: std::net::SocketAddr,
     connections: http1::HttpConnections,
     tls: Option<Tls>,
+    /// `POST /api/send`'s larger bodies, charged to `--max-inflight-bytes`.
+    large_body: Option<http1::LargeBody>,
 }
 
 /// Serves one connection in its own task: over the cap it waits for an
@@ -466,6 +517,7 @@ async fn connection<S>(
         peer,
         connections,
         tls,
+        large_body,
     } = accepted;
     let slot = match slot {
         Some(slot) => slot,
@@ -490,10 +542,12 @@ async fn connection<S>(
     };
     let idle = connections.idle();
     let served = match &tls {
-        None => http1::serve_connection(stream, service, shutdown, timeouts, idle).await,
+        None => {
+            http1::serve_connection(stream, service, shutdown, timeouts, idle, large_body).await
+        }
         Some(tls) => match crate::http_tls::open(tls, stream, &connections).await {
             Some(stream) => {
-                http1::serve_connection(stream, service, shutdown, timeouts, idle).await
+                http1::serve_connection(stream, service, shutdown, timeouts, idle, large_body).await
             }
             None => Ok(()),
         },

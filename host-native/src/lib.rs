@@ -11,8 +11,12 @@ pub mod http1;
 pub mod http_server;
 pub mod http_tls;
 pub mod inbox_checks;
+pub mod metrics;
 pub mod pop3_server;
 pub mod proxy_protocol;
+pub mod relay_auto;
+pub mod release;
+pub mod send;
 pub mod sessions;
 pub mod smtp_load;
 pub mod smtp_server;
@@ -21,6 +25,7 @@ pub mod storage;
 pub mod testing;
 pub mod tls;
 pub mod ui;
+pub mod webhooks;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -49,6 +54,8 @@ pub struct Server {
     access: Option<Arc<access::Access>>,
     smtp_load: Arc<smtp_load::SmtpLoad>,
     http_connections: http1::HttpConnections,
+    /// With `--relay`: where releases go.
+    relay: Option<Arc<release::Relay>>,
 }
 
 use state::Shared;
@@ -164,6 +171,12 @@ fn host_limits(settings: &Settings) -> Vec<(&'static str, u64)> {
     ];
     if settings.admin_token.is_some() {
         limits.push(("maxSessions", settings.max_sessions as u64));
+    }
+    if !settings.webhooks.webhook.is_empty() {
+        limits.push(("webhookQueue", settings.webhooks.webhook_queue as u64));
+    }
+    if !settings.relay.relay_auto.is_empty() {
+        limits.push(("relayQueue", settings.relay.relay_queue as u64));
     }
     limits
 }
@@ -290,10 +303,28 @@ impl Server {
             None => None,
         };
         let shared = Arc::new(Shared::new(api, workers));
+        shared.metrics.set_smtp_load(smtp_load.clone());
+        if let Some(webhooks) =
+            webhooks::Webhooks::start(&settings.webhooks).map_err(std::io::Error::other)?
+        {
+            let _ = shared.webhooks.set(webhooks);
+        }
+        let relay = settings.relay.relay().map_err(std::io::Error::other)?;
+        let relay_auto = relay_auto::AutoRelay::start(
+            &settings.relay.relay_auto,
+            settings.relay.relay_queue,
+            relay.clone(),
+            &shared,
+        )
+        .map_err(std::io::Error::other)?;
+        if let Some(relay_auto) = relay_auto {
+            let _ = shared.relay_auto.set(relay_auto);
+        }
         if let Some(storage) = storage {
             shared.start_writer(storage)?;
         }
         Ok(Server {
+            relay,
             access,
             shared,
             smtp_load,
@@ -414,6 +445,11 @@ impl Server {
             ui: !self.settings.no_ui,
             access: self.access.clone(),
             https: self.settings.http_tls,
+            relay: self.relay.clone(),
+            send: send::SendOptions {
+                max_message_bytes: self.settings.max_message_bytes,
+                reject_unrouted: self.settings.unrouted == config::Unrouted::Reject,
+            },
             checks: Arc::new(checks::Checks::new(
                 &self.settings.checks,
                 &self.settings.domain,
@@ -453,6 +489,13 @@ impl Server {
         let http_options = http1::HttpOptions {
             body_timeout: self.settings.http_body_timeout,
             connections: self.http_connections.clone(),
+            large_body: Some(http1::LargeBody {
+                route: http1::LargeBodyRoute {
+                    path: send::PATH,
+                    limit: send::body_limit(self.settings.max_message_bytes),
+                },
+                load: self.smtp_load.clone(),
+            }),
         };
         // --http-tls serves HTTPS with the SMTP listeners' certificate.
         let http_tls = self.tls.clone().filter(|_| self.settings.http_tls);

@@ -92,11 +92,11 @@ pub async fn serve(listener: TcpListener, slots: Arc<Semaphore>, mut context: Sm
             }
             Err(_) => {
                 tracing::warn!(%peer, "too many SMTP connections: refused");
+                let refusal = Reply::too_many_connections();
+                context.shared.metrics.smtp_reply(refusal.code);
                 tokio::spawn(async move {
                     let mut stream = stream;
-                    let _ = stream
-                        .write_all(&Reply::too_many_connections().to_bytes())
-                        .await;
+                    let _ = stream.write_all(&refusal.to_bytes()).await;
                     let _ = stream.shutdown().await;
                 });
             }
@@ -214,7 +214,10 @@ impl Connection {
         let mut next = Next::Read;
         while let Some(output) = self.session.poll_output() {
             match output {
-                Output::Reply(reply) => reply.write_to(&mut self.out),
+                Output::Reply(reply) => {
+                    self.context.shared.metrics.smtp_reply(reply.code);
+                    reply.write_to(&mut self.out);
+                }
                 Output::Message(message) => {
                     let outcome = self.store(message).await;
                     self.session.handle_stored(outcome);

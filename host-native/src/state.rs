@@ -71,6 +71,12 @@ pub struct Shared {
     /// Whether an inbox exists, as of the last call into the API: SMTP
     /// sessions ask about logins and routes only while one does.
     pub(crate) any_inboxes: AtomicBool,
+    /// The counters and histograms of `GET /metrics`.
+    pub metrics: crate::metrics::Metrics,
+    /// With `--webhook`: where stored messages are announced (set once, at start).
+    pub webhooks: std::sync::OnceLock<Arc<crate::webhooks::Webhooks>>,
+    /// With `--relay-auto`: the releases of stored messages (set once, at start).
+    pub relay_auto: std::sync::OnceLock<Arc<crate::relay_auto::AutoRelay>>,
 }
 
 /// Why a write was not made: the writer has stopped (mailjar is shutting down).
@@ -170,6 +176,9 @@ impl Shared {
             writer: std::sync::OnceLock::new(),
             any_faults: AtomicBool::new(false),
             any_inboxes,
+            metrics: crate::metrics::Metrics::default(),
+            webhooks: std::sync::OnceLock::new(),
+            relay_auto: std::sync::OnceLock::new(),
         }
     }
 
@@ -357,6 +366,19 @@ impl Shared {
         self: &Arc<Self>,
         incoming: Incoming,
     ) -> Result<MessageId, StorageError> {
+        let started = Instant::now();
+        let stored = self.deliver_durable_untimed(incoming).await;
+        if let Ok(id) = &stored {
+            self.metrics.stored(started.elapsed());
+            self.announce(*id);
+        }
+        stored
+    }
+
+    async fn deliver_durable_untimed(
+        self: &Arc<Self>,
+        incoming: Incoming,
+    ) -> Result<MessageId, StorageError> {
         let Some(writer) = self.writer.get() else {
             return Ok(self.deliver(incoming));
         };
@@ -379,7 +401,10 @@ impl Shared {
                 .send(writer::Job::Store(Box::new(pending)))
                 .map_err(|_| writer_stopped())
         })?;
-        receiver.await.unwrap_or_else(|_| Err(writer_stopped()))
+        let queued = Instant::now();
+        let written = receiver.await.unwrap_or_else(|_| Err(writer_stopped()));
+        self.metrics.written(queued.elapsed());
+        written
     }
 
     /// With `--data-dir`: the storage writer's queue.
@@ -542,6 +567,42 @@ impl Shared {
     /// Ends a subscription.
     pub fn unsubscribe(self: &Arc<Self>, id: SubscriberId) {
         self.call(|api| api.handle_unsubscribe(id));
+    }
+
+    /// Hands a stored message to the webhooks and `--relay-auto`, when
+    /// configured: looked up in O(log n), queued after the lock is released.
+    fn announce(&self, id: MessageId) {
+        let (webhooks, relay) = (self.webhooks.get(), self.relay_auto.get());
+        if webhooks.is_none() && relay.is_none() {
+            return;
+        }
+        let Some(email) = self.stored(id) else {
+            tracing::debug!(%id, "not announced: the message left the store at once");
+            return;
+        };
+        if let Some(webhooks) = webhooks {
+            webhooks.stored(email.summary());
+        }
+        if let Some(relay) = relay {
+            relay.stored(id, &email.envelope.to);
+        }
+    }
+
+    /// Stored message `id`, whoever's it is (the lock is held to find it and clone its `Arc`).
+    pub fn stored(&self, id: MessageId) -> Option<Arc<Email>> {
+        self.lock().store().get(id)
+    }
+
+    /// The store's and the API's counts for `/metrics`: O(1) reads under the lock.
+    pub fn gauges(&self) -> crate::metrics::Gauges {
+        let api = self.lock();
+        crate::metrics::Gauges {
+            stored: api.store().len(),
+            bytes: api.store().bytes(),
+            evicted: api.store().evicted(),
+            waits: api.pending_waits(),
+            subscribers: api.subscriber_count(),
+        }
     }
 
     /// Stored message `id` as `request`'s scope sees it, for the host's

@@ -63,6 +63,8 @@ fn expected_for_other_inbox(method: &str, target: &str) -> u16 {
         (_, "/api/faults") => 200,
         ("GET", "/api/inboxes/a") => 404,
         (_, t) if t.starts_with("/api/inboxes") => 403,
+        // An admin-only route (see the README's access control).
+        ("GET", "/metrics") => 403,
         _ => 404,
     }
 }

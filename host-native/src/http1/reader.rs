@@ -139,12 +139,36 @@ enum State {
     Failed,
 }
 
+/// One route whose request bodies may be larger than [`MAX_BODY_BYTES`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LargeBodyRoute {
+    /// A `POST` to this path (with or without a query)...
+    pub path: &'static str,
+    /// ...may have a body of this many bytes.
+    pub limit: usize,
+}
+
+impl LargeBodyRoute {
+    /// The body limit of a request: this route's for a `POST` to its path, else [`MAX_BODY_BYTES`].
+    fn limit_for(route: Option<LargeBodyRoute>, method: &str, target: &str) -> usize {
+        let path = target.split_once('?').map_or(target, |(path, _)| path);
+        match route {
+            Some(route) if method == "POST" && path.trim_end_matches('/') == route.path => {
+                route.limit.max(MAX_BODY_BYTES)
+            }
+            _ => MAX_BODY_BYTES,
+        }
+    }
+}
+
 /// Reads requests from bytes fed in any pieces.
 pub struct RequestReader {
     buf: Vec<u8>,
     state: State,
-    /// The body of the request being read, at most [`MAX_BODY_BYTES`].
+    /// The body of the request being read, at most [`MAX_BODY_BYTES`] (or a large route's limit).
     body: Vec<u8>,
+    /// The route that takes larger bodies, if any.
+    large: Option<LargeBodyRoute>,
 }
 
 impl fmt::Debug for RequestReader {
@@ -172,7 +196,13 @@ impl RequestReader {
                 scanned: 0,
                 skipped: 0,
             },
+            large: None,
         }
+    }
+
+    /// Lets `POST`s to `route.path` have bodies up to `route.limit`.
+    pub fn allow_large_body(&mut self, route: Option<LargeBodyRoute>) {
+        self.large = route;
     }
 
     /// Adds bytes received from the client.
@@ -260,7 +290,7 @@ impl RequestReader {
                     };
                     return Step::NeedMore;
                 };
-                match parse_head(&self.buf[..=scanned + last]) {
+                match parse_head(&self.buf[..=scanned + last], self.large) {
                     Parsed::Partial if self.buf.len() >= MAX_HEAD_BYTES => {
                         self.fail(head_too_large())
                     }
@@ -307,7 +337,7 @@ enum Parsed {
     Error(Refusal),
 }
 
-fn parse_head(buf: &[u8]) -> Parsed {
+fn parse_head(buf: &[u8], large: Option<LargeBodyRoute>) -> Parsed {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut parsed = httparse::Request::new(&mut headers);
     let consumed = match parsed.parse(buf) {
@@ -395,10 +425,11 @@ fn parse_head(buf: &[u8]) -> Parsed {
         ));
     }
     let body_length = body_length.unwrap_or(0);
-    if body_length > MAX_BODY_BYTES as u64 {
+    let limit = LargeBodyRoute::limit_for(large, method, path);
+    if body_length > limit as u64 {
         return Parsed::Error(Refusal::new(
             413,
-            format!("request bodies are not accepted (more than {MAX_BODY_BYTES} bytes)"),
+            format!("request bodies are not accepted (more than {limit} bytes)"),
         ));
     }
     // The framing is sound from here on: what is wrong below is answered, and
@@ -842,5 +873,31 @@ mod tests {
             "b".repeat(MAX_HEAD_BYTES)
         );
         assert_eq!(fatal(huge.as_bytes()), 431);
+    }
+
+    #[test]
+    fn only_a_post_to_the_large_route_may_have_a_large_body() {
+        let route = Some(LargeBodyRoute {
+            path: "/api/send",
+            limit: 1 << 20,
+        });
+        let limit = |method, target| LargeBodyRoute::limit_for(route, method, target);
+        assert_eq!(limit("POST", "/api/send"), 1 << 20);
+        assert_eq!(limit("POST", "/api/send/?from=a"), 1 << 20);
+        assert_eq!(limit("GET", "/api/send"), MAX_BODY_BYTES);
+        assert_eq!(limit("POST", "/api/sendx"), MAX_BODY_BYTES);
+        assert_eq!(limit("POST", "/api/faults"), MAX_BODY_BYTES);
+        assert_eq!(
+            LargeBodyRoute::limit_for(None, "POST", "/api/send"),
+            MAX_BODY_BYTES
+        );
+        let mut reader = RequestReader::new();
+        reader.allow_large_body(route);
+        reader.feed(b"POST /api/send HTTP/1.1\r\nHost: h\r\nContent-Length: 100000\r\n\r\n");
+        assert!(matches!(reader.next_step(), Step::Head(h) if h.body_length == 100_000));
+        let mut reader = RequestReader::new();
+        reader.allow_large_body(route);
+        reader.feed(b"POST /api/faults HTTP/1.1\r\nHost: h\r\nContent-Length: 100000\r\n\r\n");
+        assert!(matches!(reader.next_step(), Step::Fatal(r) if r.status == 413));
     }
 }

@@ -97,6 +97,7 @@ fn start(pipe_bytes: usize, chunks: usize, size: usize, timeouts: Timeouts) -> R
         shutdown_rx,
         timeouts,
         Default::default(),
+        None,
     ));
     Running {
         client,
@@ -425,6 +426,7 @@ async fn large_bodies_are_written_after_their_head() {
         rx,
         timeouts(),
         Default::default(),
+        None,
     ));
     client
         .write_all(b"GET / HTTP/1.1\r\nConnection: close\r\n\r\n")
@@ -506,6 +508,7 @@ fn a_connection_future_stays_small() {
         rx,
         timeouts(),
         Default::default(),
+        None,
     );
     let size = std::mem::size_of_val(&future);
     assert!(size <= 1536, "the connection future is {size} bytes");

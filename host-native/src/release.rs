@@ -1,0 +1,310 @@
+//! Release (`POST /api/emails/:id/release`): a stored message sent on,
+//! byte for byte, to a real SMTP server (`--relay HOST:PORT`).
+//!
+//! The SMTP client is `lettre`'s tokio transport (with rustls and ring, as
+//! the rest of mailjar): STARTTLS when the relay offers it (`--relay-tls
+//! required` insists, `off` never asks), AUTH with `--relay-auth`, the raw
+//! bytes given to `send_raw` unchanged. The envelope sender is the stored
+//! message's; the recipients are the request's, and every one of them must
+//! match a `--relay-allow` pattern (the inbox address patterns), else the
+//! request is 403 and nothing is sent: mailjar must never become an open
+//! relay. Without `--relay-allow` nothing may be released.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lettre::address::{Address, Envelope};
+use lettre::transport::smtp::AsyncSmtpTransport;
+use lettre::transport::smtp::authentication::Credentials;
+use lettre::transport::smtp::client::{Certificate, Tls, TlsParameters};
+use lettre::{AsyncTransport, Tokio1Executor};
+use mailjar_core::api::{Request, Response, Scope};
+use mailjar_core::inbox::Pattern;
+
+use crate::state::Shared;
+
+/// When the relay connection uses STARTTLS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RelayTls {
+    /// When the relay offers it.
+    Opportunistic,
+    /// Always: a relay that does not offer it is an error.
+    Required,
+    /// Never.
+    Off,
+}
+
+/// The relay flags.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RelaySettings {
+    /// The SMTP server that POST /api/emails/:id/release sends to (HOST:PORT). Without it, release is 404.
+    #[arg(long, env = "MAILJAR_RELAY", value_name = "HOST:PORT")]
+    pub relay: Option<String>,
+    /// STARTTLS to the relay: opportunistic (when offered), required, or off.
+    #[arg(long, env = "MAILJAR_RELAY_TLS", value_enum, default_value_t = RelayTls::Opportunistic)]
+    pub relay_tls: RelayTls,
+    /// USER:PASS for AUTH at the relay (split at the first colon).
+    #[arg(
+        long,
+        env = "MAILJAR_RELAY_AUTH",
+        value_name = "USER:PASS",
+        hide_env_values = true
+    )]
+    pub relay_auth: Option<String>,
+    /// A recipient pattern a release may send to (`bob@x.test`, `*@x.test`, `qa+*@x.test`); repeatable. None: nothing may be released.
+    #[arg(long, env = "MAILJAR_RELAY_ALLOW", value_name = "PATTERN")]
+    pub relay_allow: Vec<String>,
+    /// A PEM certificate to trust for the relay's TLS besides the webpki roots (a private CA, a self-signed relay).
+    #[arg(long, env = "MAILJAR_RELAY_CA", value_name = "FILE")]
+    pub relay_ca: Option<std::path::PathBuf>,
+    /// Release every stored message with a recipient matching this pattern to those recipients, from a bounded queue with retries; repeatable.
+    #[arg(long, env = "MAILJAR_RELAY_AUTO", value_name = "PATTERN")]
+    pub relay_auto: Vec<String>,
+    /// Messages waiting for their --relay-auto release; past it one is dropped (counted, logged).
+    #[arg(long, env = "MAILJAR_RELAY_QUEUE", default_value_t = 1000)]
+    pub relay_queue: usize,
+    /// How long one release may take, connect to the relay's last reply.
+    #[arg(long, env = "MAILJAR_RELAY_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
+    pub relay_timeout: Duration,
+}
+
+/// The relay: its transport and the recipients it may be given.
+pub struct Relay {
+    transport: AsyncSmtpTransport<Tokio1Executor>,
+    allow: Vec<Pattern>,
+    timeout: Duration,
+}
+
+impl RelaySettings {
+    /// Checks the flags (at start): the address, the patterns, the credentials, the CA file.
+    pub fn validate(&self) -> Result<(), String> {
+        self.relay().map(drop)
+    }
+
+    /// The relay these flags describe, None without `--relay`.
+    pub fn relay(&self) -> Result<Option<Arc<Relay>>, String> {
+        let Some(address) = &self.relay else {
+            if !self.relay_allow.is_empty()
+                || self.relay_auth.is_some()
+                || !self.relay_auto.is_empty()
+            {
+                return Err(
+                    "--relay-allow, --relay-auth and --relay-auto need --relay HOST:PORT"
+                        .to_owned(),
+                );
+            }
+            return Ok(None);
+        };
+        let (host, port) = address
+            .rsplit_once(':')
+            .and_then(|(h, p)| Some((h.trim_matches(['[', ']']), p.parse::<u16>().ok()?)))
+            .filter(|(h, _)| !h.is_empty())
+            .ok_or_else(|| format!("--relay {address:?}: HOST:PORT"))?;
+        if self.relay_queue == 0 {
+            return Err("--relay-queue must be greater than 0".to_owned());
+        }
+        for pattern in &self.relay_auto {
+            Pattern::parse(pattern).map_err(|e| format!("--relay-auto: {e}"))?;
+        }
+        let allow = self
+            .relay_allow
+            .iter()
+            .map(|p| Pattern::parse(p).map_err(|e| format!("--relay-allow: {e}")))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut tls = TlsParameters::builder(host.to_owned());
+        if let Some(path) = &self.relay_ca {
+            let pem =
+                std::fs::read(path).map_err(|e| format!("--relay-ca {}: {e}", path.display()))?;
+            let cert = Certificate::from_pem(&pem)
+                .map_err(|e| format!("--relay-ca {}: {e}", path.display()))?;
+            tls = tls.add_root_certificate(cert);
+        }
+        let tls = tls
+            .build_rustls()
+            .map_err(|e| format!("--relay TLS: {e}"))?;
+        let mut builder = AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(host)
+            .port(port)
+            .timeout(Some(self.relay_timeout))
+            .tls(match self.relay_tls {
+                RelayTls::Opportunistic => Tls::Opportunistic(tls),
+                RelayTls::Required => Tls::Required(tls),
+                RelayTls::Off => Tls::None,
+            });
+        if let Some(auth) = &self.relay_auth {
+            let (user, password) = auth.split_once(':').ok_or("--relay-auth: USER:PASS")?;
+            builder = builder.credentials(Credentials::new(user.to_owned(), password.to_owned()));
+        }
+        Ok(Some(Arc::new(Relay {
+            transport: builder.build(),
+            allow,
+            timeout: self.relay_timeout,
+        })))
+    }
+}
+
+/// Whether `address` matches `pattern` (case-insensitive, as inbox routing matches).
+pub fn matches(pattern: &Pattern, address: &str) -> bool {
+    let lower = address.trim().to_lowercase();
+    let Some((local, domain)) = lower.rsplit_once('@') else {
+        return false;
+    };
+    match pattern {
+        Pattern::Exact(exact) => *exact == lower,
+        Pattern::Domain(d) => d == domain,
+        Pattern::Tagged {
+            local: tag,
+            domain: d,
+        } => d == domain && local.split_once('+').is_some_and(|(t, _)| t == tag),
+    }
+}
+
+impl Relay {
+    /// Whether every recipient is one `--relay-allow` lets through.
+    fn allowed<'a>(&self, to: &'a [String]) -> Result<(), &'a str> {
+        match to
+            .iter()
+            .find(|r| !self.allow.iter().any(|p| matches(p, r)))
+        {
+            Some(refused) => Err(refused),
+            None => Ok(()),
+        }
+    }
+
+    /// Sends `raw` unchanged with this envelope: the relay's last reply, or its refusal.
+    pub async fn send(&self, from: &str, to: &[String], raw: &[u8]) -> Result<String, String> {
+        let parse = |a: &str| {
+            a.parse::<Address>()
+                .map_err(|e| format!("{a:?} is not an address the relay can take: {e}"))
+        };
+        let from = if from.is_empty() {
+            None
+        } else {
+            Some(parse(from)?)
+        };
+        let to = to.iter().map(|a| parse(a)).collect::<Result<Vec<_>, _>>()?;
+        let envelope = Envelope::new(from, to).map_err(|e| e.to_string())?;
+        // lettre ends DATA with CRLF "." CRLF whatever the text ends with: the
+        // text's own last CRLF is that first one, or the relay gets one more.
+        let raw = raw.strip_suffix(b"\r\n").unwrap_or(raw);
+        let sent = tokio::time::timeout(self.timeout, self.transport.send_raw(&envelope, raw))
+            .await
+            .map_err(|_| format!("the relay did not finish within {:?}", self.timeout))?;
+        match sent {
+            Ok(response) => {
+                let text: Vec<&str> = response.message().collect();
+                Ok(format!("{} {}", response.code(), text.join(" ")))
+            }
+            Err(e) => Err(e.to_string()),
+        }
+    }
+}
+
+/// The JSON body of a release.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReleaseBody {
+    to: Vec<String>,
+}
+
+/// Answers `POST /api/emails/:id/release`; None for other paths.
+pub async fn route(relay: Option<&Relay>, shared: &Shared, request: &Request) -> Option<Response> {
+    let id = request
+        .path
+        .strip_prefix("/api/emails/")?
+        .strip_suffix("/release")?;
+    if request.method != "POST" {
+        let mut response = Response::error(405, "release answers POST only");
+        response.headers.push(("allow", "POST".into()));
+        return Some(response);
+    }
+    if request.scope != Scope::All {
+        return Some(Response::error(403, "admin token required"));
+    }
+    let Some(relay) = relay else {
+        return Some(Response::error(
+            404,
+            "no relay configured (--relay HOST:PORT)",
+        ));
+    };
+    Some(release(relay, shared, request, id).await)
+}
+
+async fn release(relay: &Relay, shared: &Shared, request: &Request, id: &str) -> Response {
+    let body: ReleaseBody = match serde_json::from_slice(&request.body) {
+        Ok(body) => body,
+        Err(e) => {
+            return Response::error(400, &format!("release takes {{\"to\": [\"...\"]}}: {e}"));
+        }
+    };
+    if body.to.is_empty() {
+        return Response::error(400, "release needs at least one recipient in \"to\"");
+    }
+    if let Err(refused) = relay.allowed(&body.to) {
+        return Response::error(
+            403,
+            &format!("{refused} is not a recipient --relay-allow lets through: nothing was sent"),
+        );
+    }
+    let email = match shared.email(request, id) {
+        Ok(email) => email,
+        Err(e) => return e.response(),
+    };
+    match relay
+        .send(&email.envelope.from, &body.to, email.raw())
+        .await
+    {
+        Ok(reply) => {
+            tracing::info!(%id, recipients = body.to.len(), "message released");
+            Response::json(
+                200,
+                &serde_json::json!({ "released": true, "reply": reply }),
+            )
+        }
+        Err(reply) => {
+            tracing::warn!(%id, "release refused: {reply}");
+            Response::json(
+                502,
+                &serde_json::json!({ "error": format!("the relay refused: {reply}"), "reply": reply }),
+            )
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recipients_match_as_inbox_addresses_do() {
+        let p = |t| Pattern::parse(t).unwrap();
+        assert!(matches(&p("Bob@X.test"), "bob@x.test"));
+        assert!(matches(&p("*@x.test"), "anyone@X.TEST"));
+        assert!(!matches(&p("*@x.test"), "a@sub.x.test"));
+        assert!(matches(&p("qa+*@x.test"), "qa+1@x.test"));
+        assert!(!matches(&p("qa+*@x.test"), "qa@x.test"));
+        assert!(!matches(&p("*@x.test"), "no-at-sign"));
+    }
+
+    #[test]
+    fn the_flags_are_checked() {
+        let settings = |relay: Option<&str>, allow: &[&str]| RelaySettings {
+            relay: relay.map(str::to_owned),
+            relay_tls: RelayTls::Opportunistic,
+            relay_auth: None,
+            relay_allow: allow.iter().map(|s| s.to_string()).collect(),
+            relay_ca: None,
+            relay_auto: Vec::new(),
+            relay_queue: 10,
+            relay_timeout: Duration::from_secs(1),
+        };
+        assert!(settings(None, &[]).validate().is_ok());
+        assert!(settings(None, &["*@x.test"]).validate().is_err());
+        assert!(
+            settings(Some("127.0.0.1:25"), &["*@x.test"])
+                .validate()
+                .is_ok()
+        );
+        assert!(settings(Some("127.0.0.1"), &[]).validate().is_err());
+        assert!(settings(Some("h:25"), &["x*y@z"]).validate().is_err());
+    }
+}
