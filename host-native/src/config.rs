@@ -8,6 +8,12 @@ use mailjar_core::smtp::{Credentials, Security};
 
 use crate::tls::TlsOptions;
 
+mod operators;
+pub use operators::{RelaySettings, RelayTls, WebhookSettings, webhook_url};
+
+/// Browser sessions kept at once by default (`--max-sessions`).
+pub const DEFAULT_MAX_SESSIONS: usize = 1000;
+
 /// Capture email from applications under test and read it back over a JSON HTTP API.
 #[derive(Debug, Clone, Parser)]
 #[command(
@@ -163,7 +169,7 @@ pub struct Settings {
     )]
     pub admin_token: Option<String>,
     /// Most browser sessions (POST /api/session) open at once; past it a new one ends the oldest.
-    #[arg(long, env = "MAILJAR_MAX_SESSIONS", default_value_t = crate::sessions::DEFAULT_MAX_SESSIONS)]
+    #[arg(long, env = "MAILJAR_MAX_SESSIONS", default_value_t = DEFAULT_MAX_SESSIONS)]
     pub max_sessions: usize,
     /// What becomes of mail no inbox's addresses match: `admin` keeps it for the admin token only, `reject` answers its RCPT with 550 5.1.1 (unless the session authenticated as an inbox).
     #[arg(long, env = "MAILJAR_UNROUTED", value_enum, default_value_t = Unrouted::Admin)]
@@ -187,10 +193,10 @@ pub struct Settings {
     pub checks: CheckSettings,
     /// The webhooks' flags (`--webhook` and the rest).
     #[command(flatten)]
-    pub webhooks: crate::webhooks::WebhookSettings,
+    pub webhooks: WebhookSettings,
     /// The relay's flags (`--relay` and the rest).
     #[command(flatten)]
-    pub relay: crate::release::RelaySettings,
+    pub relay: RelaySettings,
 }
 
 /// What becomes of mail that no inbox's addresses match (`--unrouted`).

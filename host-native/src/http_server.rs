@@ -153,14 +153,16 @@ async fn to_core(
     if let Some(answer) = crate::checks::route(&context.checks, &context.shared, request).await {
         return json(answer);
     }
-    if let Some(answer) = crate::metrics::route(&context.shared, request) {
+    if let Some(answer) =
+        crate::metrics::route(&context.shared.metrics, || context.shared.gauges(), request)
+    {
         return json(answer);
     }
     if let Some(answer) = crate::send::route(&context.shared, context.send, request).await {
         return json(answer);
     }
     let relay = context.relay.as_deref();
-    if let Some(answer) = crate::release::route(relay, &context.shared, request).await {
+    if let Some(answer) = crate::release::route(relay, context.shared.as_ref(), request).await {
         return json(answer);
     }
     let mut answer = respond(context, request).await;

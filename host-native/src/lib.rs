@@ -309,12 +309,13 @@ impl Server {
         {
             let _ = shared.webhooks.set(webhooks);
         }
-        let relay = settings.relay.relay().map_err(std::io::Error::other)?;
+        let relay =
+            release::Relay::from_settings(&settings.relay).map_err(std::io::Error::other)?;
         let relay_auto = relay_auto::AutoRelay::start(
             &settings.relay.relay_auto,
             settings.relay.relay_queue,
             relay.clone(),
-            &shared,
+            shared.clone(),
         )
         .map_err(std::io::Error::other)?;
         if let Some(relay_auto) = relay_auto {

@@ -20,7 +20,6 @@ use std::time::Duration;
 use mailjar_core::api::{Body, Request, Response, Scope};
 
 use crate::smtp_load::SmtpLoad;
-use crate::state::Shared;
 
 /// The `Content-Type` of the text format.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -368,8 +367,13 @@ fn route_index(path: &str) -> usize {
         .unwrap_or(ROUTES.len() - 1)
 }
 
-/// Answers `GET /metrics` (the admin's with `--admin-token`); None for other paths.
-pub fn route(shared: &Shared, request: &Request) -> Option<Response> {
+/// Answers `GET /metrics` (the admin's with `--admin-token`) with these
+/// counters and the gauges `gauges` reads; None for other paths.
+pub fn route(
+    metrics: &Metrics,
+    gauges: impl FnOnce() -> Gauges,
+    request: &Request,
+) -> Option<Response> {
     if !matches!(request.path.as_str(), "/metrics" | "/metrics/") {
         return None;
     }
@@ -381,8 +385,7 @@ pub fn route(shared: &Shared, request: &Request) -> Option<Response> {
     if request.scope != Scope::All {
         return Some(Response::error(403, "admin token required"));
     }
-    let gauges = shared.gauges();
-    let text = shared.metrics.render(&gauges);
+    let text = metrics.render(&gauges());
     Some(Response {
         status: 200,
         content_type: CONTENT_TYPE.into(),

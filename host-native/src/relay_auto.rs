@@ -15,12 +15,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use mailjar_core::api::Pattern;
 use mailjar_core::id::MessageId;
-use mailjar_core::inbox::Pattern;
 use tokio::sync::{Semaphore, mpsc};
 
-use crate::release::Relay;
-use crate::state::Shared;
+use crate::release::{Messages, Relay};
 
 /// Releases running at once.
 pub const MAX_IN_FLIGHT: usize = 4;
@@ -55,7 +54,7 @@ impl AutoRelay {
         patterns: &[String],
         capacity: usize,
         relay: Option<Arc<Relay>>,
-        shared: &Arc<Shared>,
+        shared: Arc<dyn Messages>,
     ) -> Result<Option<Arc<AutoRelay>>, String> {
         if patterns.is_empty() {
             return Ok(None);
@@ -70,7 +69,7 @@ impl AutoRelay {
             .collect::<Result<Vec<_>, _>>()?;
         let (queue, receiver) = mpsc::channel(capacity);
         let counts = Arc::new(Counts::default());
-        let weak = Arc::downgrade(shared);
+        let weak = Arc::downgrade(&shared);
         tokio::spawn(run(receiver, relay, weak, counts.clone()));
         Ok(Some(Arc::new(AutoRelay {
             patterns,
@@ -117,7 +116,7 @@ impl AutoRelay {
 async fn run(
     mut receiver: mpsc::Receiver<Job>,
     relay: Arc<Relay>,
-    shared: std::sync::Weak<Shared>,
+    shared: std::sync::Weak<dyn Messages>,
     counts: Arc<Counts>,
 ) {
     let running = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
@@ -141,7 +140,7 @@ async fn run(
 }
 
 /// Releases one message, with retries; whether the relay took it.
-async fn release(relay: &Relay, shared: &std::sync::Weak<Shared>, job: &Job) -> bool {
+async fn release(relay: &Relay, shared: &std::sync::Weak<dyn Messages>, job: &Job) -> bool {
     let id = job.id;
     let mut last = String::new();
     for attempt in 0..=BACKOFF_SECS.len() {

@@ -18,54 +18,20 @@ use lettre::transport::smtp::AsyncSmtpTransport;
 use lettre::transport::smtp::authentication::Credentials;
 use lettre::transport::smtp::client::{Certificate, Tls, TlsParameters};
 use lettre::{AsyncTransport, Tokio1Executor};
-use mailjar_core::api::{Request, Response, Scope};
-use mailjar_core::inbox::Pattern;
+use mailjar_core::api::Pattern;
+use mailjar_core::api::{ApiError, Request, Response, Scope};
+use mailjar_core::id::MessageId;
+use mailjar_core::store::Email;
 
-use crate::state::Shared;
+use crate::config::{RelaySettings, RelayTls};
 
-/// When the relay connection uses STARTTLS.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum RelayTls {
-    /// When the relay offers it.
-    Opportunistic,
-    /// Always: a relay that does not offer it is an error.
-    Required,
-    /// Never.
-    Off,
-}
-
-/// The relay flags.
-#[derive(Debug, Clone, clap::Args)]
-pub struct RelaySettings {
-    /// The SMTP server that POST /api/emails/:id/release sends to (HOST:PORT). Without it, release is 404.
-    #[arg(long, env = "MAILJAR_RELAY", value_name = "HOST:PORT")]
-    pub relay: Option<String>,
-    /// STARTTLS to the relay: opportunistic (when offered), required, or off.
-    #[arg(long, env = "MAILJAR_RELAY_TLS", value_enum, default_value_t = RelayTls::Opportunistic)]
-    pub relay_tls: RelayTls,
-    /// USER:PASS for AUTH at the relay (split at the first colon).
-    #[arg(
-        long,
-        env = "MAILJAR_RELAY_AUTH",
-        value_name = "USER:PASS",
-        hide_env_values = true
-    )]
-    pub relay_auth: Option<String>,
-    /// A recipient pattern a release may send to (`bob@x.test`, `*@x.test`, `qa+*@x.test`); repeatable. None: nothing may be released.
-    #[arg(long, env = "MAILJAR_RELAY_ALLOW", value_name = "PATTERN")]
-    pub relay_allow: Vec<String>,
-    /// A PEM certificate to trust for the relay's TLS besides the webpki roots (a private CA, a self-signed relay).
-    #[arg(long, env = "MAILJAR_RELAY_CA", value_name = "FILE")]
-    pub relay_ca: Option<std::path::PathBuf>,
-    /// Release every stored message with a recipient matching this pattern to those recipients, from a bounded queue with retries; repeatable.
-    #[arg(long, env = "MAILJAR_RELAY_AUTO", value_name = "PATTERN")]
-    pub relay_auto: Vec<String>,
-    /// Messages waiting for their --relay-auto release; past it one is dropped (counted, logged).
-    #[arg(long, env = "MAILJAR_RELAY_QUEUE", default_value_t = 1000)]
-    pub relay_queue: usize,
-    /// How long one release may take, connect to the relay's last reply.
-    #[arg(long, env = "MAILJAR_RELAY_TIMEOUT", default_value = "30s", value_parser = humantime::parse_duration)]
-    pub relay_timeout: Duration,
+/// Where a release finds stored messages (the server's store; a trait so
+/// that release and `--relay-auto` do not depend on the server's state).
+pub trait Messages: Send + Sync {
+    /// Message `id` as `request`'s scope sees it, or the API's error (404, 401).
+    fn email(&self, request: &Request, id: &str) -> Result<Arc<Email>, ApiError>;
+    /// Message `id`, if it is still stored.
+    fn stored(&self, id: MessageId) -> Option<Arc<Email>>;
 }
 
 /// The relay: its transport and the recipients it may be given.
@@ -75,44 +41,16 @@ pub struct Relay {
     timeout: Duration,
 }
 
-impl RelaySettings {
-    /// Checks the flags (at start): the address, the patterns, the credentials, the CA file.
-    pub fn validate(&self) -> Result<(), String> {
-        self.relay().map(drop)
-    }
-
+impl Relay {
     /// The relay these flags describe, None without `--relay`.
-    pub fn relay(&self) -> Result<Option<Arc<Relay>>, String> {
-        let Some(address) = &self.relay else {
-            if !self.relay_allow.is_empty()
-                || self.relay_auth.is_some()
-                || !self.relay_auto.is_empty()
-            {
-                return Err(
-                    "--relay-allow, --relay-auth and --relay-auto need --relay HOST:PORT"
-                        .to_owned(),
-                );
-            }
+    pub fn from_settings(settings: &RelaySettings) -> Result<Option<Arc<Relay>>, String> {
+        settings.validate()?;
+        let Some((host, port)) = settings.host_port()? else {
             return Ok(None);
         };
-        let (host, port) = address
-            .rsplit_once(':')
-            .and_then(|(h, p)| Some((h.trim_matches(['[', ']']), p.parse::<u16>().ok()?)))
-            .filter(|(h, _)| !h.is_empty())
-            .ok_or_else(|| format!("--relay {address:?}: HOST:PORT"))?;
-        if self.relay_queue == 0 {
-            return Err("--relay-queue must be greater than 0".to_owned());
-        }
-        for pattern in &self.relay_auto {
-            Pattern::parse(pattern).map_err(|e| format!("--relay-auto: {e}"))?;
-        }
-        let allow = self
-            .relay_allow
-            .iter()
-            .map(|p| Pattern::parse(p).map_err(|e| format!("--relay-allow: {e}")))
-            .collect::<Result<Vec<_>, _>>()?;
+        let allow = settings.allowed()?;
         let mut tls = TlsParameters::builder(host.to_owned());
-        if let Some(path) = &self.relay_ca {
+        if let Some(path) = &settings.relay_ca {
             let pem =
                 std::fs::read(path).map_err(|e| format!("--relay-ca {}: {e}", path.display()))?;
             let cert = Certificate::from_pem(&pem)
@@ -124,20 +62,20 @@ impl RelaySettings {
             .map_err(|e| format!("--relay TLS: {e}"))?;
         let mut builder = AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(host)
             .port(port)
-            .timeout(Some(self.relay_timeout))
-            .tls(match self.relay_tls {
+            .timeout(Some(settings.relay_timeout))
+            .tls(match settings.relay_tls {
                 RelayTls::Opportunistic => Tls::Opportunistic(tls),
                 RelayTls::Required => Tls::Required(tls),
                 RelayTls::Off => Tls::None,
             });
-        if let Some(auth) = &self.relay_auth {
+        if let Some(auth) = &settings.relay_auth {
             let (user, password) = auth.split_once(':').ok_or("--relay-auth: USER:PASS")?;
             builder = builder.credentials(Credentials::new(user.to_owned(), password.to_owned()));
         }
         Ok(Some(Arc::new(Relay {
             transport: builder.build(),
             allow,
-            timeout: self.relay_timeout,
+            timeout: settings.relay_timeout,
         })))
     }
 }
@@ -207,7 +145,11 @@ struct ReleaseBody {
 }
 
 /// Answers `POST /api/emails/:id/release`; None for other paths.
-pub async fn route(relay: Option<&Relay>, shared: &Shared, request: &Request) -> Option<Response> {
+pub async fn route(
+    relay: Option<&Relay>,
+    shared: &dyn Messages,
+    request: &Request,
+) -> Option<Response> {
     let id = request
         .path
         .strip_prefix("/api/emails/")?
@@ -229,7 +171,7 @@ pub async fn route(relay: Option<&Relay>, shared: &Shared, request: &Request) ->
     Some(release(relay, shared, request, id).await)
 }
 
-async fn release(relay: &Relay, shared: &Shared, request: &Request, id: &str) -> Response {
+async fn release(relay: &Relay, shared: &dyn Messages, request: &Request, id: &str) -> Response {
     let body: ReleaseBody = match serde_json::from_slice(&request.body) {
         Ok(body) => body,
         Err(e) => {

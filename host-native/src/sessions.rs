@@ -17,7 +17,7 @@ use mailjar_core::api::Scope;
 use crate::state::Shared;
 
 /// The default of `--max-sessions`.
-pub const DEFAULT_MAX_SESSIONS: usize = 1000;
+pub use crate::config::DEFAULT_MAX_SESSIONS;
 
 /// Whose credentials opened a session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -612,6 +612,17 @@ impl Shared {
     }
 }
 
+/// Release and `--relay-auto` find their messages in the store.
+impl crate::release::Messages for Shared {
+    fn email(&self, request: &Request, id: &str) -> Result<Arc<Email>, ApiError> {
+        Shared::email(self, request, id)
+    }
+
+    fn stored(&self, id: MessageId) -> Option<Arc<Email>> {
+        Shared::stored(self, id)
+    }
+}
+
 /// Cancels a request whose answer was not awaited to the end.
 struct Cancel<'a> {
     shared: &'a Arc<Shared>,

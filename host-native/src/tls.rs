@@ -257,6 +257,20 @@ impl AsyncWrite for SmtpStream {
     }
 }
 
+/// A TLS client configuration for the network checks and webhooks: the
+/// webpki roots, ring's provider, no client certificate.
+pub fn client_config() -> Result<Arc<rustls::ClientConfig>, String> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let tls = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(Arc::new(tls))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -27,35 +27,14 @@ use bytes::Bytes;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use tokio::sync::{Semaphore, mpsc};
-use url::Url;
+
+use crate::config::{WebhookSettings, webhook_url as parse_url};
 
 /// Deliveries (with their retries) running at once, over every URL.
 pub const MAX_IN_FLIGHT: usize = 16;
 
 /// The waits before each retry.
 const BACKOFF_SECS: [u64; 5] = [1, 2, 4, 8, 16];
-
-/// The webhook flags.
-#[derive(Debug, Clone, clap::Args)]
-pub struct WebhookSettings {
-    /// POST {"event": "stored", "email": <summary>} to this URL (http or https) for every stored message; repeatable.
-    #[arg(long = "webhook", env = "MAILJAR_WEBHOOK", value_name = "URL")]
-    pub webhook: Vec<String>,
-    /// Sign each webhook body: X-Mailjar-Signature: sha256=<hex HMAC-SHA256 of the body with this key>.
-    #[arg(
-        long,
-        env = "MAILJAR_WEBHOOK_SECRET",
-        value_name = "SECRET",
-        hide_env_values = true
-    )]
-    pub webhook_secret: Option<String>,
-    /// Messages waiting for their webhooks; past it a new one is dropped (counted, logged).
-    #[arg(long, env = "MAILJAR_WEBHOOK_QUEUE", default_value_t = 1000)]
-    pub webhook_queue: usize,
-    /// How long one webhook request may take, from connect to the response's head.
-    #[arg(long, env = "MAILJAR_WEBHOOK_TIMEOUT", default_value = "10s", value_parser = humantime::parse_duration)]
-    pub webhook_timeout: Duration,
-}
 
 /// What `/health` says of the webhooks.
 #[derive(Debug, Default)]
@@ -86,27 +65,6 @@ pub struct Webhooks {
     capacity: usize,
 }
 
-impl WebhookSettings {
-    /// Checks the URLs and the queue size (at start).
-    pub fn validate(&self) -> Result<(), String> {
-        if self.webhook_queue == 0 {
-            return Err("--webhook-queue must be greater than 0".to_owned());
-        }
-        for url in &self.webhook {
-            parse_url(url)?;
-        }
-        Ok(())
-    }
-}
-
-fn parse_url(text: &str) -> Result<Url, String> {
-    let url = Url::parse(text).map_err(|e| format!("--webhook {text:?}: {e}"))?;
-    if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
-        return Err(format!("--webhook {text:?}: an http:// or https:// URL"));
-    }
-    Ok(url)
-}
-
 impl Webhooks {
     /// Starts the dispatcher on the current runtime; None without `--webhook`.
     pub fn start(settings: &WebhookSettings) -> Result<Option<Arc<Webhooks>>, String> {
@@ -121,7 +79,7 @@ impl Webhooks {
             .map(|u| parse_url(u))
             .collect::<Result<Vec<_>, _>>()?;
         let https = urls.iter().any(|u| u.scheme() == "https");
-        let tls = https.then(crate::checks::links::tls_config).transpose()?;
+        let tls = https.then(crate::tls::client_config).transpose()?;
         let target = Arc::new(Target {
             clients: urls
                 .into_iter()

@@ -236,16 +236,3 @@ where
     // Dropped unread: the body is never downloaded.
     Ok((response.status(), location))
 }
-
-/// The TLS configuration of the links check: the webpki roots, ring's provider.
-pub fn tls_config() -> Result<Arc<rustls::ClientConfig>, String> {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let tls = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    Ok(Arc::new(tls))
-}

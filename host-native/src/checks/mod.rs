@@ -86,7 +86,7 @@ impl Clients {
             resolver: Arc::new(resolver),
             guard: guard.clone(),
         };
-        let links = links::tls_config().map(|tls| {
+        let links = crate::tls::client_config().map(|tls| {
             Arc::new(links::LinkChecker {
                 tls,
                 resolver,
