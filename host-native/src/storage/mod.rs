@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use mailjar_core::api::{Api, InboxRecord, Output, Removal};
 use mailjar_core::id::MessageId;
-use mailjar_core::smtp::{Envelope, Incoming, SmtpFacts};
+use mailjar_core::smtp::{Envelope, Incoming, SmtpFacts, Transcript};
 use mailjar_core::store::{Email, Prepared};
 
 /// A storage failure, with a message for the log, `/health` and the command line.
@@ -48,6 +48,8 @@ pub struct Record<'a> {
     pub smtp: &'a SmtpFacts,
     /// The message exactly as received.
     pub raw: &'a [u8],
+    /// The session's SMTP transcript ([`Transcript::as_bytes`]), empty when none was kept.
+    pub transcript: &'a [u8],
 }
 
 impl<'a> Record<'a> {
@@ -59,6 +61,7 @@ impl<'a> Record<'a> {
             envelope: &email.envelope,
             smtp: email.smtp(),
             raw: email.raw(),
+            transcript: email.transcript().as_bytes(),
         }
     }
 }
@@ -88,6 +91,7 @@ impl Loaded {
             envelope: &self.incoming.envelope,
             smtp,
             raw: &self.incoming.raw,
+            transcript: self.incoming.transcript.as_bytes(),
         }
     }
 }
@@ -396,7 +400,7 @@ pub(crate) mod tests {
                         raw: r.raw.to_vec(),
                         helo: r.smtp.helo.clone(),
                         session: session_facts(r.smtp),
-                        transcript: Default::default(),
+                        transcript: Transcript::from_bytes(r.transcript).unwrap_or_default(),
                     },
                 });
             }
