@@ -20,6 +20,8 @@ command -v swaks >/dev/null || apt_install swaks
 command -v curl >/dev/null || apt_install curl
 # The spam check runs against a real spamd (host-native/tests/checks_spam.rs); Debian ships its rules.
 [ -x /usr/sbin/spamd ] || apt_install spamassassin spamd
+# Several nodes on PostgreSQL (host-native/tests/pg_*.rs): the tests start a cluster of their own with Debian's server.
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || apt_install postgresql
 # TLS tests: swaks --tls needs Perl's TLS modules (a recommendation of swaks, not a dependency).
 command -v openssl >/dev/null || apt_install openssl
 perl -MIO::Socket::SSL -MNet::SSLeay -e 1 2>/dev/null || apt_install libio-socket-ssl-perl libnet-ssleay-perl
