@@ -536,6 +536,14 @@ fn event_latency(samples: usize) -> (Vec<f64>, Vec<f64>) {
 #[path = "system/persist.rs"]
 mod persist;
 
+/// `ONLY=cluster`: two nodes on PostgreSQL against memory-only.
+#[path = "system/cluster.rs"]
+mod cluster;
+
+/// The PostgreSQL cluster the tests start, for `ONLY=cluster`.
+#[path = "../tests/pg/cluster.rs"]
+mod pgcluster;
+
 /// The RSS of a mailjar started with default flags, once it has settled.
 fn idle_rss() -> u64 {
     let idle = Mailjar::start(&[]);
@@ -565,6 +573,10 @@ fn main() {
     }
     if std::env::var("ONLY").as_deref() == Ok("persist") {
         persist::run(rounds, messages);
+        return;
+    }
+    if std::env::var("ONLY").as_deref() == Ok("cluster") {
+        cluster::run(rounds, messages);
         return;
     }
     if std::env::var("ONLY").as_deref() == Ok("event-latency") {
