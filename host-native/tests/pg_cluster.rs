@@ -273,7 +273,7 @@ fn more_than_one_catch_up_step_of_large_messages_arrives_whole_and_in_order() {
 }
 
 #[test]
-fn a_node_catching_up_holds_its_store_limit_not_what_it_catches_up_with() {
+fn a_node_catching_up_holds_its_store_limit_and_answers_at_once_meanwhile() {
     let pg = Postgres::start();
     let a = pg.node(&[]);
     let limits = ["--max-store-bytes", "4MiB", "--max-message-bytes", "2MiB"];
@@ -282,6 +282,29 @@ fn a_node_catching_up_holds_its_store_limit_not_what_it_catches_up_with() {
     let idle = common::peak_rss_kib(b.pid()).expect("VmHWM") / 1024;
     // 96 MiB through A, caught up live by B, which keeps 4 MiB of it.
     let body = "y".repeat(1024 * 1024);
+    // Meanwhile: the worst /health and SMTP greeting latency on B.
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let probe = {
+        let (done, http, smtp) = (done.clone(), b.http, b.smtp);
+        std::thread::spawn(move || {
+            let (mut worst_health, mut worst_greeting) = (Duration::ZERO, Duration::ZERO);
+            while !done.load(std::sync::atomic::Ordering::Acquire) {
+                let t = Instant::now();
+                let health = common::http_exchange(
+                    http,
+                    b"GET /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
+                );
+                assert_eq!(health.status, 200);
+                worst_health = worst_health.max(t.elapsed());
+                let t = Instant::now();
+                let (_, greeting) = Smtp::connect(smtp);
+                assert_eq!(greeting.code, 220);
+                worst_greeting = worst_greeting.max(t.elapsed());
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            (worst_health, worst_greeting)
+        })
+    };
     let (mut smtp, _) = Smtp::connect(a.smtp);
     smtp.expect("EHLO sender.test", 250);
     for i in 0..96 {
@@ -301,6 +324,9 @@ fn a_node_catching_up_holds_its_store_limit_not_what_it_catches_up_with() {
     assert!(eventually(Duration::from_secs(30), || {
         ids(&b, "").last() == Some(&newest)
     }));
+    done.store(true, std::sync::atomic::Ordering::Release);
+    let (worst_health, worst_greeting) = probe.join().expect("the probe");
+    let worst = worst_health.max(worst_greeting);
     let peak = common::peak_rss_kib(b.pid()).expect("VmHWM") / 1024;
     // The store limit (its messages parsed, about twice their bytes), and
     // a catch-up step of 8 MiB in its row, parsed, and inserted forms.
@@ -309,4 +335,8 @@ fn a_node_catching_up_holds_its_store_limit_not_what_it_catches_up_with() {
         "node B: idle peak {idle} MiB, after catching up with 96 MiB {peak} MiB (bound {bound} MiB)"
     );
     assert!(peak <= bound, "peak {peak} MiB over {bound} MiB");
+    eprintln!(
+        "node B while catching up: worst /health {worst_health:?}, worst SMTP greeting {worst_greeting:?}"
+    );
+    assert!(worst < Duration::from_millis(100), "B froze for {worst:?}");
 }
