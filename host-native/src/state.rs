@@ -468,9 +468,17 @@ impl Shared {
                 before > 0 && *id <= merged[before - 1].1
             })
             .collect();
+        // Everything it holds (another node cleared the store): one delete.
+        // Only the writer's thread, which runs this, inserts: nothing came since.
+        let everything = !ids.is_empty() && ids.len() == snapshot.len();
         drop(snapshot);
-        for id in ids {
-            let request = Request::new("DELETE", &format!("/api/emails/{id}"));
+        let targets: Vec<String> = if everything {
+            vec!["/api/emails".to_owned()]
+        } else {
+            ids.iter().map(|id| format!("/api/emails/{id}")).collect()
+        };
+        for target in targets {
+            let request = Request::new("DELETE", &target);
             // Nobody waits for the answer.
             let (client, _) = oneshot::channel();
             self.call(|api| api.handle_request(client, &request, now_ms()));

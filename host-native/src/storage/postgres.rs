@@ -241,18 +241,24 @@ fn apply(
             ],
         )?;
     }
-    for removal in removals {
-        let (first, last) = match *removal {
-            Removal::One(id) => (id, id),
-            Removal::Range { first, last } => (first, last),
-        };
-        // Deletes are idempotent: only what this one deleted is logged.
+    if !removals.is_empty() {
+        let (firsts, lasts): (Vec<Vec<u8>>, Vec<Vec<u8>>) = removals
+            .iter()
+            .map(|removal| match *removal {
+                Removal::One(id) => (id_bytes(id), id_bytes(id)),
+                Removal::Range { first, last } => (id_bytes(first), id_bytes(last)),
+            })
+            .unzip();
+        // One statement for them all. Deletes are idempotent: only what this
+        // one deleted is logged, each range as the first and last id it removed.
         tx.execute(
-            "WITH gone AS (DELETE FROM mailjar_messages WHERE id BETWEEN $1 AND $2 RETURNING id) \
+            "WITH r AS (SELECT * FROM unnest($1::bytea[], $2::bytea[]) AS r(first_id, last_id)), \
+             gone AS (DELETE FROM mailjar_messages m USING r \
+                      WHERE m.id BETWEEN r.first_id AND r.last_id RETURNING m.id, r.first_id) \
              INSERT INTO mailjar_changes (first_id, last_id, node) \
-             SELECT (SELECT id FROM gone ORDER BY id LIMIT 1), \
-             (SELECT id FROM gone ORDER BY id DESC LIMIT 1), $3 WHERE EXISTS (SELECT FROM gone)",
-            &[&id_bytes(first), &id_bytes(last), &node],
+             SELECT (array_agg(id ORDER BY id))[1], (array_agg(id ORDER BY id DESC))[1], $3 \
+             FROM gone GROUP BY first_id ORDER BY first_id",
+            &[&firsts, &lasts, &node],
         )?;
     }
     if records.is_empty() {
