@@ -234,6 +234,9 @@ pub struct Writer {
     inboxes: Option<(Vec<InboxRecord>, Vec<Ack>)>,
     /// A catch-up was asked for (or one failed and is due again at `failed_at` + [`RETRY`]).
     catch_up: bool,
+    /// The last step was a catch-up: a write waiting goes next, so that
+    /// another node's stream of commits cannot starve this node's own.
+    caught_up_last: bool,
 }
 
 impl Writer {
@@ -258,6 +261,7 @@ impl Writer {
             settle_until: None,
             inboxes: None,
             catch_up: false,
+            caught_up_last: false,
         }
     }
 
@@ -320,11 +324,14 @@ impl Writer {
         let retry_due = self
             .failed_at
             .is_none_or(|failed| now >= failed + RETRY || self.fresh);
-        if self.catch_up && retry_due && self.stops.is_empty() {
+        let work = !self.messages.is_empty() || !self.removals.is_empty();
+        let turn = !(work && self.caught_up_last);
+        if self.catch_up && retry_due && turn && self.stops.is_empty() {
             self.catch_up = false;
+            self.caught_up_last = true;
             return Action::CatchUp;
         }
-        let work = !self.messages.is_empty() || !self.removals.is_empty();
+        self.caught_up_last = false;
         if self.done || (!work && (self.closed || !self.stops.is_empty())) {
             return Action::Stop(std::mem::take(&mut self.stops));
         }
@@ -715,6 +722,24 @@ mod tests {
         for (reply, id) in replies.iter_mut().zip(&sent) {
             assert_eq!(reply.try_recv().unwrap(), Ok(*id));
         }
+    }
+
+    #[test]
+    fn catch_ups_and_writes_take_turns() {
+        let mut api = Api::<()>::new(ApiConfig::default());
+        let now = Instant::now();
+        let mut writer = settled(Limits::default(), now);
+        let (job, id, _reply) = message(&mut api, 10);
+        writer.handle_job(job, now);
+        writer.handle_job(Job::CatchUp, now);
+        assert!(matches!(writer.poll(now), Action::CatchUp));
+        writer.handle_caught_up(Ok(()), now);
+        // Another node committed again meanwhile: this node's message goes first.
+        writer.handle_job(Job::CatchUp, now);
+        let transaction = next_write(&mut writer, now);
+        assert_eq!(ids(&transaction), [id]);
+        writer.handle_written(transaction, Ok(()), now);
+        assert!(matches!(writer.poll(now), Action::CatchUp));
     }
 
     #[test]
