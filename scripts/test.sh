@@ -22,6 +22,8 @@ command -v curl >/dev/null || apt_install curl
 [ -x /usr/sbin/spamd ] || apt_install spamassassin spamd
 # A load balancer in front of SMTP for the PROXY protocol tests.
 [ -x /usr/sbin/haproxy ] || apt_install haproxy
+# Several nodes on PostgreSQL (host-native/tests/pg_*.rs): the tests start a cluster of their own with Debian's server.
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || apt_install postgresql
 # TLS tests: swaks --tls needs Perl's TLS modules (a recommendation of swaks, not a dependency).
 command -v openssl >/dev/null || apt_install openssl
 perl -MIO::Socket::SSL -MNet::SSLeay -e 1 2>/dev/null || apt_install libio-socket-ssl-perl libnet-ssleay-perl

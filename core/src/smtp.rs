@@ -411,6 +411,25 @@ impl Session {
     /// reason stays with the host, which logs it; the client gets the
     /// standard text). Its room is released at the next [`Session::settle`].
     pub fn handle_stored(&mut self, outcome: Result<(), String>) {
+        let refused = Reply::new(
+            452,
+            "4.3.1 Insufficient system storage: the message could not be written to disk",
+        );
+        self.answer_stored(outcome.map_err(|_| refused));
+    }
+
+    /// The message last handed out as [`Output::Message`] could not be
+    /// stored because the storage it goes to is unreachable (a database
+    /// shared by several nodes): `451 4.3.0`, try again later.
+    pub fn handle_unavailable(&mut self) {
+        self.answer_stored(Err(Reply::new(
+            451,
+            "4.3.0 Mail system temporarily unavailable: the message could not be stored, try again later",
+        )));
+    }
+
+    /// Queues the 250 of the stored message, or `refused`.
+    fn answer_stored(&mut self, outcome: Result<(), Reply>) {
         let slot = self
             .queue
             .list
@@ -425,10 +444,7 @@ impl Session {
         self.handed_out = self.handed_out.saturating_sub(held);
         let reply = match outcome {
             Ok(()) => accepted_reply(size),
-            Err(_) => Reply::new(
-                452,
-                "4.3.1 Insufficient system storage: the message could not be written to disk",
-            ),
+            Err(refused) => refused,
         };
         *slot = Queued::Output(Output::Reply(reply));
     }

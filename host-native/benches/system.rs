@@ -541,6 +541,14 @@ mod persist;
 #[path = "system/inboxes.rs"]
 mod inboxes;
 
+/// `ONLY=cluster`: two nodes on PostgreSQL against memory-only.
+#[path = "system/cluster.rs"]
+mod cluster;
+
+/// The PostgreSQL cluster the tests start, for `ONLY=cluster`.
+#[path = "../tests/pg/cluster.rs"]
+mod pgcluster;
+
 /// The RSS of a mailjar started with default flags, once it has settled.
 fn idle_rss() -> u64 {
     let idle = Mailjar::start(&[]);
@@ -574,6 +582,10 @@ fn main() {
     }
     if std::env::var("ONLY").as_deref() == Ok("inboxes") {
         inboxes::run(rounds, messages);
+        return;
+    }
+    if std::env::var("ONLY").as_deref() == Ok("cluster") {
+        cluster::run(rounds, messages);
         return;
     }
     if std::env::var("ONLY").as_deref() == Ok("event-latency") {

@@ -154,6 +154,9 @@ pub struct Settings {
     /// Keep every message in DIR/mailjar.db (SQLite) so it survives a restart or a crash; memory only without it.
     #[arg(long, env = "MAILJAR_DATA_DIR")]
     pub data_dir: Option<std::path::PathBuf>,
+    /// Share the messages with every mailjar given the same PostgreSQL database (postgres:// or postgresql:// URL; no TLS to the database yet): one service over several nodes. Exclusive with --data-dir.
+    #[arg(long, env = "MAILJAR_DATABASE_URL", value_name = "URL")]
+    pub database: Option<String>,
     /// With --data-dir: every transaction syncs the disk (SQLite synchronous=FULL) before its 250s, so acknowledged mail survives a power cut too, not only a crash.
     #[arg(long, env = "MAILJAR_FSYNC")]
     pub fsync: bool,
@@ -309,6 +312,14 @@ impl Settings {
             return Err("--max-age must be at least 1ms".to_owned());
         }
         self.validate_access()?;
+        if let Some(url) = &self.database {
+            if self.data_dir.is_some() {
+                return Err("--database and --data-dir are exclusive: keep the messages in PostgreSQL (--database) or in a local SQLite file (--data-dir), not both".to_owned());
+            }
+            if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+                return Err("--database takes a postgres:// or postgresql:// URL".to_owned());
+            }
+        }
         if self.fsync && self.data_dir.is_none() {
             return Err("--fsync needs --data-dir".to_owned());
         }

@@ -273,7 +273,7 @@ impl Server {
                 .unwrap_or(u64::MAX),
             host_limits: host_limits(&settings),
             max_faults: settings.max_faults,
-            durable: settings.data_dir.is_some(),
+            durable: settings.data_dir.is_some() || settings.database.is_some(),
             // Inboxes come with `--admin-token` (the host's access control).
             access_control: settings.admin_token.is_some(),
             open: settings.open_to_the_network(),
@@ -290,6 +290,13 @@ impl Server {
                 .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
         );
         let storage = match &settings.data_dir {
+            None if settings.database.is_some() => {
+                let url = settings.database.as_deref().unwrap_or_default();
+                Some(
+                    storage::postgres::open(url, &mut api, state::now_ms())
+                        .map_err(std::io::Error::other)?,
+                )
+            }
             Some(dir) => {
                 let options = storage::Options {
                     dir: dir.clone(),

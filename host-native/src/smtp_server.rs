@@ -220,7 +220,11 @@ impl Connection {
                 }
                 Output::Message(message) => {
                     let outcome = self.store(message).await;
-                    self.session.handle_stored(outcome);
+                    if outcome.is_err() && self.context.shared.storage_shared() {
+                        self.session.handle_unavailable();
+                    } else {
+                        self.session.handle_stored(outcome);
+                    }
                 }
                 Output::Close => next = Next::Close,
                 Output::StartTls => next = Next::StartTls,

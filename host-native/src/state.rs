@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use mailjar_core::api::{
-    Api, ApiError, Done, Event, Job, MatchBatch, Matches, NextEvents, Output, Ran, Removed,
-    Request, RequestId, Response, SubscriberId, Subscription, WriteError,
+    Api, ApiError, Done, Event, Job, MatchBatch, Matches, NextEvents, Output, Ran, Removal,
+    Removed, Request, RequestId, Response, SubscriberId, Subscription, WriteError,
 };
 use mailjar_core::budget::Clock;
 use mailjar_core::id::{Entropy, MessageId};
@@ -63,8 +63,10 @@ pub struct Shared {
     deadline: watch::Sender<Option<u64>>,
     /// Where work started off an async worker (the storage writer's thread) is spawned.
     runtime: Option<tokio::runtime::Handle>,
-    /// With `--data-dir`: the storage writer's queue (see [`crate::storage::writer`]).
+    /// With `--data-dir` or `--database`: the storage writer's queue (see [`crate::storage::writer`]).
     writer: std::sync::OnceLock<std::sync::mpsc::Sender<writer::Job>>,
+    /// With `--database`: the storage is shared by several nodes (a failed write is an outage: 451).
+    storage_shared: AtomicBool,
     /// Whether the API holds a fault rule, as of the last call into it
     /// ([`Shared::call`]): SMTP sessions skip the lock while it is false.
     any_faults: AtomicBool,
@@ -174,6 +176,7 @@ impl Shared {
             deadline: watch::Sender::new(deadline),
             runtime: tokio::runtime::Handle::try_current().ok(),
             writer: std::sync::OnceLock::new(),
+            storage_shared: AtomicBool::new(false),
             any_faults: AtomicBool::new(false),
             any_inboxes,
             metrics: crate::metrics::Metrics::default(),
@@ -429,25 +432,88 @@ impl Shared {
     /// holds the writer's queue, so a strong reference would keep both alive
     /// after the server stops, and the database's lock with them.
     pub fn start_writer(self: &Arc<Self>, storage: storage::Opened) -> std::io::Result<()> {
+        self.storage_shared
+            .store(storage.shared(), Ordering::Release);
         let inserting = Arc::downgrade(self);
-        let sender = storage.spawn(Box::new(move |batch| {
-            if let Some(shared) = inserting.upgrade() {
-                shared.insert_committed(batch);
-            }
-            // What the messages evicted reaches the writer's queue as its own removal.
-            Vec::new()
-        }))?;
+        let removing = Arc::downgrade(self);
+        let sender = storage.spawn(
+            Box::new(move |batch| {
+                if let Some(shared) = inserting.upgrade() {
+                    shared.insert_committed(batch);
+                }
+                // What the messages evicted reaches the writer's queue as its own removal.
+                Vec::new()
+            }),
+            Box::new(move |removals| {
+                if let Some(shared) = removing.upgrade() {
+                    shared.remove_remote(&removals);
+                }
+            }),
+        )?;
         let _ = self.writer.set(sender);
         Ok(())
     }
 
-    /// Stores messages the writer committed, in id order.
+    /// Whether the storage is a database shared by several nodes (`--database`).
+    pub fn storage_shared(&self) -> bool {
+        self.storage_shared.load(Ordering::Acquire)
+    }
+
+    /// Stores messages the writer committed, in id order; later ids sort after them.
     pub fn insert_committed(self: &Arc<Self>, emails: Vec<Email>) {
         self.call(|api| {
             for email in emails {
-                api.handle_message(email);
+                let id = api.handle_message(email);
+                // Another node's, or renumbered by a shared database: assign after it.
+                api.resume_after(id);
             }
         });
+    }
+
+    /// Removes what another node removed: each stored message in these
+    /// ranges, by an internal `DELETE` (so waits, events and inboxes hear of
+    /// it as of any delete). The store is looked through outside the lock.
+    pub fn remove_remote(self: &Arc<Self>, removals: &[Removal]) {
+        let mut ranges: Vec<(MessageId, MessageId)> = removals
+            .iter()
+            .map(|r| match *r {
+                Removal::One(id) => (id, id),
+                Removal::Range { first, last } => (first, last),
+            })
+            .collect();
+        ranges.sort_unstable();
+        // Merged, so that only the nearest range starting at or before an id can cover it.
+        let mut merged: Vec<(MessageId, MessageId)> = Vec::with_capacity(ranges.len());
+        for (first, last) in ranges {
+            match merged.last_mut() {
+                Some(prev) if first <= prev.1 => prev.1 = prev.1.max(last),
+                _ => merged.push((first, last)),
+            }
+        }
+        let snapshot = self.lock().store().snapshot();
+        let ids: Vec<MessageId> = snapshot
+            .iter()
+            .map(|e| e.id)
+            .filter(|id| {
+                let before = merged.partition_point(|(first, _)| first <= id);
+                before > 0 && *id <= merged[before - 1].1
+            })
+            .collect();
+        // Everything it holds (another node cleared the store): one delete.
+        // Only the writer's thread, which runs this, inserts: nothing came since.
+        let everything = !ids.is_empty() && ids.len() == snapshot.len();
+        drop(snapshot);
+        let targets: Vec<String> = if everything {
+            vec!["/api/emails".to_owned()]
+        } else {
+            ids.iter().map(|id| format!("/api/emails/{id}")).collect()
+        };
+        for target in targets {
+            let request = Request::new("DELETE", &target);
+            // Nobody waits for the answer.
+            let (client, _) = oneshot::channel();
+            self.call(|api| api.handle_request(client, &request, now_ms()));
+        }
     }
 
     /// Sleeps until the core's next deadline and hands it the time, forever:

@@ -337,9 +337,10 @@ fn ids_sort_after_a_deleted_newest_message_across_a_restart_even_when_the_clock_
              (seq, i), = c.execute('select seq, id from messages').fetchall()\n\
              ms = int.from_bytes(i[:6], 'big') + 3600000\n\
              new = ms.to_bytes(6, 'big') + i[6:]\n\
-             row = c.execute('select received_ms, sender, recipients, helo, remote_addr, tls_version, tls_cipher, auth_mechanism, auth_username, raw from messages where seq = ?', (seq,)).fetchone()\n\
+             row = c.execute('select received_ms, sender, recipients, helo, remote_addr, tls_version, tls_cipher, auth_mechanism, auth_username, raw, transcript from messages where seq = ?', (seq,)).fetchone()\n\
              field = lambda b: struct.pack('<Q', 2**64 - 1) if b is None else struct.pack('<Q', len(b)) + b\n\
-             values = [new, struct.pack('<q', row[0])] + [v.encode() if isinstance(v, str) else v for v in row[1:]]\n\
+             values = [new, struct.pack('<q', row[0])] + [v.encode() if isinstance(v, str) else v for v in row[1:10]]\n\
+             values += [] if row[10] is None else [row[10]]\n\
              crc = zlib.crc32(b''.join(field(v) for v in values))\n\
              c.execute('update messages set id = ?, checksum = ? where seq = ?', (new, crc, seq))\n\
              c.commit()\n",

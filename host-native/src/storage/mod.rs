@@ -10,6 +10,7 @@
 //! what SMTP sessions queue into transactions. `upgrade` moves the ingest
 //! journal that older versions kept beside the database into it, at start.
 
+pub mod postgres;
 mod sqlite;
 mod upgrade;
 pub mod writer;
@@ -48,6 +49,8 @@ pub struct Record<'a> {
     pub smtp: &'a SmtpFacts,
     /// The message exactly as received.
     pub raw: &'a [u8],
+    /// The session's SMTP transcript ([`Transcript::as_bytes`]), empty when none was kept.
+    pub transcript: &'a [u8],
 }
 
 impl<'a> Record<'a> {
@@ -59,6 +62,7 @@ impl<'a> Record<'a> {
             envelope: &email.envelope,
             smtp: email.smtp(),
             raw: email.raw(),
+            transcript: email.transcript().as_bytes(),
         }
     }
 }
@@ -88,6 +92,7 @@ impl Loaded {
             envelope: &self.incoming.envelope,
             smtp,
             raw: &self.incoming.raw,
+            transcript: self.incoming.transcript.as_bytes(),
         }
     }
 }
@@ -99,6 +104,27 @@ pub struct LoadReport {
     /// field that does not decode): never handed over, each logged by its id
     /// and kept aside by the engine.
     pub damaged: u64,
+}
+
+/// What a [`Storage::catch_up`] fetches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CatchUp {
+    /// Only what other nodes committed before the batch just written (its
+    /// messages go into the core right after).
+    Gap,
+    /// Everything other nodes committed or removed since the last catch-up.
+    All,
+}
+
+/// What other nodes did that this node has not applied yet.
+#[derive(Debug, Default)]
+pub struct Remote {
+    /// Messages they committed, in id order.
+    pub rows: Vec<Loaded>,
+    /// What they removed (deleted, evicted, expired).
+    pub removed: Vec<Removal>,
+    /// There is more: ask again.
+    pub more: bool,
 }
 
 /// What a storage engine does; one thread (the [`writer`]) owns it.
@@ -131,6 +157,24 @@ pub trait Storage: Send {
     /// the file system); true while there is more to do.
     fn tidy(&mut self) -> bool {
         false
+    }
+    /// [`Storage::write`] of these messages, which the engine may give later
+    /// ids and receive times first (a database shared by several nodes
+    /// orders them after every message already committed): the senders
+    /// hear, and the core stores, the ids they have after it.
+    fn write_emails(
+        &mut self,
+        emails: &mut [&mut Email],
+        removals: &[Removal],
+    ) -> Result<(), StorageError> {
+        let records: Vec<Record<'_>> = emails.iter().map(|e| Record::of(e)).collect();
+        self.write(&records, removals)
+    }
+    /// What other nodes did that this node's core has not applied yet, a
+    /// batch at a time; nothing for an engine that only this node writes.
+    fn catch_up(&mut self, mode: CatchUp) -> Result<Remote, StorageError> {
+        let _ = mode;
+        Ok(Remote::default())
     }
 }
 
@@ -228,10 +272,15 @@ fn parse_all(rows: Vec<Loaded>, threads: usize) -> Vec<Email> {
     })
 }
 
+/// Starts what tells the writer that other nodes committed (it holds a sender of its queue).
+type Listen = Box<dyn FnOnce(std::sync::mpsc::Sender<writer::Job>) -> std::io::Result<()> + Send>;
+
 /// The storage opened and loaded, waiting for its writer thread.
 pub struct Opened {
     storage: Box<dyn Storage>,
     status: Arc<writer::Status>,
+    /// With a shared database: the listener to start beside the writer.
+    listen: Option<Listen>,
 }
 
 /// Opens `DIR/mailjar.db`, moves an older version's journal into it, loads
@@ -281,6 +330,7 @@ pub fn open<W>(options: &Options, api: &mut Api<W>, now_ms: u64) -> Result<Opene
     Ok(Opened {
         storage: Box::new(storage),
         status,
+        listen: None,
     })
 }
 
@@ -327,18 +377,31 @@ fn report<W>(api: &mut Api<W>, storage: &dyn Storage, status: Arc<writer::Status
 }
 
 impl Opened {
-    /// Starts the writer thread, which owns the storage from now on;
-    /// `committed` hands what it commits to the core. The sender queues its jobs.
+    /// Whether several nodes share it (a failed write is then an outage of
+    /// the database, answered `451 4.3.0`, rather than a full local disk).
+    pub fn shared(&self) -> bool {
+        self.listen.is_some()
+    }
+
+    /// Starts the writer thread, which owns the storage from now on, and,
+    /// with a shared database, its listener; `committed` hands what it
+    /// commits to the core, `removed` what other nodes removed. The sender queues its jobs.
     pub fn spawn(
         self,
         committed: Box<writer::Committed>,
+        removed: Box<writer::Removed>,
     ) -> std::io::Result<std::sync::mpsc::Sender<writer::Job>> {
-        writer::spawn(
+        let sender = writer::spawn(
             self.storage,
             writer::Limits::default(),
             self.status,
             committed,
-        )
+            removed,
+        )?;
+        if let Some(listen) = self.listen {
+            listen(sender.clone())?;
+        }
+        Ok(sender)
     }
 }
 
@@ -358,6 +421,7 @@ fn removals<W>(api: &mut Api<W>) -> Vec<Removal> {
 pub(crate) mod tests {
     use super::*;
     use mailjar_core::api::ApiConfig;
+    use mailjar_core::smtp::Transcript;
     use mailjar_core::store::StoreLimits;
 
     /// A storage in memory: what was written, and whether writes fail.
@@ -396,7 +460,7 @@ pub(crate) mod tests {
                         raw: r.raw.to_vec(),
                         helo: r.smtp.helo.clone(),
                         session: session_facts(r.smtp),
-                        transcript: Default::default(),
+                        transcript: Transcript::from_bytes(r.transcript).unwrap_or_default(),
                     },
                 });
             }

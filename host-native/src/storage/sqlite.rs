@@ -294,6 +294,7 @@ impl Sqlite {
                 recipients: recipients.as_bytes(),
                 facts: facts.map(|fact| fact.map(str::as_bytes)),
                 raw: r.raw,
+                transcript: Some(r.transcript),
             }
             .checksum();
             let [
@@ -317,7 +318,8 @@ impl Sqlite {
                 auth_mechanism,
                 auth_username,
                 r.raw,
-                checksum
+                checksum,
+                r.transcript
             ])?;
         }
         let mut delete = tx.prepare_cached("DELETE FROM messages WHERE seq BETWEEN ?1 AND ?2")?;
@@ -382,7 +384,7 @@ impl Sqlite {
             for d in damaged {
                 tx.execute(
                     &format!(
-                        "INSERT INTO damaged SELECT {COLUMNS}, ?2 FROM messages WHERE seq = ?1"
+                        "INSERT INTO damaged ({COLUMNS}, reason) SELECT {COLUMNS}, ?2 FROM messages WHERE seq = ?1"
                     ),
                     params![d.seq, d.why],
                 )?;
@@ -654,6 +656,7 @@ mod tests {
                     envelope: &self.envelope,
                     smtp: &self.facts,
                     raw: &self.raw,
+                    transcript: &[],
                 })
                 .collect()
         }
@@ -829,6 +832,7 @@ mod tests {
                 envelope: &envelope,
                 smtp: &facts,
                 raw,
+                transcript: &[],
             })
             .collect();
         db.write(&records, &[]).unwrap();

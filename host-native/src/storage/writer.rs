@@ -50,6 +50,9 @@ pub enum Job {
     Stop(oneshot::Sender<()>),
     /// Replace the stored inboxes with these (the newest such job wins); the ack hears the write.
     Inboxes(Vec<InboxRecord>, Ack),
+    /// Another node committed (or the database came back): apply what this
+    /// node has not, in id order ([`Storage::catch_up`]). Jobs coalesce.
+    CatchUp,
 }
 
 /// How much one transaction takes at most.
@@ -118,6 +121,17 @@ impl Status {
 /// Hands committed messages, in id order, to the core; returns what that evicted.
 pub type Committed = dyn FnMut(Vec<Email>) -> Vec<Removal> + Send;
 
+/// Removes from the core what another node removed (a shared database's change log).
+pub type Removed = dyn FnMut(Vec<Removal>) + Send;
+
+/// Where the writer hands what it commits and what it catches up with.
+pub struct Core<'a> {
+    /// Committed messages, in id order ([`Committed`]).
+    pub committed: &'a mut dyn FnMut(Vec<Email>) -> Vec<Removal>,
+    /// What other nodes removed ([`Removed`]).
+    pub removed: &'a mut dyn FnMut(Vec<Removal>),
+}
+
 /// How long the writer idles between two reclaiming steps.
 const RECLAIM_PAUSE: Duration = Duration::from_millis(20);
 
@@ -184,6 +198,8 @@ pub enum Action {
     Stop(Vec<oneshot::Sender<()>>),
     /// Replace the stored inboxes with these, then tell the acks how it went.
     Inboxes(Vec<InboxRecord>, Vec<Ack>),
+    /// Apply what other nodes committed ([`Storage::catch_up`]), then [`Writer::handle_caught_up`].
+    CatchUp,
 }
 
 /// The writer's policy: what goes in the next transaction, and when to write,
@@ -216,6 +232,11 @@ pub struct Writer {
     settle_until: Option<Instant>,
     /// The inboxes to write, and who waits for them.
     inboxes: Option<(Vec<InboxRecord>, Vec<Ack>)>,
+    /// A catch-up was asked for (or one failed and is due again at `failed_at` + [`RETRY`]).
+    catch_up: bool,
+    /// The last step was a catch-up: a write waiting goes next, so that
+    /// another node's stream of commits cannot starve this node's own.
+    caught_up_last: bool,
 }
 
 impl Writer {
@@ -239,6 +260,8 @@ impl Writer {
             busy_at: now,
             settle_until: None,
             inboxes: None,
+            catch_up: false,
+            caught_up_last: false,
         }
     }
 
@@ -263,6 +286,7 @@ impl Writer {
                 self.acks.extend(ack);
             }
             Job::Stop(done) => self.stops.push(done),
+            Job::CatchUp => self.catch_up = true,
             Job::Inboxes(records, ack) => {
                 let mut acks = self
                     .inboxes
@@ -297,7 +321,17 @@ impl Writer {
         if let Some((records, acks)) = self.inboxes.take() {
             return Action::Inboxes(records, acks);
         }
+        let retry_due = self
+            .failed_at
+            .is_none_or(|failed| now >= failed + RETRY || self.fresh);
         let work = !self.messages.is_empty() || !self.removals.is_empty();
+        let turn = !(work && self.caught_up_last);
+        if self.catch_up && retry_due && turn && self.stops.is_empty() {
+            self.catch_up = false;
+            self.caught_up_last = true;
+            return Action::CatchUp;
+        }
+        self.caught_up_last = false;
         if self.done || (!work && (self.closed || !self.stops.is_empty())) {
             return Action::Stop(std::mem::take(&mut self.stops));
         }
@@ -352,6 +386,9 @@ impl Writer {
             return Action::Size;
         }
         due.extend(self.next_tidy.filter(|_| self.failed_at.is_none()));
+        if self.catch_up {
+            due.extend(self.failed_at.map(|failed| failed + RETRY));
+        }
         Action::Wait(due.into_iter().min())
     }
 
@@ -391,6 +428,19 @@ impl Writer {
             emails.push(pending.email);
         }
         Some(Done { emails, replies })
+    }
+
+    /// A catch-up ran: a failed one is tried again after [`RETRY`].
+    pub fn handle_caught_up(&mut self, caught_up: Result<(), StorageError>, now: Instant) {
+        self.busy_at = now;
+        self.size_stale = true;
+        match caught_up {
+            Ok(()) => self.failed_at = None,
+            Err(_) => {
+                self.failed_at = Some(now);
+                self.catch_up = true;
+            }
+        }
     }
 
     /// A step of upkeep was taken; `more` when there is more to do.
@@ -437,7 +487,7 @@ fn wait(writer: &mut Writer, jobs: &Receiver<Job>, deadline: Option<Instant>) {
 }
 
 /// Runs the writer until it is stopped, or every sender of `jobs` is gone
-/// and nothing is left to write; returns who asked it to stop. `committed`
+/// and nothing is left to write; returns who asked it to stop. `core.committed`
 /// hands committed messages, in id order, to the core and returns what that
 /// evicted (written in the next transaction).
 pub fn run(
@@ -445,7 +495,7 @@ pub fn run(
     jobs: Receiver<Job>,
     limits: Limits,
     status: &Status,
-    committed: &mut dyn FnMut(Vec<Email>) -> Vec<Removal>,
+    core: &mut Core<'_>,
 ) -> Vec<oneshot::Sender<()>> {
     let mut writer = Writer::new(limits, Instant::now());
     loop {
@@ -461,18 +511,13 @@ pub fn run(
             }
         }
         match writer.poll(Instant::now()) {
-            Action::Write(transaction) => {
-                let written = storage.write(&transaction.records(), &transaction.removals);
-                // /health says what the deletes hear, before they hear it.
-                status.set(written.as_ref().err());
-                if let Some(mut done) = writer.handle_written(transaction, written, Instant::now())
-                {
-                    // Into the core, then the 250s.
-                    if !done.emails.is_empty() {
-                        writer.handle_evicted(committed(std::mem::take(&mut done.emails)));
-                    }
-                    done.answer();
+            Action::Write(transaction) => write(storage, &mut writer, status, core, transaction),
+            Action::CatchUp => {
+                let caught_up = catch_up(storage, core, super::CatchUp::All);
+                if caught_up.is_err() {
+                    status.set(caught_up.as_ref().err());
                 }
+                writer.handle_caught_up(caught_up, Instant::now());
             }
             Action::Inboxes(records, acks) => {
                 let written = storage.save_inboxes(&records);
@@ -497,18 +542,89 @@ pub fn run(
     }
 }
 
+/// Writes a transaction (the storage may renumber its messages: a shared
+/// database orders them after every committed one) and, once committed,
+/// applies what other nodes committed before it, then its own messages,
+/// then answers their senders.
+fn write(
+    storage: &mut dyn Storage,
+    writer: &mut Writer,
+    status: &Status,
+    core: &mut Core<'_>,
+    mut transaction: Transaction,
+) {
+    let written = {
+        let mut emails: Vec<&mut Email> = transaction
+            .messages
+            .iter_mut()
+            .map(|p| &mut p.email)
+            .collect();
+        storage.write_emails(&mut emails, &transaction.removals)
+    };
+    // /health says what the deletes hear, before they hear it.
+    status.set(written.as_ref().err());
+    let Some(mut done) = writer.handle_written(transaction, written, Instant::now()) else {
+        return;
+    };
+    let emails = std::mem::take(&mut done.emails);
+    if emails.is_empty() {
+        return done.answer();
+    }
+    match catch_up(storage, core, super::CatchUp::Gap) {
+        // Into the core, then the 250s.
+        Ok(()) => writer.handle_evicted((core.committed)(emails)),
+        Err(e) => {
+            // Committed but not in order here yet: a later catch-up brings
+            // them from the database, after what came before them.
+            tracing::warn!("cannot fetch what other nodes committed before this batch: {e}");
+            status.set(Some(&e));
+            writer.handle_job(Job::CatchUp, Instant::now());
+        }
+    }
+    done.answer();
+}
+
+/// Applies, in id order, what other nodes committed that this node has not
+/// (only the gap before its own batch with [`super::CatchUp::Gap`]), and what they removed.
+fn catch_up(
+    storage: &mut dyn Storage,
+    core: &mut Core<'_>,
+    mode: super::CatchUp,
+) -> Result<(), StorageError> {
+    loop {
+        let remote = storage.catch_up(mode)?;
+        if !remote.rows.is_empty() {
+            let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+            let emails = super::parse_all(remote.rows, threads);
+            // What they evict here was evicted (and logged) where they were committed.
+            let _ = (core.committed)(emails);
+        }
+        if !remote.removed.is_empty() {
+            (core.removed)(remote.removed);
+        }
+        if !remote.more {
+            return Ok(());
+        }
+    }
+}
+
 /// Starts the writer thread; the sender queues jobs for it.
 pub fn spawn(
     mut storage: Box<dyn Storage>,
     limits: Limits,
     status: std::sync::Arc<Status>,
     mut committed: Box<Committed>,
+    mut removed: Box<Removed>,
 ) -> std::io::Result<std::sync::mpsc::Sender<Job>> {
     let (sender, jobs) = std::sync::mpsc::channel();
     std::thread::Builder::new()
         .name("mailjar-writer".into())
         .spawn(move || {
-            let stops = run(storage.as_mut(), jobs, limits, &status, committed.as_mut());
+            let mut core = Core {
+                committed: committed.as_mut(),
+                removed: removed.as_mut(),
+            };
+            let stops = run(storage.as_mut(), jobs, limits, &status, &mut core);
             // The connection and the directory's lock go before anyone hears of the stop.
             drop(storage);
             for done in stops {
@@ -606,6 +722,24 @@ mod tests {
         for (reply, id) in replies.iter_mut().zip(&sent) {
             assert_eq!(reply.try_recv().unwrap(), Ok(*id));
         }
+    }
+
+    #[test]
+    fn catch_ups_and_writes_take_turns() {
+        let mut api = Api::<()>::new(ApiConfig::default());
+        let now = Instant::now();
+        let mut writer = settled(Limits::default(), now);
+        let (job, id, _reply) = message(&mut api, 10);
+        writer.handle_job(job, now);
+        writer.handle_job(Job::CatchUp, now);
+        assert!(matches!(writer.poll(now), Action::CatchUp));
+        writer.handle_caught_up(Ok(()), now);
+        // Another node committed again meanwhile: this node's message goes first.
+        writer.handle_job(Job::CatchUp, now);
+        let transaction = next_write(&mut writer, now);
+        assert_eq!(ids(&transaction), [id]);
+        writer.handle_written(transaction, Ok(()), now);
+        assert!(matches!(writer.poll(now), Action::CatchUp));
     }
 
     #[test]
@@ -844,9 +978,12 @@ mod tests {
             receiver,
             Limits::default(),
             &status,
-            &mut |emails| {
-                inserted.extend(emails.iter().map(|e| e.id));
-                vec![evicted]
+            &mut Core {
+                committed: &mut |emails| {
+                    inserted.extend(emails.iter().map(|e| e.id));
+                    vec![evicted]
+                },
+                removed: &mut |_| {},
             },
         );
         let sent: Vec<MessageId> = replies.iter().map(|(id, _)| *id).collect();
@@ -887,7 +1024,10 @@ mod tests {
             receiver,
             Limits::default(),
             &status,
-            &mut |_| Vec::new(),
+            &mut Core {
+                committed: &mut |_| Vec::new(),
+                removed: &mut |_| {},
+            },
         );
         let heard = helper.join().unwrap();
         assert_eq!(heard, Ok(Err(StorageError("disk I/O error".into()))));

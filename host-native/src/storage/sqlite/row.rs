@@ -2,7 +2,7 @@
 //! message they decode to.
 
 use mailjar_core::id::MessageId;
-use mailjar_core::smtp::{AuthInfo, Envelope, Incoming, SessionFacts, TlsInfo};
+use mailjar_core::smtp::{AuthInfo, Envelope, Incoming, SessionFacts, TlsInfo, Transcript};
 use rusqlite::Row;
 use rusqlite::types::ValueRef;
 
@@ -10,7 +10,7 @@ use crate::storage::Loaded;
 
 /// The columns of a row, in the order [`Fields::read`] reads them.
 pub(super) const COLUMNS: &str = "seq, id, received_ms, sender, recipients, helo, remote_addr, tls_version, \
-                       tls_cipher, auth_mechanism, auth_username, raw, checksum";
+                       tls_cipher, auth_mechanism, auth_username, raw, checksum, transcript";
 
 pub(super) fn id_bytes(id: MessageId) -> [u8; 16] {
     id.as_u128().to_be_bytes()
@@ -32,6 +32,8 @@ pub(super) struct Fields<'a> {
     /// HELO, the remote address, the TLS version and cipher, the AUTH mechanism and user.
     pub(super) facts: [Option<&'a [u8]>; 6],
     pub(super) raw: &'a [u8],
+    /// The SMTP transcript; rows of schemas before 5 have none (NULL).
+    pub(super) transcript: Option<&'a [u8]>,
 }
 
 /// The bytes of a text or blob column, None for NULL; an error for a number.
@@ -79,6 +81,12 @@ impl<'r> Fields<'r> {
                 bytes(row, 10)?,
             ],
             raw: required(11)?,
+            // Schemas before 5 have no transcript (read when migrating to 3).
+            transcript: if row.as_ref().column_count() > 13 {
+                bytes(row, 13)?
+            } else {
+                None
+            },
         };
         Ok((row.get(0)?, fields, row.get(12)?))
     }
@@ -102,6 +110,10 @@ impl<'r> Fields<'r> {
             field(fact);
         }
         field(Some(self.raw));
+        // Only when there is one: rows written before transcripts were kept keep their sums.
+        if let Some(transcript) = self.transcript {
+            field(Some(transcript));
+        }
         crc.finalize()
     }
 
@@ -150,7 +162,12 @@ impl<'r> Fields<'r> {
                         }),
                 },
                 raw: self.raw.to_vec(),
-                transcript: Default::default(),
+                transcript: match self.transcript {
+                    None => Transcript::default(),
+                    Some(bytes) => {
+                        Transcript::from_bytes(bytes).ok_or("its transcript does not decode")?
+                    }
+                },
             },
         })
     }
@@ -159,7 +176,7 @@ impl<'r> Fields<'r> {
 /// Inserts a row with every column of [`COLUMNS`].
 pub(super) const INSERT: &str = "INSERT INTO messages (seq, id, received_ms, sender, recipients, helo, \
                       remote_addr, tls_version, tls_cipher, auth_mechanism, auth_username, raw, \
-                      checksum) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)";
+                      checksum, transcript) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)";
 
 #[cfg(test)]
 mod tests {
@@ -173,6 +190,7 @@ mod tests {
             recipients: br#"["a@x.test"]"#,
             facts: [Some(b"client.test"), None, None, None, None, None],
             raw,
+            transcript: None,
         }
     }
 

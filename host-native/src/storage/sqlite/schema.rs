@@ -13,7 +13,7 @@ use super::row::{COLUMNS, Fields};
 use crate::storage::StorageError;
 
 /// The schema this build writes (`PRAGMA user_version`).
-pub(super) const SCHEMA_VERSION: i64 = 4;
+pub(super) const SCHEMA_VERSION: i64 = 5;
 
 /// Pages of 16 KiB: a 2 KiB message and its metadata share a page instead of
 /// spilling into overflow pages (measured: twice the rows per second, 40% less disk).
@@ -74,6 +74,9 @@ pub(super) const MIGRATIONS: &[&str] = &[
         token BLOB NOT NULL,
         smtp_password BLOB NOT NULL
     );",
+    // 4 to 5: each message's SMTP transcript (NULL for the rows written before).
+    "ALTER TABLE messages ADD COLUMN transcript BLOB;
+     ALTER TABLE damaged ADD COLUMN transcript BLOB;",
 ];
 
 /// Whether SQLite's error is a verdict on the file's content (not a
@@ -251,8 +254,10 @@ pub(super) fn migrate(
 fn fill_checksums(connection: &Connection) -> rusqlite::Result<usize> {
     let mut sums = Vec::new();
     {
+        // The columns of schema 3: a later one's are not there yet.
+        let columns = COLUMNS.trim_end_matches(", transcript");
         let mut select = connection.prepare(&format!(
-            "SELECT {COLUMNS} FROM messages WHERE checksum IS NULL ORDER BY seq"
+            "SELECT {columns} FROM messages WHERE checksum IS NULL ORDER BY seq"
         ))?;
         let mut rows = select.query([])?;
         while let Some(row) = rows.next()? {

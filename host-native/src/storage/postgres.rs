@@ -1,0 +1,658 @@
+//! `--database URL`: the PostgreSQL engine shared by several nodes.
+//!
+//! Every node given the same database is one service. A write transaction
+//! takes one advisory lock first ([`schema::ORDER_LOCK`]), reads the
+//! service's head (the greatest id ever committed), numbers its messages
+//! after it ([`order::assign`]), inserts them, deletes what this node
+//! removed (logging in `mailjar_changes` only what it did delete), moves the
+//! head, sends `NOTIFY mailjar` with this node's id, and commits. So id order
+//! is commit order, and a reader that sees an id sees every id below it.
+//!
+//! Everything that enters this node's core from the database goes through
+//! the writer thread in id order: before its own batch, the messages other
+//! nodes committed between the last one it applied and the head its batch
+//! read ([`CatchUp::Gap`]); on a notification (heard by [`listen`]), what
+//! they committed and removed since ([`CatchUp::All`]). Change-log entries
+//! older than [`KEEP_CHANGES`] are pruned; a node whose cursor fell behind
+//! the pruned floor compares the ids it holds with the database's.
+
+mod listen;
+pub mod order;
+mod rows;
+mod schema;
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mailjar_core::api::Digest32;
+use mailjar_core::api::{Api, InboxLimits, InboxRecord, Removal};
+use mailjar_core::id::MessageId;
+use mailjar_core::store::Email;
+use postgres::{Client, IsolationLevel, NoTls};
+
+use super::{CatchUp, LoadReport, Loaded, Opened, Record, Remote, Storage, StorageError, writer};
+use rows::{COLUMNS, Columns, INSERT, decode, id_bytes, id_of};
+
+/// Rows fetched per catch-up or load step, at most.
+const BATCH_ROWS: i64 = 1000;
+
+/// Raw bytes (as stored) fetched per catch-up or load step, at most (one larger message goes alone).
+const BATCH_BYTES: i64 = 8 * 1024 * 1024;
+
+/// Change-log entries kept: older ones are pruned (a node that fell further
+/// behind compares the ids it holds with the database's).
+const KEEP_CHANGES: i64 = 100_000;
+
+/// How often, in write transactions, the change log is pruned.
+const PRUNE_EVERY: u32 = 1000;
+
+/// How long a connection attempt may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// The least pause between two connection attempts of the writer.
+const RECONNECT_PAUSE: Duration = Duration::from_millis(200);
+
+/// The engine: its connection (None while the database is unreachable)
+/// and how far this node's core has applied the service's history.
+pub struct Postgres {
+    config: postgres::Config,
+    /// The URL without its password, as logs and `/health` show it.
+    url: String,
+    /// This node's id: its commits' `NOTIFY` payload and change-log entries.
+    node: String,
+    client: Option<Client>,
+    tried_at: Option<Instant>,
+    /// The greatest id this node's core has applied.
+    applied: Option<MessageId>,
+    /// The last change-log entry applied.
+    applied_seq: i64,
+    /// After a write: the head it read, while the gap below it is not applied yet.
+    gap: Option<MessageId>,
+    /// The last id of the batch written last, applied once the gap is.
+    own: Option<MessageId>,
+    /// The greatest id ever committed, as of the last write or load.
+    head: Option<MessageId>,
+    writes: u32,
+}
+
+fn failed(e: impl std::fmt::Display) -> StorageError {
+    StorageError(format!("the database: {e}"))
+}
+
+/// A client error with the server's own message when it has one ("db error" alone says nothing).
+fn pg(e: postgres::Error) -> StorageError {
+    match e.as_db_error() {
+        Some(db) => failed(format!("{} ({})", db.message(), db.code().code())),
+        None => failed(&e),
+    }
+}
+
+/// `url` without its password.
+fn shown(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut parsed) => {
+            if parsed.password().is_some() {
+                let _ = parsed.set_password(None);
+            }
+            parsed.to_string()
+        }
+        Err(_) => "(an unreadable URL)".to_owned(),
+    }
+}
+
+/// A random id for this node.
+fn node_id() -> String {
+    let mut bytes = [0u8; 6];
+    let _ = getrandom::fill(&mut bytes);
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl Postgres {
+    /// Connects to `url` and migrates its schema.
+    pub fn open(url: &str) -> Result<Postgres, StorageError> {
+        let shown = shown(url);
+        let mut config = postgres::Config::from_str(url)
+            .map_err(|e| StorageError(format!("--database {shown}: {e}")))?;
+        config.connect_timeout(CONNECT_TIMEOUT);
+        config.application_name("mailjar");
+        let mut client = config
+            .connect(NoTls)
+            .map_err(|e| StorageError(format!("cannot connect to the database {shown}: {e}")))?;
+        schema::migrate(&mut client, &shown)?;
+        Ok(Postgres {
+            config,
+            url: shown,
+            node: node_id(),
+            client: Some(client),
+            tried_at: None,
+            applied: None,
+            applied_seq: 0,
+            gap: None,
+            own: None,
+            head: None,
+            writes: 0,
+        })
+    }
+
+    /// The connection, reconnecting (at most every [`RECONNECT_PAUSE`]) after a failure.
+    fn client(&mut self) -> Result<&mut Client, StorageError> {
+        if self.client.as_ref().is_some_and(Client::is_closed) {
+            self.client = None;
+        }
+        if self.client.is_none() {
+            if self
+                .tried_at
+                .is_some_and(|at| at.elapsed() < RECONNECT_PAUSE)
+            {
+                return Err(failed("unreachable; reconnecting"));
+            }
+            self.tried_at = Some(Instant::now());
+            let client = self.config.connect(NoTls).map_err(pg)?;
+            tracing::info!("{}: connected again", self.url);
+            self.client = Some(client);
+        }
+        self.client.as_mut().ok_or_else(|| failed("no connection"))
+    }
+
+    /// Runs `f` on the connection; a failure that closed it drops it (the next call reconnects).
+    fn with<T>(
+        &mut self,
+        f: impl FnOnce(&mut Client, &str) -> Result<T, postgres::Error>,
+    ) -> Result<T, StorageError> {
+        let node = self.node.clone();
+        let client = self.client()?;
+        let result = f(client, &node);
+        if result.is_err() && client.is_closed() {
+            self.client = None;
+        }
+        result.map_err(pg)
+    }
+}
+
+/// Opens a transaction, takes the order lock and reads the head (id,
+/// receive time), in one round trip: three statements of one simple query,
+/// each with its own snapshot, so the head is read after the lock is held.
+fn begin_locked(client: &mut Client) -> Result<(Option<MessageId>, i64), StorageError> {
+    let messages = client
+        .simple_query(&format!(
+            "BEGIN; SELECT pg_advisory_xact_lock({}); \
+             SELECT encode(id, 'hex'), received_ms FROM mailjar_head",
+            schema::ORDER_LOCK
+        ))
+        .map_err(pg)?;
+    let row = messages
+        .iter()
+        .find_map(|m| match m {
+            postgres::SimpleQueryMessage::Row(row) if row.len() == 2 => Some(row),
+            _ => None,
+        })
+        .ok_or_else(|| failed("mailjar_head has no row"))?;
+    let id = match row.get(0) {
+        None => None,
+        Some(hex) => Some(
+            hex_id(hex).ok_or_else(|| failed("mailjar_head holds an id that is not 16 bytes"))?,
+        ),
+    };
+    let received = row
+        .get(1)
+        .and_then(|ms| ms.parse().ok())
+        .ok_or_else(|| failed("mailjar_head holds no receive time"))?;
+    Ok((id, received))
+}
+
+/// An id from its 32 hex digits.
+fn hex_id(hex: &str) -> Option<MessageId> {
+    (hex.len() == 32)
+        .then(|| u128::from_str_radix(hex, 16).ok())
+        .flatten()
+        .map(MessageId::from_u128)
+}
+
+/// Inserts `records`, deletes `removals` (logging what it deleted), moves
+/// the head and notifies the other nodes, inside `tx`.
+fn apply(
+    tx: &mut Client,
+    node: &str,
+    records: &[Record<'_>],
+    removals: &[Removal],
+) -> Result<(), postgres::Error> {
+    if let Some(last) = records.last() {
+        let c = Columns::of(records);
+        let received = i64::try_from(last.received_at_ms).unwrap_or(i64::MAX);
+        // One round trip: the rows, the head and the notification.
+        tx.execute(
+            &format!(
+                "WITH inserted AS ({INSERT}), \
+                 head AS (UPDATE mailjar_head SET id = $9, received_ms = $10) \
+                 SELECT pg_notify('mailjar', $8)"
+            ),
+            &[
+                &c.ids,
+                &c.received,
+                &c.senders,
+                &c.recipients,
+                &c.smtp,
+                &c.raw,
+                &c.transcripts,
+                &node,
+                &id_bytes(last.id),
+                &received,
+            ],
+        )?;
+    }
+    if !removals.is_empty() {
+        let (firsts, lasts): (Vec<Vec<u8>>, Vec<Vec<u8>>) = removals
+            .iter()
+            .map(|removal| match *removal {
+                Removal::One(id) => (id_bytes(id), id_bytes(id)),
+                Removal::Range { first, last } => (id_bytes(first), id_bytes(last)),
+            })
+            .unzip();
+        // One statement for them all. Deletes are idempotent: only what this
+        // one deleted is logged, each range as the first and last id it removed.
+        tx.execute(
+            "WITH r AS (SELECT * FROM unnest($1::bytea[], $2::bytea[]) AS r(first_id, last_id)), \
+             gone AS (DELETE FROM mailjar_messages m USING r \
+                      WHERE m.id BETWEEN r.first_id AND r.last_id RETURNING m.id, r.first_id) \
+             INSERT INTO mailjar_changes (first_id, last_id, node) \
+             SELECT (array_agg(id ORDER BY id))[1], (array_agg(id ORDER BY id DESC))[1], $3 \
+             FROM gone GROUP BY first_id ORDER BY first_id",
+            &[&firsts, &lasts, &node],
+        )?;
+    }
+    if records.is_empty() {
+        tx.execute("SELECT pg_notify('mailjar', $1)", &[&node])?;
+    }
+    Ok(())
+}
+
+/// The rows after `applied` (up to `upto`), in id order: at most
+/// [`BATCH_ROWS`], and at most [`BATCH_BYTES`] of raw bytes unless the first
+/// alone is more; and whether more rows may follow. One query: the byte
+/// bound is counted on the stored sizes (TOAST headers only), so the raw
+/// bytes of the rows past it are never read.
+fn next_rows(
+    client: &mut impl postgres::GenericClient,
+    applied: &[u8],
+    upto: Option<&[u8]>,
+) -> Result<(Vec<postgres::Row>, bool), postgres::Error> {
+    let rows = client.query(
+        &format!(
+            "SELECT {COLUMNS}, n FROM ( \
+               SELECT m.*, count(*) OVER () AS n, row_number() OVER w AS rn, \
+                 sum(pg_column_size(m.raw)) OVER w AS running \
+               FROM (SELECT * FROM mailjar_messages WHERE id > $1 \
+                     AND ($2::bytea IS NULL OR id <= $2) ORDER BY id LIMIT $3) m \
+               WINDOW w AS (ORDER BY m.id)) t \
+             WHERE rn = 1 OR running <= $4 ORDER BY id"
+        ),
+        &[&applied, &upto, &BATCH_ROWS, &BATCH_BYTES],
+    )?;
+    let seen: i64 = rows.first().map_or(0, |r| r.get("n"));
+    let more = seen == BATCH_ROWS || (rows.len() as i64) < seen;
+    Ok((rows, more))
+}
+
+/// Drops change-log entries beyond the last [`KEEP_CHANGES`], remembering how far.
+fn prune(client: &mut Client) -> Result<(), postgres::Error> {
+    let mut tx = client.transaction()?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&schema::ORDER_LOCK])?;
+    let floor: Option<i64> = tx
+        .query_one(
+            "SELECT max(seq) - $1 FROM mailjar_changes",
+            &[&KEEP_CHANGES],
+        )?
+        .get(0);
+    if let Some(floor) = floor.filter(|f| *f > 0) {
+        tx.execute("DELETE FROM mailjar_changes WHERE seq <= $1", &[&floor])?;
+        tx.execute(
+            "UPDATE mailjar_head SET pruned_seq = greatest(pruned_seq, $1)",
+            &[&floor],
+        )?;
+    }
+    tx.commit()
+}
+
+impl Postgres {
+    /// One write transaction: takes the lock, reads the head, lets `number`
+    /// give the batch its ids, writes it and the removals, commits. Returns
+    /// the head it read.
+    fn transact(
+        &mut self,
+        emails: &mut [&mut Email],
+        records: &[Record<'_>],
+        removals: &[Removal],
+    ) -> Result<Option<MessageId>, StorageError> {
+        let node = self.node.clone();
+        let client = self.client()?;
+        let result = (|| -> Result<Option<MessageId>, StorageError> {
+            let (head, head_ms) = begin_locked(client)?;
+            let numbered: Vec<Record<'_>>;
+            let records = if emails.is_empty() {
+                if records
+                    .first()
+                    .is_some_and(|r| head.is_some_and(|h| r.id <= h))
+                {
+                    return Err(failed("these messages would not sort after the head"));
+                }
+                records
+            } else {
+                let proposed: Vec<MessageId> = emails.iter().map(|e| e.id).collect();
+                let head_ms = u64::try_from(head_ms).unwrap_or(0);
+                for (email, id) in emails.iter_mut().zip(order::assign(head, &proposed)) {
+                    email.id = id;
+                    email.received_at_ms = email.received_at_ms.max(head_ms);
+                }
+                numbered = emails.iter().map(|e| Record::of(e)).collect();
+                &numbered
+            };
+            apply(client, &node, records, removals).map_err(pg)?;
+            client.batch_execute("COMMIT").map_err(pg)?;
+            Ok(head)
+        })();
+        if result.is_err() {
+            // Ends the transaction (if the connection still works); the next write begins anew.
+            let _ = client.batch_execute("ROLLBACK");
+        }
+        let closed = client.is_closed();
+        if result.is_err() && closed {
+            self.client = None;
+        }
+        let head = result?;
+        self.writes = self.writes.wrapping_add(1);
+        if self.writes.is_multiple_of(PRUNE_EVERY)
+            && let Err(e) = self.with(|client, _| prune(client))
+        {
+            tracing::warn!("{}: pruning the change log: {e}", self.url);
+        }
+        Ok(head)
+    }
+
+    /// After a committed batch whose last id is `own` and whose transaction
+    /// read `head`: either it follows what the core applied (it goes in at
+    /// once), or the gap below `head` is fetched first.
+    fn committed(&mut self, head: Option<MessageId>, own: Option<MessageId>) {
+        let Some(own) = own else { return };
+        self.head = Some(own);
+        match order::gap(self.applied, head) {
+            None => self.applied = Some(own),
+            Some((_, upto)) => {
+                self.gap = Some(upto);
+                self.own = Some(own);
+            }
+        }
+    }
+
+    /// The next rows after the applied id (up to `upto`), and with `changes`
+    /// the change log since the last entry applied, in one snapshot.
+    fn fetch(&mut self, upto: Option<MessageId>, changes: bool) -> Result<Remote, StorageError> {
+        let applied = self.applied.map(id_bytes).unwrap_or_default();
+        let upto = upto.map(id_bytes);
+        let applied_seq = self.applied_seq;
+        let ((rows, more), log, pruned) = self.with(|client, node| {
+            if !changes {
+                // Rows alone: one statement is one snapshot.
+                let rows = next_rows(client, &applied, upto.as_deref())?;
+                return Ok((rows, Vec::new(), 0));
+            }
+            // The rows and the change log in one snapshot.
+            let mut tx = client
+                .build_transaction()
+                .isolation_level(IsolationLevel::RepeatableRead)
+                .read_only(true)
+                .start()?;
+            let rows = next_rows(&mut tx, &applied, upto.as_deref())?;
+            // Entries are pruned only beyond the last 100,000: while some
+            // were, there are rows here to carry the floor.
+            let log = tx.query(
+                "SELECT seq, first_id, last_id, node = $2, \
+                 (SELECT pruned_seq FROM mailjar_head) FROM mailjar_changes \
+                 WHERE seq > $1 ORDER BY seq LIMIT $3",
+                &[&applied_seq, &node, &(BATCH_ROWS * 10)],
+            )?;
+            let pruned: i64 = log.first().map_or(0, |r| r.get(4));
+            tx.commit()?;
+            Ok((rows, log, pruned))
+        })?;
+        let mut remote = Remote {
+            more: more || log.len() as i64 == BATCH_ROWS * 10,
+            ..Remote::default()
+        };
+        if changes && pruned > self.applied_seq {
+            tracing::warn!(
+                "{}: this node fell behind the pruned change log; removals it missed are found by comparing ids",
+                self.url
+            );
+            remote.removed = self.missing()?;
+            self.applied_seq = pruned;
+        }
+        for row in &log {
+            self.applied_seq = row.get(0);
+            let own: bool = row.get(3);
+            let ids = (id_of(row.get(1)), id_of(row.get(2)));
+            if let (false, (Some(first), Some(last))) = (own, ids) {
+                remote.removed.push(if first == last {
+                    Removal::One(first)
+                } else {
+                    Removal::Range { first, last }
+                });
+            }
+        }
+        for row in &rows {
+            let loaded = decode(row).map_err(failed)?;
+            self.applied = Some(loaded.id);
+            remote.rows.push(loaded);
+        }
+        Ok(remote)
+    }
+
+    /// Every id up to the applied one the database no longer holds, as
+    /// ranges between the ones it does: what a node that fell behind the
+    /// pruned change log removes (ranges of ids it does not hold remove nothing).
+    fn missing(&mut self) -> Result<Vec<Removal>, StorageError> {
+        let applied = self.applied.map(id_bytes).unwrap_or_default();
+        let held = self.with(|client, _| {
+            client.query(
+                "SELECT id FROM mailjar_messages WHERE id <= $1 ORDER BY id",
+                &[&applied],
+            )
+        })?;
+        let held: Vec<MessageId> = held.iter().filter_map(|r| id_of(r.get(0))).collect();
+        let mut removed = Vec::new();
+        let mut from = MessageId::from_u128(0);
+        for id in held.iter().copied().chain(self.applied.map(order::after)) {
+            if from < id {
+                // Everything strictly between two held ids.
+                let last = MessageId::from_u128(id.as_u128() - 1);
+                removed.push(Removal::Range { first: from, last });
+            }
+            from = order::after(id);
+        }
+        Ok(removed)
+    }
+}
+
+impl Storage for Postgres {
+    fn write(&mut self, records: &[Record<'_>], removals: &[Removal]) -> Result<(), StorageError> {
+        let head = self.transact(&mut [], records, removals)?;
+        self.committed(head, records.last().map(|r| r.id));
+        Ok(())
+    }
+
+    fn write_emails(
+        &mut self,
+        emails: &mut [&mut Email],
+        removals: &[Removal],
+    ) -> Result<(), StorageError> {
+        let head = self.transact(emails, &[], removals)?;
+        self.committed(head, emails.last().map(|e| e.id));
+        Ok(())
+    }
+
+    fn catch_up(&mut self, mode: CatchUp) -> Result<Remote, StorageError> {
+        match mode {
+            CatchUp::Gap => {
+                let Some(upto) = self.gap else {
+                    return Ok(Remote::default());
+                };
+                let fetched = self.fetch(Some(upto), false);
+                let mut remote = match fetched {
+                    Ok(remote) => remote,
+                    Err(e) => {
+                        // The batch stays out of the core until a catch-up brings it.
+                        self.gap = None;
+                        self.own = None;
+                        return Err(e);
+                    }
+                };
+                if !remote.more {
+                    self.gap = None;
+                    self.applied = self.applied.max(self.own.take());
+                }
+                remote.more = self.gap.is_some();
+                Ok(remote)
+            }
+            CatchUp::All => self.fetch(None, true),
+        }
+    }
+
+    fn load(&mut self, each: &mut dyn FnMut(Vec<Loaded>)) -> Result<LoadReport, StorageError> {
+        let (seq, head) = self.with(|client, _| {
+            let row = client.query_one(
+                "SELECT (SELECT coalesce(max(seq), 0) FROM mailjar_changes), id FROM mailjar_head",
+                &[],
+            )?;
+            Ok((row.get::<_, i64>(0), row.get::<_, Option<Vec<u8>>>(1)))
+        })?;
+        // Changes logged before the rows are read are in them already.
+        self.applied_seq = seq;
+        self.head = head.as_deref().and_then(id_of);
+        loop {
+            let remote = self.fetch(None, false)?;
+            let more = remote.more;
+            if !remote.rows.is_empty() {
+                each(remote.rows);
+            }
+            if !more {
+                return Ok(LoadReport::default());
+            }
+        }
+    }
+
+    fn size(&self) -> u64 {
+        0
+    }
+
+    fn describe(&self) -> serde_json::Map<String, serde_json::Value> {
+        serde_json::Map::from_iter([
+            ("kind".to_owned(), "postgres".into()),
+            ("url".to_owned(), self.url.clone().into()),
+            ("node".to_owned(), self.node.clone().into()),
+        ])
+    }
+
+    fn id_floor(&self) -> Option<MessageId> {
+        self.head
+    }
+
+    fn save_inboxes(&mut self, records: &[InboxRecord]) -> Result<(), StorageError> {
+        self.with(|client, _| {
+            let mut tx = client.transaction()?;
+            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&schema::ORDER_LOCK])?;
+            tx.execute("DELETE FROM mailjar_inboxes", &[])?;
+            for (position, r) in records.iter().enumerate() {
+                let addresses = serde_json::to_string(&r.addresses).unwrap_or_default();
+                let limits = serde_json::to_string(&r.limits).unwrap_or_default();
+                tx.execute(
+                    "INSERT INTO mailjar_inboxes (position, name, addresses, limits, token, smtp_password) \
+                     VALUES ($1, $2, $3, $4, $5, $6)",
+                    &[
+                        &i32::try_from(position).unwrap_or(i32::MAX),
+                        &r.name,
+                        &addresses,
+                        &limits,
+                        &&r.token.0[..],
+                        &&r.smtp_password.0[..],
+                    ],
+                )?;
+            }
+            tx.commit()
+        })
+    }
+
+    fn load_inboxes(&mut self) -> Result<Vec<InboxRecord>, StorageError> {
+        let rows = self.with(|client, _| {
+            client.query(
+                "SELECT name, addresses, limits, token, smtp_password FROM mailjar_inboxes ORDER BY position",
+                &[],
+            )
+        })?;
+        rows.iter()
+            .map(|row| {
+                let name: String = row.get(0);
+                let bad = |what: &str| failed(format!("the stored inbox {name:?} has {what}"));
+                let addresses: Vec<String> =
+                    serde_json::from_str(row.get(1)).map_err(|_| bad("unreadable addresses"))?;
+                let limits: InboxLimits =
+                    serde_json::from_str(row.get(2)).map_err(|_| bad("unreadable limits"))?;
+                let digest = |bytes: Vec<u8>| <[u8; 32]>::try_from(bytes).map(Digest32);
+                let token = digest(row.get(3)).map_err(|_| bad("a bad token digest"))?;
+                let smtp_password = digest(row.get(4)).map_err(|_| bad("a bad password digest"))?;
+                Ok(InboxRecord {
+                    name,
+                    addresses,
+                    limits,
+                    token,
+                    smtp_password,
+                })
+            })
+            .collect()
+    }
+}
+
+/// Connects to `url`, migrates it, loads every message into `api` in id
+/// order (applying this node's limits), has `/health` report it, and logs
+/// what it did; the listener starts with the writer.
+pub fn open<W: Send>(url: &str, api: &mut Api<W>, now_ms: u64) -> Result<Opened, StorageError> {
+    // The blocking client drives its connection on a runtime of its own,
+    // which cannot be entered from a thread of the server's: a plain thread.
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| open_here(url, api, now_ms))
+            .join()
+            .unwrap_or_else(|p| std::panic::resume_unwind(p))
+    })
+}
+
+fn open_here<W>(url: &str, api: &mut Api<W>, now_ms: u64) -> Result<Opened, StorageError> {
+    let started = Instant::now();
+    let mut storage = Postgres::open(url)?;
+    super::restore_inboxes(&mut storage, api)?;
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let load = super::load_into(&mut storage, api, now_ms, threads)?;
+    if !load.removals.is_empty() {
+        storage.write(&[], &load.removals)?;
+    }
+    tracing::info!(
+        "loaded {} messages from {} in {} ms (node {})",
+        api.store().len(),
+        storage.url,
+        started.elapsed().as_millis(),
+        storage.node
+    );
+    let status = Arc::new(writer::Status::default());
+    super::report(api, &storage, status.clone(), 0);
+    let (config, node, shown) = (
+        storage.config.clone(),
+        storage.node.clone(),
+        storage.url.clone(),
+    );
+    Ok(Opened {
+        storage: Box::new(storage),
+        status,
+        listen: Some(Box::new(move |jobs| {
+            listen::spawn(config, node, shown, jobs)
+        })),
+    })
+}

@@ -1,0 +1,94 @@
+//! The tables of a shared database and their versions: `mailjar_schema`
+//! holds the version; migrations run in one transaction under an advisory
+//! lock, so nodes that start together migrate once.
+
+use std::time::Instant;
+
+use crate::storage::StorageError;
+
+/// The advisory lock every write transaction takes first: commits are
+/// serialised, so id order is commit order (see `order.rs`).
+pub(super) const ORDER_LOCK: i64 = 0x6d61_696c_6a61_7201;
+
+/// The advisory lock migrations take.
+const SCHEMA_LOCK: i64 = 0x6d61_696c_6a61_7202;
+
+/// Each migration, from version `i` to `i + 1`.
+const MIGRATIONS: &[&str] = &["CREATE TABLE mailjar_messages (
+        id bytea PRIMARY KEY,
+        received_ms bigint NOT NULL,
+        sender text NOT NULL,
+        recipients text NOT NULL,
+        smtp text NOT NULL,
+        raw bytea NOT NULL,
+        transcript bytea,
+        node text NOT NULL
+    );
+    -- The greatest id ever committed (it stays when that message is deleted),
+    -- its receive time, and the change-log entries pruned so far.
+    CREATE TABLE mailjar_head (
+        one boolean PRIMARY KEY DEFAULT true CHECK (one),
+        id bytea,
+        received_ms bigint NOT NULL DEFAULT 0,
+        pruned_seq bigint NOT NULL DEFAULT 0
+    );
+    INSERT INTO mailjar_head DEFAULT VALUES;
+    -- What rows cannot say: the messages a node removed (ids first to last).
+    CREATE TABLE mailjar_changes (
+        seq bigserial PRIMARY KEY,
+        first_id bytea NOT NULL,
+        last_id bytea NOT NULL,
+        node text NOT NULL,
+        at timestamptz NOT NULL DEFAULT now()
+    );
+    CREATE TABLE mailjar_inboxes (
+        position integer PRIMARY KEY,
+        name text NOT NULL UNIQUE,
+        addresses text NOT NULL,
+        limits text NOT NULL,
+        token bytea NOT NULL,
+        smtp_password bytea NOT NULL
+    );"];
+
+/// The schema this build writes.
+pub(super) const SCHEMA_VERSION: i32 = MIGRATIONS.len() as i32;
+
+/// Brings the database to [`SCHEMA_VERSION`], or refuses one a newer mailjar wrote.
+pub(super) fn migrate(client: &mut postgres::Client, url: &str) -> Result<(), StorageError> {
+    let failed = |e: postgres::Error| StorageError(format!("{url}: migrating the schema: {e}"));
+    let mut tx = client.transaction().map_err(failed)?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&SCHEMA_LOCK])
+        .map_err(failed)?;
+    tx.batch_execute("CREATE TABLE IF NOT EXISTS mailjar_schema (version integer NOT NULL)")
+        .map_err(failed)?;
+    let version: Option<i32> = tx
+        .query_opt("SELECT version FROM mailjar_schema", &[])
+        .map_err(failed)?
+        .map(|r| r.get(0));
+    let version = match version {
+        Some(v) => v,
+        None => {
+            tx.execute("INSERT INTO mailjar_schema VALUES (0)", &[])
+                .map_err(failed)?;
+            0
+        }
+    };
+    if version > SCHEMA_VERSION {
+        return Err(StorageError(format!(
+            "refusing to start: the database {url} has schema {version}, written by a newer mailjar; this one knows up to schema {SCHEMA_VERSION} (upgrade this node)"
+        )));
+    }
+    for (from, migration) in MIGRATIONS.iter().enumerate().skip(version as usize) {
+        let to = from as i32 + 1;
+        tracing::info!("{url}: migrating schema {from} to {to}");
+        let started = Instant::now();
+        tx.batch_execute(migration).map_err(failed)?;
+        tx.execute("UPDATE mailjar_schema SET version = $1", &[&to])
+            .map_err(failed)?;
+        tracing::info!(
+            "{url}: now at schema {to} ({} ms)",
+            started.elapsed().as_millis()
+        );
+    }
+    tx.commit().map_err(failed)
+}
