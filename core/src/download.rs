@@ -300,19 +300,10 @@ pub fn html_response(email: &Arc<Email>, remote_images: bool) -> Result<Response
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::email::Prepared;
     use crate::id::IdGenerator;
-    use crate::smtp::{Envelope, Incoming};
 
     fn stored(raw: &[u8]) -> Arc<Email> {
-        let prepared = Prepared::new(Incoming {
-            envelope: Envelope::default(),
-            raw: raw.to_vec(),
-            helo: None,
-            session: Default::default(),
-            transcript: Default::default(),
-        });
-        Arc::new(Email::new(IdGenerator::new().next(1, [0; 10]), 1, prepared))
+        crate::email::test_email(&mut IdGenerator::new(), raw)
     }
 
     #[test]

@@ -396,6 +396,28 @@ impl Email {
     }
 }
 
+/// A message as unit tests receive it: from `s@x.test` to `a@x.test`, over
+/// no SMTP session.
+#[cfg(test)]
+pub(crate) fn test_prepared(raw: &[u8]) -> Prepared {
+    Prepared::new(Incoming {
+        envelope: Envelope {
+            from: "s@x.test".into(),
+            to: vec!["a@x.test".into()],
+        },
+        raw: raw.to_vec(),
+        helo: None,
+        session: Default::default(),
+        transcript: Default::default(),
+    })
+}
+
+/// [`test_prepared`] stored under the next id of `ids`, received at 1 ms.
+#[cfg(test)]
+pub(crate) fn test_email(ids: &mut crate::id::IdGenerator, raw: &[u8]) -> Arc<Email> {
+    Arc::new(Email::new(ids.next(1, [0; 10]), 1, test_prepared(raw)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

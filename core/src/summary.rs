@@ -217,22 +217,12 @@ mod tests {
     use crate::email::{Email, Prepared};
     use crate::id::IdGenerator;
     use crate::response::{CHUNK_BYTES, ChunkSource};
-    use crate::smtp::Incoming;
     use crate::view::SummaryList;
     use serde_json::Value;
     use std::sync::Arc;
 
     fn prepared(raw: &[u8]) -> Prepared {
-        Prepared::new(Incoming {
-            envelope: Envelope {
-                from: "s@x.test".into(),
-                to: vec!["a@x.test".into()],
-            },
-            raw: raw.to_vec(),
-            helo: None,
-            session: Default::default(),
-            transcript: Default::default(),
-        })
+        crate::email::test_prepared(raw)
     }
 
     fn stored(ids: &mut IdGenerator, raw: &[u8]) -> Arc<Email> {

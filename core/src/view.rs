@@ -540,17 +540,7 @@ mod tests {
     use serde_json::Value;
 
     fn stored(raw: &[u8]) -> Arc<Email> {
-        let prepared = Prepared::new(Incoming {
-            envelope: Envelope {
-                from: "s@x.test".into(),
-                to: vec!["a@x.test".into()],
-            },
-            raw: raw.to_vec(),
-            helo: None,
-            session: Default::default(),
-            transcript: Default::default(),
-        });
-        Arc::new(Email::new(IdGenerator::new().next(1, [0; 10]), 1, prepared))
+        crate::email::test_email(&mut IdGenerator::new(), raw)
     }
 
     fn chunks(mut source: impl ChunkSource) -> (Vec<u8>, usize) {

@@ -2,6 +2,7 @@
 //! small HTTP/1.1 driver of our own for the HTTP API, both driving the
 //! sans-IO core in `mailjar-core`.
 
+pub mod accept;
 pub mod access;
 pub mod checks;
 pub mod config;

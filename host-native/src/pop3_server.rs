@@ -22,6 +22,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, watch};
 use tokio::time::Instant;
 
+use crate::accept::{self, Accepted};
 use crate::access::Access;
 use crate::sessions::Holder;
 use crate::state::{Answer, Shared};
@@ -46,39 +47,23 @@ pub struct Pop3Context {
 }
 
 /// Accepts connections until shutdown; each holds a permit of `slots` (the SMTP listener's) while open.
-pub async fn serve(listener: TcpListener, slots: Arc<Semaphore>, mut context: Pop3Context) {
-    loop {
-        let accepted = tokio::select! {
-            accepted = listener.accept() => accepted,
-            _ = context.shutdown.changed() => break,
-        };
-        let (stream, peer) = match accepted {
-            Ok(pair) => pair,
-            Err(e) => {
-                tracing::warn!("POP3 accept failed: {e}");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
+pub async fn serve(listener: TcpListener, slots: Arc<Semaphore>, context: Pop3Context) {
+    let mut shutdown = context.shutdown.clone();
+    while let Some(accepted) = accept::next(&listener, &slots, &mut shutdown, "POP3").await {
+        match accepted {
+            Accepted::Open(stream, peer, permit) => {
+                let context = context.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = Connection::run(stream, context).await {
+                        tracing::debug!(%peer, "POP3 connection ended: {e}");
+                    }
+                    drop(permit);
+                });
             }
-        };
-        let _ = stream.set_nodelay(true);
-        let Ok(permit) = slots.clone().try_acquire_owned() else {
-            tracing::warn!(%peer, "too many connections: POP3 refused");
-            tokio::spawn(async move {
-                let mut stream = stream;
-                let _ = stream
-                    .write_all(b"-ERR [SYS/TEMP] too many connections\r\n")
-                    .await;
-                let _ = stream.shutdown().await;
-            });
-            continue;
-        };
-        let context = context.clone();
-        tokio::spawn(async move {
-            if let Err(e) = Connection::run(stream, context).await {
-                tracing::debug!(%peer, "POP3 connection ended: {e}");
+            Accepted::Refused(stream, _) => {
+                accept::refuse(stream, b"-ERR [SYS/TEMP] too many connections\r\n".to_vec());
             }
-            drop(permit);
-        });
+        }
     }
 }
 

@@ -24,6 +24,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, watch};
 use tokio::time::Instant;
 
+use crate::accept::{self, Accepted};
 use crate::faults::ApiFaults;
 use crate::proxy_protocol::ProxyProtocol;
 use crate::smtp_load::{ConnectionBudget, OpenConnection, READ_BUFFER_BYTES, SmtpLoad};
@@ -62,24 +63,11 @@ impl SmtpContext {
 }
 
 /// Accepts connections until shutdown; each holds a permit of `slots` while open.
-pub async fn serve(listener: TcpListener, slots: Arc<Semaphore>, mut context: SmtpContext) {
-    loop {
-        let accepted = tokio::select! {
-            accepted = listener.accept() => accepted,
-            _ = context.shutdown.changed() => break,
-        };
-        let (stream, peer) = match accepted {
-            Ok(pair) => pair,
-            Err(e) => {
-                // Out of file descriptors and the like: back off instead of spinning.
-                tracing::warn!("SMTP accept failed: {e}");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let _ = stream.set_nodelay(true);
-        match slots.clone().try_acquire_owned() {
-            Ok(permit) => {
+pub async fn serve(listener: TcpListener, slots: Arc<Semaphore>, context: SmtpContext) {
+    let mut shutdown = context.shutdown.clone();
+    while let Some(accepted) = accept::next(&listener, &slots, &mut shutdown, "SMTP").await {
+        match accepted {
+            Accepted::Open(stream, peer, permit) => {
                 let context = context.clone();
                 let counted = OpenConnection::new(context.load.clone());
                 tokio::spawn(async move {
@@ -90,15 +78,10 @@ pub async fn serve(listener: TcpListener, slots: Arc<Semaphore>, mut context: Sm
                     drop(permit);
                 });
             }
-            Err(_) => {
-                tracing::warn!(%peer, "too many SMTP connections: refused");
+            Accepted::Refused(stream, _) => {
                 let refusal = Reply::too_many_connections();
                 context.shared.metrics.smtp_reply(refusal.code);
-                tokio::spawn(async move {
-                    let mut stream = stream;
-                    let _ = stream.write_all(&refusal.to_bytes()).await;
-                    let _ = stream.shutdown().await;
-                });
+                accept::refuse(stream, refusal.to_bytes());
             }
         }
     }

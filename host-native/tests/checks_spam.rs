@@ -6,7 +6,6 @@
 
 mod common;
 
-use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -27,14 +26,6 @@ impl Drop for Spamd {
     }
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn running_as_root() -> bool {
     std::fs::read_to_string("/proc/self/status")
         .ok()
@@ -52,7 +43,7 @@ fn spamd() -> Spamd {
         std::path::Path::new(SPAMD).exists(),
         "{SPAMD} is missing: install Debian's spamassassin and spamd packages (scripts/test.sh does: apt-get install spamassassin spamd)"
     );
-    let port = free_port();
+    let port = common::free_port();
     let mut command = Command::new(SPAMD);
     command.args([
         &format!("--listen=127.0.0.1:{port}"),
@@ -161,7 +152,7 @@ fn no_spamd_configured_is_404_and_spamd_down_is_503() {
     let response = spam_check(&server, &mail("x", "y"));
     assert_eq!(response.status, 404);
     assert_eq!(response.error(), "no spam checker configured");
-    let down = format!("127.0.0.1:{}", free_port());
+    let down = format!("127.0.0.1:{}", common::free_port());
     let server = Server::start_with(&["--spamassassin", &down]);
     let response = spam_check(&server, &mail("x", "y"));
     assert_eq!(response.status, 503, "{}", response.body);

@@ -8,7 +8,7 @@
 mod common;
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -56,14 +56,6 @@ fn send_proxied(port: u16, header: &str, tls: bool, subject: &str) -> u16 {
         .expect("the script prints its local port")
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// HAProxy in TCP mode on a free port, sending `send_proxy` (`send-proxy` or
 /// `send-proxy-v2`) to `backend`; stopped on drop.
 struct Haproxy {
@@ -79,7 +71,7 @@ impl Haproxy {
             std::path::Path::new(binary).exists(),
             "haproxy is not installed: apt-get install haproxy (scripts/test.sh does)"
         );
-        let port = free_port();
+        let port = common::free_port();
         let config = format!(
             "global\n  maxconn 64\ndefaults\n  mode tcp\n  timeout connect 5s\n  timeout client 30s\n  timeout server 30s\n\
              frontend smtp\n  bind 127.0.0.1:{port}\n  default_backend mailjar\n\

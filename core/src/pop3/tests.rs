@@ -4,9 +4,7 @@ use std::sync::Arc;
 use base64::Engine as _;
 
 use super::*;
-use crate::email::Prepared;
 use crate::id::IdGenerator;
-use crate::smtp::{Envelope, Incoming};
 
 /// A store of messages and a password, answering the session's requests as a host would.
 struct Host {
@@ -18,17 +16,7 @@ struct Host {
 }
 
 fn email(ids: &mut IdGenerator, raw: &[u8]) -> Arc<Email> {
-    let prepared = Prepared::new(Incoming {
-        envelope: Envelope {
-            from: "s@x.test".into(),
-            to: vec!["a@x.test".into()],
-        },
-        raw: raw.to_vec(),
-        helo: None,
-        session: Default::default(),
-        transcript: Default::default(),
-    });
-    Arc::new(Email::new(ids.next(1, [0; 10]), 1, prepared))
+    crate::email::test_email(ids, raw)
 }
 
 const ONE: &[u8] = b"Subject: one\r\n\r\nfirst line\r\n.starts with a dot\r\nlast\r\n";

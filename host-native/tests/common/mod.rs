@@ -626,6 +626,14 @@ pub fn message(from: &str, to: &str, subject: &str, body: &str) -> Vec<u8> {
     raw.into_bytes()
 }
 
+/// A TCP port on loopback that was free a moment ago (for a server the test starts).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("bind a free loopback port")
+}
+
 /// A value that differs between runs and tests, for unique addresses and codes.
 pub fn nonce() -> u64 {
     use std::sync::atomic::{AtomicU64, Ordering};
