@@ -46,8 +46,8 @@ export interface CapturedEmail {
   codes: string[];
   attachments: { filename: string; contentType: string; size: number; contentId: string | null; url?: string }[];
   size: number;
-  /** What the SMTP session saw: HELO, client address, TLS, AUTH. */
-  smtp: SmtpFacts;
+  /** What the SMTP session saw: HELO, client address, TLS, AUTH; null for mail no SMTP session delivered (`POST /api/send`, `deliverRaw` without facts). */
+  smtp: SmtpFacts | null;
   raw: string;
   [field: string]: unknown;
 }
