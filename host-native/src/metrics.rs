@@ -48,6 +48,7 @@ const ROUTES: &[&str] = &[
     "/api/inboxes",
     "/api/inboxes/:name",
     "/api/inboxes/:name/token",
+    "/api/relay",
     "/ui",
     "other",
 ];
@@ -359,6 +360,7 @@ fn route_index(path: &str) -> usize {
         ["api", "inboxes"] => "/api/inboxes",
         ["api", "inboxes", _] => "/api/inboxes/:name",
         ["api", "inboxes", _, "token"] => "/api/inboxes/:name/token",
+        ["api", "relay"] => "/api/relay",
         _ => "other",
     };
     ROUTES

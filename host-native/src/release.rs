@@ -39,6 +39,8 @@ pub struct Relay {
     transport: AsyncSmtpTransport<Tokio1Executor>,
     allow: Vec<Pattern>,
     timeout: Duration,
+    /// What `GET /api/relay` says: `--relay` and the `--relay-allow` patterns as given.
+    described: serde_json::Value,
 }
 
 impl Relay {
@@ -72,10 +74,16 @@ impl Relay {
             let (user, password) = auth.split_once(':').ok_or("--relay-auth: USER:PASS")?;
             builder = builder.credentials(Credentials::new(user.to_owned(), password.to_owned()));
         }
+        let described = serde_json::json!({
+            "address": format!("{host}:{port}"),
+            "allow": settings.relay_allow,
+            "auto": settings.relay_auto,
+        });
         Ok(Some(Arc::new(Relay {
             transport: builder.build(),
             allow,
             timeout: settings.relay_timeout,
+            described,
         })))
     }
 }
@@ -150,13 +158,18 @@ pub async fn route(
     shared: &dyn Messages,
     request: &Request,
 ) -> Option<Response> {
-    let id = request
-        .path
-        .strip_prefix("/api/emails/")?
-        .strip_suffix("/release")?;
-    if request.method != "POST" {
-        let mut response = Response::error(405, "release answers POST only");
-        response.headers.push(("allow", "POST".into()));
+    let path = request.path.as_str();
+    let id = match path {
+        "/api/relay" | "/api/relay/" => None,
+        _ => Some(
+            path.strip_prefix("/api/emails/")?
+                .strip_suffix("/release")?,
+        ),
+    };
+    let method = if id.is_some() { "POST" } else { "GET" };
+    if request.method != method {
+        let mut response = Response::error(405, &format!("{path} answers {method} only"));
+        response.headers.push(("allow", method.into()));
         return Some(response);
     }
     if request.scope != Scope::All {
@@ -168,7 +181,11 @@ pub async fn route(
             "no relay configured (--relay HOST:PORT)",
         ));
     };
-    Some(release(relay, shared, request, id).await)
+    Some(match id {
+        // Where releases go and which recipients they may name (the UI's form).
+        None => Response::json(200, &serde_json::json!({ "relay": relay.described })),
+        Some(id) => release(relay, shared, request, id).await,
+    })
 }
 
 async fn release(relay: &Relay, shared: &dyn Messages, request: &Request, id: &str) -> Response {

@@ -58,6 +58,11 @@ const ASSETS: &[Asset] = &[
         body: include_bytes!("../ui/checks.js"),
     },
     Asset {
+        path: "/ui/release.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_bytes!("../ui/release.js"),
+    },
+    Asset {
         path: "/ui/transcript.js",
         content_type: "text/javascript; charset=utf-8",
         body: include_bytes!("../ui/transcript.js"),

@@ -206,6 +206,7 @@ fn without_a_relay_it_is_404_and_it_is_the_admins() {
     );
     let id = plain.latest()["id"].as_str().unwrap().to_owned();
     assert_eq!(release(&plain, &id, &["b@d.test"], None).status, 404);
+    assert_eq!(plain.get("/api/relay").status, 404);
 
     let target = Target::start();
     let server = releasing(&target, &["--admin-token", inboxes_common::ADMIN]);
@@ -222,6 +223,28 @@ fn without_a_relay_it_is_404_and_it_is_the_admins() {
     assert_eq!(release(&server, &id, &["b@dest.test"], None).status, 401);
     let answer = release(&server, &id, &["b@dest.test"], Some(inboxes_common::ADMIN));
     assert_eq!(answer.status, 200, "{}", answer.body);
+
+    // What the UI's Release tab shows: where mail goes and who may get it; the admin's.
+    let relay = |token| inboxes_common::call(&server, "GET", "/api/relay", token, None);
+    assert_eq!(relay(Some(&inbox.token)).status, 403);
+    assert_eq!(relay(None).status, 401);
+    let described = relay(Some(inboxes_common::ADMIN)).json();
+    assert_eq!(
+        described["relay"]["address"],
+        target.server.smtp.to_string()
+    );
+    assert_eq!(
+        described["relay"]["allow"],
+        serde_json::json!(["*@dest.test", "qa+*@other.test"])
+    );
+    let post = inboxes_common::call(
+        &server,
+        "POST",
+        "/api/relay",
+        Some(inboxes_common::ADMIN),
+        None,
+    );
+    assert_eq!(post.status, 405);
 }
 
 #[test]

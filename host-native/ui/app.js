@@ -6,6 +6,7 @@
 
 import { access, askForToken, choose, identify, refreshInboxes, setupAccess, shownInboxCount, WRITE_HEADERS } from "./access.js";
 import { checksPanel } from "./checks.js";
+import { loadRelay, releasePanel } from "./release.js";
 import { transcriptPanel } from "./transcript.js";
 
 const PAGE = 50;
@@ -42,6 +43,8 @@ const ui = {
 };
 
 const state = {
+  /** The relay messages can be released to (`GET /api/relay`), or null. */
+  relay: null,
   /** Summaries shown, newest first. */
   emails: [],
   /** Index of the row under the cursor. */
@@ -685,6 +688,7 @@ function renderMessage() {
     ["attachments", `Attachments (${email.attachments?.length ?? 0})`, true],
     ["checks", "Checks", true],
     ["transcript", "Transcript", true],
+    ["release", "Release", Boolean(state.relay)],
   ];
   ui.tabs.replaceChildren(
     ...tabs
@@ -703,7 +707,7 @@ function renderMessage() {
       }),
   );
   ui.panel.setAttribute("aria-labelledby", `tab-${state.tab}`);
-  const panels = { html: htmlPanel, text: textPanel, headers: headersPanel, raw: rawPanel, links: linksPanel, attachments: attachmentsPanel, checks: (e) => checksPanel(e, emailPath), transcript: (e) => transcriptPanel(e, emailPath) };
+  const panels = { html: htmlPanel, text: textPanel, headers: headersPanel, raw: rawPanel, links: linksPanel, attachments: attachmentsPanel, checks: (e) => checksPanel(e, emailPath), transcript: (e) => transcriptPanel(e, emailPath), release: (e) => releasePanel(e, emailPath, state.relay) };
   ui.panel.replaceChildren(...panels[state.tab](email));
 }
 
@@ -979,6 +983,9 @@ function dropData() {
 /** Loads the page for whoever reads (after identifying them, or signing in). */
 async function start() {
   document.body.classList.remove("signed-out");
+  loadRelay().then((relay) => {
+    state.relay = relay;
+  });
   fromHash();
   ui.list.focus();
 }
