@@ -438,11 +438,10 @@ impl Shared {
         let removing = Arc::downgrade(self);
         let sender = storage.spawn(
             Box::new(move |batch| {
+                // What the messages evict reaches the writer's queue as its own removal.
                 if let Some(shared) = inserting.upgrade() {
                     shared.insert_committed(batch);
                 }
-                // What the messages evicted reaches the writer's queue as its own removal.
-                Vec::new()
             }),
             Box::new(move |removals| {
                 if let Some(shared) = removing.upgrade() {

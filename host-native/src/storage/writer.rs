@@ -118,8 +118,9 @@ impl Status {
     }
 }
 
-/// Hands committed messages, in id order, to the core; returns what that evicted.
-pub type Committed = dyn FnMut(Vec<Email>) -> Vec<Removal> + Send;
+/// Hands committed messages, in id order, to the core (what they evict there
+/// comes back to the writer as a removal of its own, through the core's outputs).
+pub type Committed = dyn FnMut(Vec<Email>) + Send;
 
 /// Removes from the core what another node removed (a shared database's change log).
 pub type Removed = dyn FnMut(Vec<Removal>) + Send;
@@ -127,7 +128,7 @@ pub type Removed = dyn FnMut(Vec<Removal>) + Send;
 /// Where the writer hands what it commits and what it catches up with.
 pub struct Core<'a> {
     /// Committed messages, in id order ([`Committed`]).
-    pub committed: &'a mut dyn FnMut(Vec<Email>) -> Vec<Removal>,
+    pub committed: &'a mut dyn FnMut(Vec<Email>),
     /// What other nodes removed ([`Removed`]).
     pub removed: &'a mut dyn FnMut(Vec<Removal>),
 }
@@ -167,8 +168,7 @@ impl Transaction {
 }
 
 /// What a committed transaction leaves to do, in this order: hand its
-/// messages to the core ([`Writer::handle_evicted`] with what that evicted),
-/// then [`Done::answer`] their senders.
+/// messages to the core, then [`Done::answer`] their senders.
 pub struct Done {
     /// The committed messages, in id order.
     pub emails: Vec<Email>,
@@ -302,11 +302,6 @@ impl Writer {
     /// Every sender is gone: write what is left, then stop.
     pub fn handle_closed(&mut self) {
         self.closed = true;
-    }
-
-    /// What the core evicted when committed messages went in: the next transaction removes them.
-    pub fn handle_evicted(&mut self, removals: Vec<Removal>) {
-        self.removals.extend(removals);
     }
 
     /// What to do at `now`.
@@ -488,8 +483,7 @@ fn wait(writer: &mut Writer, jobs: &Receiver<Job>, deadline: Option<Instant>) {
 
 /// Runs the writer until it is stopped, or every sender of `jobs` is gone
 /// and nothing is left to write; returns who asked it to stop. `core.committed`
-/// hands committed messages, in id order, to the core and returns what that
-/// evicted (written in the next transaction).
+/// hands committed messages, in id order, to the core.
 pub fn run(
     storage: &mut dyn Storage,
     jobs: Receiver<Job>,
@@ -572,7 +566,7 @@ fn write(
     }
     match catch_up(storage, core, super::CatchUp::Gap) {
         // Into the core, then the 250s.
-        Ok(()) => writer.handle_evicted((core.committed)(emails)),
+        Ok(()) => (core.committed)(emails),
         Err(e) => {
             // Committed but not in order here yet: a later catch-up brings
             // them from the database, after what came before them.
@@ -597,7 +591,7 @@ fn catch_up(
             let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
             let emails = super::parse_all(remote.rows, threads);
             // What they evict here was evicted (and logged) where they were committed.
-            let _ = (core.committed)(emails);
+            (core.committed)(emails);
         }
         if !remote.removed.is_empty() {
             (core.removed)(remote.removed);
@@ -819,24 +813,13 @@ mod tests {
     }
 
     #[test]
-    fn evictions_go_in_the_next_transaction_and_an_ack_with_nothing_to_write_hears_at_once() {
-        let mut api = Api::<()>::new(ApiConfig::default());
+    fn an_ack_with_nothing_to_write_hears_at_once() {
         let now = Instant::now();
         let mut writer = settled(Limits::default(), now);
         let (ack, mut heard) = oneshot::channel();
         writer.handle_job(Job::Remove(Vec::new(), Some(ack)), now);
         assert!(matches!(writer.poll(now), Action::Wait(_)));
         assert_eq!(heard.try_recv(), Ok(Ok(())));
-        let (job, _, _reply) = message(&mut api, 10);
-        writer.handle_job(job, now);
-        let transaction = next_write(&mut writer, now);
-        let mut done = writer.handle_written(transaction, Ok(()), now).unwrap();
-        drop(std::mem::take(&mut done.emails));
-        let evicted = Removal::One(api.assign(1, [0; 10]).id);
-        writer.handle_evicted(vec![evicted]);
-        done.answer();
-        let transaction = next_write(&mut writer, now);
-        assert_eq!(transaction.removals, [evicted]);
     }
 
     #[test]
@@ -959,7 +942,7 @@ mod tests {
     }
 
     #[test]
-    fn the_thread_commits_inserts_evicts_and_reports_the_size() {
+    fn the_thread_commits_inserts_removes_and_reports_the_size() {
         let mut api = Api::<()>::new(ApiConfig::default());
         let log = Arc::new(Mutex::new(Log::default()));
         let (sender, receiver) = std::sync::mpsc::channel();
@@ -969,9 +952,11 @@ mod tests {
             sender.send(job).unwrap();
             replies.push((id, reply));
         }
+        // What the core evicts comes back as a removal job of its own.
+        let evicted = Removal::One(api.assign(1, [0; 10]).id);
+        sender.send(Job::Remove(vec![evicted], None)).unwrap();
         drop(sender);
         let status = Status::default();
-        let evicted = Removal::One(api.assign(1, [0; 10]).id);
         let mut inserted = Vec::new();
         run(
             &mut Shared(log.clone()),
@@ -979,10 +964,7 @@ mod tests {
             Limits::default(),
             &status,
             &mut Core {
-                committed: &mut |emails| {
-                    inserted.extend(emails.iter().map(|e| e.id));
-                    vec![evicted]
-                },
+                committed: &mut |emails| inserted.extend(emails.iter().map(|e| e.id)),
                 removed: &mut |_| {},
             },
         );
@@ -991,11 +973,8 @@ mod tests {
         for (id, mut reply) in replies {
             assert_eq!(reply.try_recv().unwrap(), Ok(id));
         }
-        assert_eq!(
-            log.lock().unwrap().transactions,
-            [(sent, vec![]), (vec![], vec![evicted])]
-        );
-        assert_eq!(status.bytes(), 200, "the size after the last write");
+        assert_eq!(log.lock().unwrap().transactions, [(sent, vec![evicted])]);
+        assert_eq!(status.bytes(), 100, "the size after the (one) write");
         assert_eq!(status.error(), None);
     }
 
@@ -1025,7 +1004,7 @@ mod tests {
             Limits::default(),
             &status,
             &mut Core {
-                committed: &mut |_| Vec::new(),
+                committed: &mut |_| {},
                 removed: &mut |_| {},
             },
         );
