@@ -29,7 +29,10 @@ command -v openssl >/dev/null || apt_install openssl
 perl -MIO::Socket::SSL -MNet::SSLeay -e 1 2>/dev/null || apt_install libio-socket-ssl-perl libnet-ssleay-perl
 command -v python3 >/dev/null
 # /metrics is read with Prometheus' own Python parser (host-native/tests/metrics.rs).
-python3 -c 'import prometheus_client' 2>/dev/null || python3 -m pip install -q prometheus-client
+# Debian's own python3 refuses a plain pip install (PEP 668): then its package.
+python3 -c 'import prometheus_client' 2>/dev/null \
+  || python3 -m pip install -q prometheus-client 2>/dev/null \
+  || apt_install python3-prometheus-client
 command -v node >/dev/null
 
 step "cargo fmt --check"
