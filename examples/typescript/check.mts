@@ -17,7 +17,7 @@ export async function check(): Promise<string[]> {
   });
   // Fields the API may leave null are typed so.
   const date: string | null = email.date;
-  const tls: string | undefined = email.smtp.tls?.version;
+  const tls: string | undefined = email.smtp?.tls?.version;
   const fixtures = mailjarFixtures(client);
   const rule = await client.faults.add({ match: { to: inbox.address }, stage: "rcpt", action: { reply: { code: 550 } } });
   const held: number = (await mail.faults.list()).length + (await mail.faults.remove(rule.id));
