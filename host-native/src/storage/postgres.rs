@@ -1,5 +1,10 @@
 //! `--database URL`: the PostgreSQL engine shared by several nodes.
 //!
+//! The client is rust-postgres's blocking `postgres` crate; this module is
+//! only the engine's policy (order, catch-up, change log) on top of it. A
+//! replication or queue crate was not needed: `LISTEN`/`NOTIFY` and an
+//! advisory lock are PostgreSQL's own.
+//!
 //! Every node given the same database is one service. A write transaction
 //! takes one advisory lock first ([`schema::ORDER_LOCK`]), reads the
 //! service's head (the greatest id ever committed), numbers its messages
