@@ -164,6 +164,9 @@ TOML
 # an end. host-native/tests/events.rs and tests/js/native.test.mjs check it.
 CHECKS=not_a_server_error,status_code_conformance,content_type_conformance,response_headers_conformance,response_schema_conformance
 
+# One worker: with two, Debian's Python 3.11 sometimes fails inside
+# hypothesis with "AST constructor recursion depth mismatch" (CPython issue
+# 106905, ast.parse racing in threads), a failure of the tool, not of the API.
 # Runs schemathesis against the server: $1 a name for the report, $2 the time
 # budget in seconds, $3 the checks, then extra arguments (headers, paths).
 run_schemathesis() {
@@ -180,7 +183,7 @@ run_schemathesis() {
             --max-examples "$MAX_EXAMPLES" \
             --max-time "$budget" \
             --request-timeout 10 \
-            --workers 2 \
+            --workers 1 \
             --seed "${SCHEMATHESIS_SEED:-20261122}" \
             --report junit --report-dir "$TARGET/schemathesis-report/$name" \
             "$@"
