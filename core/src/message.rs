@@ -440,17 +440,7 @@ fn rfc3339(value: &HeaderValue<'_>) -> Option<String> {
 }
 
 fn message_id(value: &HeaderValue<'_>) -> Option<String> {
-    let id = match value {
-        HeaderValue::Text(id) => id.as_ref(),
-        HeaderValue::TextList(ids) => ids.first()?.as_ref(),
-        _ => return None,
-    };
-    let id = id
-        .trim()
-        .trim_start_matches('<')
-        .trim_end_matches('>')
-        .trim();
-    (!id.is_empty()).then(|| id.to_owned())
+    mime::angle_id(value).map(str::to_owned)
 }
 
 /// What a single part that is not a body says about itself.

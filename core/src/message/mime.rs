@@ -113,18 +113,24 @@ impl Part<'_> {
 
     /// The Content-ID without angle brackets, when present.
     pub fn content_id(&self) -> Option<&str> {
-        let id = match first(&self.headers, HeaderName::ContentId)? {
-            HeaderValue::Text(id) => id.as_ref(),
-            HeaderValue::TextList(ids) => ids.first()?.as_ref(),
-            _ => return None,
-        };
-        let id = id
-            .trim()
-            .trim_start_matches('<')
-            .trim_end_matches('>')
-            .trim();
-        (!id.is_empty()).then_some(id)
+        angle_id(first(&self.headers, HeaderName::ContentId)?)
     }
+}
+
+/// An identifier header's value (Content-ID, Message-ID) without its angle
+/// brackets; None when empty or not text.
+pub(super) fn angle_id<'a>(value: &'a HeaderValue<'_>) -> Option<&'a str> {
+    let id = match value {
+        HeaderValue::Text(id) => id.as_ref(),
+        HeaderValue::TextList(ids) => ids.first()?.as_ref(),
+        _ => return None,
+    };
+    let id = id
+        .trim()
+        .trim_start_matches('<')
+        .trim_end_matches('>')
+        .trim();
+    (!id.is_empty()).then_some(id)
 }
 
 /// The value of the first header called `name`.
