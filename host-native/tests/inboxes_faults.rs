@@ -5,37 +5,16 @@
 mod common;
 mod inboxes_common;
 
-use common::run_smtplib;
-use inboxes_common::{ADMIN, Inbox, call, get_ok, inbox, start};
+use inboxes_common::{ADMIN, Inbox, call, get_ok, inbox, smtplib_send, start};
 use serde_json::{Value, json};
 
-/// Sends one message with smtplib, logging in first when a user is given;
-/// prints `sent`, or the code that refused it: `rcpt CODE`, `data CODE`.
-const SEND: &str = r#"
-user, password, to, subject = sys.argv[1:5]
-client = Recorder(HOST, PORT)
-client.ehlo("inbox-faults.test")
-try:
-    if user:
-        client.login(user, password)
-    message = f"From: app@sender.test\r\nTo: {to}\r\nSubject: {subject}\r\n\r\nhello\r\n"
-    client.sendmail("app@sender.test", [to], message)
-    print("sent")
-except smtplib.SMTPRecipientsRefused as e:
-    code = list(e.recipients.values())[0][0]
-    print(f"rcpt {code}")
-except smtplib.SMTPSenderRefused as e:
-    print(f"mail {e.smtp_code}")
-except smtplib.SMTPDataError as e:
-    print(f"data {e.smtp_code}")
-client.quit()
-done(client)
-"#;
-
 fn smtplib(server: &common::Server, login: Option<&Inbox>, to: &str, subject: &str) -> String {
-    let (user, password) = login.map_or(("", ""), |i| (i.user.as_str(), i.password.as_str()));
-    let (out, _) = run_smtplib(server, SEND, &[user, password, to, subject], b"");
-    out.trim().to_owned()
+    smtplib_send(
+        server,
+        login.map(|i| (i.user.as_str(), i.password.as_str())),
+        to,
+        subject,
+    )
 }
 
 /// Adds a rule with `token`; the rule as the answer shows it.

@@ -4,40 +4,7 @@
 mod common;
 mod inboxes_common;
 
-use common::run_smtplib;
-use inboxes_common::{ADMIN, ids, inbox, start};
-
-/// Sends one message with smtplib, logging in first when `login` is given;
-/// prints `sent`, or what refused it: `auth CODE` or `rcpt CODE`.
-const SEND: &str = r#"
-user, password, to, subject = sys.argv[1:5]
-client = Recorder(HOST, PORT)
-client.ehlo("inbox-tests.test")
-try:
-    if user:
-        client.login(user, password)
-    message = f"From: app@sender.test\r\nTo: {to}\r\nSubject: {subject}\r\n\r\nhello\r\n"
-    client.sendmail("app@sender.test", [to], message)
-    print("sent")
-except smtplib.SMTPAuthenticationError as e:
-    print(f"auth {e.smtp_code}")
-except smtplib.SMTPRecipientsRefused as e:
-    code = list(e.recipients.values())[0][0]
-    print(f"rcpt {code}")
-client.quit()
-done(client)
-"#;
-
-fn smtplib(
-    server: &common::Server,
-    login: Option<(&str, &str)>,
-    to: &str,
-    subject: &str,
-) -> String {
-    let (user, password) = login.unwrap_or(("", ""));
-    let (out, _) = run_smtplib(server, SEND, &[user, password, to, subject], b"");
-    out.trim().to_owned()
-}
+use inboxes_common::{ADMIN, ids, inbox, smtplib_send as smtplib, start};
 
 /// The subjects a token lists.
 fn subjects(server: &common::Server, token: &str) -> Vec<String> {

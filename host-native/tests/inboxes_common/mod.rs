@@ -171,3 +171,43 @@ pub fn events(
         .unwrap_or(0);
     (status, text)
 }
+
+/// Sends one message with smtplib, logging in first when a user is given;
+/// prints `sent`, or the code that refused it: `auth CODE`, `mail CODE`,
+/// `rcpt CODE` or `data CODE`.
+const SMTPLIB_SEND: &str = r#"
+user, password, to, subject = sys.argv[1:5]
+client = Recorder(HOST, PORT)
+client.ehlo("inbox-tests.test")
+try:
+    if user:
+        client.login(user, password)
+    message = f"From: app@sender.test\r\nTo: {to}\r\nSubject: {subject}\r\n\r\nhello\r\n"
+    client.sendmail("app@sender.test", [to], message)
+    print("sent")
+except smtplib.SMTPAuthenticationError as e:
+    print(f"auth {e.smtp_code}")
+except smtplib.SMTPRecipientsRefused as e:
+    code = list(e.recipients.values())[0][0]
+    print(f"rcpt {code}")
+except smtplib.SMTPSenderRefused as e:
+    print(f"mail {e.smtp_code}")
+except smtplib.SMTPDataError as e:
+    print(f"data {e.smtp_code}")
+client.quit()
+done(client)
+"#;
+
+/// One message to `to` through Python's smtplib, as `login` (user, password)
+/// when given: `sent`, or what refused it (see [`SMTPLIB_SEND`]).
+pub fn smtplib_send(
+    server: &Server,
+    login: Option<(&str, &str)>,
+    to: &str,
+    subject: &str,
+) -> String {
+    let (user, password) = login.unwrap_or(("", ""));
+    let (out, _) =
+        crate::common::run_smtplib(server, SMTPLIB_SEND, &[user, password, to, subject], b"");
+    out.trim().to_owned()
+}
