@@ -142,12 +142,7 @@ fn a_released_message_arrives_byte_for_byte_over_starttls_and_auth() {
 fn recipients_outside_relay_allow_send_nothing() {
     let target = Target::start();
     let server = releasing(&target, &[]);
-    server.send(
-        "a@sender.test",
-        &["x@dest.test"],
-        &common::message("a@sender.test", "x@dest.test", "s", "b"),
-    );
-    let id = server.latest()["id"].as_str().unwrap().to_owned();
+    let id = sent(&server, "a@sender.test", "x@dest.test");
     for to in [
         vec!["ok@dest.test", "victim@elsewhere.test"],
         vec!["a@sub.dest.test"],
@@ -183,12 +178,7 @@ fn a_refusing_relay_is_502_with_its_reply() {
     let made = target.server.post_json("/api/faults", &rule.to_string());
     assert_eq!(made.status, 200, "{}", made.body);
     let server = releasing(&target, &[]);
-    server.send(
-        "a@sender.test",
-        &["x@dest.test"],
-        &common::message("a@sender.test", "x@dest.test", "s", "b"),
-    );
-    let id = server.latest()["id"].as_str().unwrap().to_owned();
+    let id = sent(&server, "a@sender.test", "x@dest.test");
     let answer = release(&server, &id, &["gone@dest.test"], None);
     assert_eq!(answer.status, 502, "{}", answer.body);
     let body: Value = answer.json();
@@ -199,12 +189,7 @@ fn a_refusing_relay_is_502_with_its_reply() {
 #[test]
 fn without_a_relay_it_is_404_and_it_is_the_admins() {
     let plain = Server::start();
-    plain.send(
-        "a@s.test",
-        &["b@d.test"],
-        &common::message("a@s.test", "b@d.test", "s", "b"),
-    );
-    let id = plain.latest()["id"].as_str().unwrap().to_owned();
+    let id = sent(&plain, "a@s.test", "b@d.test");
     assert_eq!(release(&plain, &id, &["b@d.test"], None).status, 404);
     assert_eq!(plain.get("/api/relay").status, 404);
 
@@ -259,22 +244,12 @@ fn a_relay_without_starttls_is_refused_when_tls_is_required() {
         "--relay-allow",
         "*@dest.test",
     ]);
-    server.send(
-        "a@s.test",
-        &["b@dest.test"],
-        &common::message("a@s.test", "b@dest.test", "s", "b"),
-    );
-    let id = server.latest()["id"].as_str().unwrap().to_owned();
+    let id = sent(&server, "a@s.test", "b@dest.test");
     assert_eq!(release(&server, &id, &["b@dest.test"], None).status, 502);
     assert_eq!(plain_target.health()["messages"], 0);
     // Opportunistic (the default) goes on in plain text.
     let server = Server::start_with(&["--relay", &relay, "--relay-allow", "*@dest.test"]);
-    server.send(
-        "a@s.test",
-        &["b@dest.test"],
-        &common::message("a@s.test", "b@dest.test", "s", "b"),
-    );
-    let id = server.latest()["id"].as_str().unwrap().to_owned();
+    let id = sent(&server, "a@s.test", "b@dest.test");
     assert_eq!(release(&server, &id, &["b@dest.test"], None).status, 200);
     assert_eq!(plain_target.health()["messages"], 1);
 }
@@ -369,4 +344,10 @@ fn a_silent_relay_never_delays_a_250_and_a_full_queue_drops() {
         sent
     );
     drop(held);
+}
+
+/// Sends one short message from `from` to `to` and gives its id.
+fn sent(server: &Server, from: &str, to: &str) -> String {
+    server.send(from, &[to], &common::message(from, to, "s", "b"));
+    server.latest()["id"].as_str().expect("id").to_owned()
 }

@@ -114,13 +114,7 @@ fn every_field_is_built_and_stored_as_if_received() {
         ]
     });
     let answer = send_json(&server, None, &message);
-    assert_eq!(
-        answer.status,
-        200,
-        "{}",
-        String::from_utf8_lossy(&answer.body)
-    );
-    let id = answer.json()["id"].as_str().expect("id").to_owned();
+    let id = stored_id(&answer);
     let email = server.get_ok(&format!("/api/emails/{id}"))["email"].clone();
     assert_eq!(email["envelope"]["from"], "ann@sender.test");
     assert_eq!(
@@ -180,13 +174,7 @@ fn a_raw_message_is_stored_byte_for_byte() {
         "from=a%40sender.test&to=x%40rcpt.test&to=y%40rcpt.test",
         raw,
     );
-    assert_eq!(
-        answer.status,
-        200,
-        "{}",
-        String::from_utf8_lossy(&answer.body)
-    );
-    let id = answer.json()["id"].as_str().expect("id").to_owned();
+    let id = stored_id(&answer);
     let stored = get(&server, &format!("/api/emails/{id}/raw"));
     assert!(stored.body == raw, "stored exactly as sent");
     let email = server.get_ok(&format!("/api/emails/{id}"))["email"].clone();
@@ -258,13 +246,7 @@ fn it_routes_to_inboxes_and_is_the_admins() {
     assert_eq!(refused.json()["error"], "admin token required");
     assert_eq!(send_json(&server, None, &message).status, 401);
     let answer = send_json(&server, Some(ADMIN), &message);
-    assert_eq!(
-        answer.status,
-        200,
-        "{}",
-        String::from_utf8_lossy(&answer.body)
-    );
-    let id = answer.json()["id"].as_str().unwrap().to_owned();
+    let id = stored_id(&answer);
     assert_eq!(inboxes_common::ids(&server, &team.token, ""), [id]);
     let elsewhere =
         json!({"from": "app@sender.test", "to": ["x@other.test"], "subject": "unrouted"});
@@ -330,12 +312,7 @@ fn a_25_mib_message_goes_in_and_one_byte_more_is_413() {
     let started = Instant::now();
     let answer = send_raw(&server, "from=a%40b.test&to=c%40d.test", &raw);
     let took = started.elapsed();
-    assert_eq!(
-        answer.status,
-        200,
-        "{}",
-        String::from_utf8_lossy(&answer.body)
-    );
+    stored_id(&answer);
     let peak = common::peak_rss_kib(server.pid()).unwrap_or(0);
     eprintln!(
         "25 MiB send: {took:?}, peak RSS {} -> {} MiB",
@@ -395,12 +372,7 @@ fn sends_are_charged_to_the_inflight_budget() {
     // Once answered, its charge is back (shown in /health's inflightBytes).
     server.poll_health("inflightBytes", 0, Duration::from_secs(5));
     let again = send_raw(&server, "from=a%40b.test&to=c%40d.test", &raw);
-    assert_eq!(
-        again.status,
-        200,
-        "{}",
-        String::from_utf8_lossy(&again.body)
-    );
+    stored_id(&again);
 }
 
 #[test]
@@ -422,4 +394,16 @@ fn with_a_data_dir_it_survives_a_restart() {
     assert_eq!(email["subject"], "kept");
     drop(server);
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The id of the message an answer says was stored; fails with the answer's
+/// body otherwise.
+fn stored_id(answer: &Answer) -> String {
+    assert_eq!(
+        answer.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&answer.body)
+    );
+    answer.json()["id"].as_str().expect("id").to_owned()
 }
