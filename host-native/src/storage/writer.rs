@@ -327,8 +327,8 @@ impl Writer {
         if let Some((records, acks)) = self.inboxes.take() {
             return Action::Inboxes(records, acks);
         }
-        // After the messages they name are committed (they were in the core).
-        if !self.seen.is_empty() && self.messages.is_empty() {
+        // They name messages in the core, so committed: never one queued here.
+        if !self.seen.is_empty() {
             return Action::Seen(std::mem::take(&mut self.seen).into_iter().collect());
         }
         let retry_due = self
@@ -741,6 +741,29 @@ mod tests {
         for (reply, id) in replies.iter_mut().zip(&sent) {
             assert_eq!(reply.try_recv().unwrap(), Ok(*id));
         }
+    }
+
+    #[test]
+    fn seen_flags_coalesce_per_message_and_are_written_before_a_stop() {
+        let mut api = Api::<()>::new(ApiConfig::default());
+        let now = Instant::now();
+        let mut writer = settled(Limits::default(), now);
+        let (a, b) = (api.assign(1, [0; 10]).id, api.assign(1, [0; 10]).id);
+        let (job, _, _reply) = message(&mut api, 10);
+        writer.handle_job(job, now);
+        writer.handle_job(Job::Seen(a, true), now);
+        writer.handle_job(Job::Seen(b, true), now);
+        writer.handle_job(Job::Seen(a, false), now);
+        let (stop, _stopped) = oneshot::channel();
+        writer.handle_job(Job::Stop(stop), now);
+        // A queued message does not hold them back, and the last change of each wins.
+        match writer.poll(now) {
+            Action::Seen(changes) => assert_eq!(changes, [(a, false), (b, true)]),
+            _ => panic!("the seen flags first"),
+        }
+        let transaction = next_write(&mut writer, now);
+        writer.handle_written(transaction, Ok(()), now);
+        assert!(matches!(writer.poll(now), Action::Stop(_)));
     }
 
     #[test]
