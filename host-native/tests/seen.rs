@@ -3,7 +3,7 @@
 //! and a PostgreSQL cluster, read back from the database files and tables
 //! themselves), the UIDVALIDITY kept with them, and the seen flag that
 //! `PATCH /api/emails/:id` (with curl), POP3 RETR (Python's poplib) and a
-//! restart with `--data-dir` agree on.
+//! restart with `--data-dir` agree on, at the memory README's resource model gives it.
 
 mod common;
 mod pg;
@@ -324,4 +324,56 @@ fn pop3_retr_marks_seen_top_does_not_and_a_restart_keeps_it() {
     );
     stop(server);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn seen_flags_cost_what_the_resource_model_says() {
+    const N: usize = 10_000;
+    let server = Server::start();
+    let mut smtp = server.smtp();
+    smtp.expect("EHLO sender.test", 250);
+    for i in 0..N {
+        let raw = message("app@app.test", "user@local.test", &format!("m{i}"), "x");
+        assert_eq!(
+            smtp.transaction("app@app.test", &["user@local.test"], &raw)
+                .code,
+            250
+        );
+    }
+    let ids: Vec<String> = server
+        .emails("view=summary")
+        .iter()
+        .map(|e| e["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(ids.len(), N);
+    let mut stream = std::net::TcpStream::connect(server.http).unwrap();
+    stream.set_read_timeout(Some(common::IO_TIMEOUT)).unwrap();
+    let mut patch = |id: &str, seen: bool| {
+        let body = format!(r#"{{"seen":{seen}}}"#);
+        let request = format!(
+            "PATCH /api/emails/{id} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            server.http,
+            body.len()
+        );
+        std::io::Write::write_all(&mut stream, request.as_bytes()).unwrap();
+        let response = common::read_http_response(&mut stream);
+        assert_eq!(response.status, 200, "{}", response.body);
+    };
+    // Warm up the allocator and the connection with one round trip of flags.
+    patch(&ids[0], true);
+    patch(&ids[0], false);
+    let before = common::rss_kib(server.pid()).unwrap();
+    for id in &ids {
+        patch(id, true);
+    }
+    let after = common::rss_kib(server.pid()).unwrap();
+    assert!(seen_flags(&server).iter().all(|&seen| seen));
+    let grown = after.saturating_sub(before);
+    // README: about 48 bytes a seen message (its id in a persistent B-tree set).
+    let bound_kib = (N * 48 / 1024) as u64;
+    eprintln!("{N} messages marked seen: RSS grew {grown} KiB (model: {bound_kib} KiB)");
+    assert!(
+        grown <= bound_kib + 1024,
+        "marking {N} messages seen grew RSS by {grown} KiB, over the model's {bound_kib} KiB (+1 MiB slack)"
+    );
 }
