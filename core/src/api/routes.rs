@@ -452,6 +452,10 @@ impl<W> Api<W> {
         let bad = || {
             ApiError::BadRequest("the body must be {\"seen\": true} or {\"seen\": false}".into())
         };
+        // Parsed under the lock: a few bytes are all a flag needs.
+        if body.len() > MAX_PATCH_BYTES {
+            return Err(bad());
+        }
         let patch: serde_json::Map<String, serde_json::Value> =
             serde_json::from_slice(body).map_err(|_| bad())?;
         let seen = match (patch.len(), patch.get("seen")) {
@@ -474,6 +478,9 @@ impl<W> Api<W> {
         }
     }
 }
+
+/// The largest body `PATCH /api/emails/:id` reads (`{"seen": false}` with room for spaces).
+const MAX_PATCH_BYTES: usize = 256;
 
 /// The inbox a wait or stream reads in, and the inbox token's grant that admitted it.
 type Admitted = (Option<InboxId>, Option<super::InboxGrant>);

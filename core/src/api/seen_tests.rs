@@ -90,12 +90,14 @@ fn patch_refuses_unknown_ids_and_bad_bodies_and_forgets_deleted_messages() {
     let mut api: Api<()> = Api::new(ApiConfig::default());
     let a = api.deliver(prepared("a@x.test", "a"), 1_000, [0; 10]);
     let id = a.to_string();
+    let padded = format!(r#"{{"seen": {}true}}"#, " ".repeat(300));
     for body in [
         "",
         "{}",
         r#"{"seen": "yes"}"#,
         r#"{"seen": true, "x": 1}"#,
         "[true]",
+        &padded,
     ] {
         let response = patch(&mut api, &id, body, Scope::All);
         assert_eq!(response.status, 400, "{body:?}");
