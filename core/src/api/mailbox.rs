@@ -45,16 +45,14 @@ impl<W> Api<W> {
     /// that holds it, and has a host that keeps messages on disk write it.
     pub(super) fn mark_seen(&mut self, email: &Email, seen: bool) {
         let id = email.id;
-        if self.store.is_seen(id) == seen {
-            return;
-        }
+        let changed = self.store.is_seen(id) != seen;
         self.store.set_seen(id, seen);
         for inbox in email.inboxes() {
             if let Some(held) = self.inbox_boxes.get_mut(inbox) {
                 held.store.set_seen(id, seen);
             }
         }
-        if self.config.durable {
+        if changed && self.config.durable {
             self.outputs.push_back(Output::Seen(id, seen));
         }
     }
