@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use imbl::Vector;
+use imbl::{OrdSet, Vector};
 
 pub use crate::email::{Email, Prepared};
 pub use crate::filter::{Filter, FilterParams, FilterSpec};
@@ -35,15 +35,21 @@ impl Default for StoreLimits {
 #[derive(Debug, Clone, Default)]
 pub struct Store {
     emails: Vector<Arc<Email>>,
+    /// The stored messages a reader has seen (IMAP `\Seen`): persistent,
+    /// so a snapshot takes it in O(1).
+    seen: OrdSet<MessageId>,
     bytes: usize,
     limits: StoreLimits,
     evicted: u64,
+    /// The greatest UID ever stored (0 for none): the next one is above it.
+    last_uid: u32,
 }
 
 /// The stored messages at one moment, oldest first; cheap to take and to clone.
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
     emails: Vector<Arc<Email>>,
+    seen: OrdSet<MessageId>,
 }
 
 impl Snapshot {
@@ -62,6 +68,19 @@ impl Snapshot {
         self.emails.back().map(|e| e.id)
     }
 
+    /// Whether a reader had seen message `id` when the snapshot was taken. O(log n).
+    pub fn is_seen(&self, id: MessageId) -> bool {
+        self.seen.contains(&id)
+    }
+
+    /// A snapshot of these messages with the same seen flags.
+    fn with(&self, emails: Vector<Arc<Email>>) -> Snapshot {
+        Snapshot {
+            emails,
+            seen: self.seen.clone(),
+        }
+    }
+
     /// The messages received after `id`, oldest first (all of them for None).
     pub fn after(&self, id: Option<MessageId>) -> Snapshot {
         match id {
@@ -71,9 +90,7 @@ impl Snapshot {
                     .emails
                     .binary_search_by(|e| e.id.cmp(&id))
                     .map_or_else(|insert| insert, |found| found + 1);
-                Snapshot {
-                    emails: self.emails.skip(start),
-                }
+                self.with(self.emails.skip(start))
             }
         }
     }
@@ -124,8 +141,8 @@ impl Snapshot {
     /// The first `n` messages and the rest. O(log n).
     pub fn split_at(self, n: usize) -> (Snapshot, Snapshot) {
         let n = n.min(self.emails.len());
-        let (head, tail) = self.emails.split_at(n);
-        (Snapshot { emails: head }, Snapshot { emails: tail })
+        let (head, tail) = self.emails.clone().split_at(n);
+        (self.with(head), self.with(tail))
     }
 
     /// The messages received before `id`, oldest first (all of them for
@@ -138,9 +155,7 @@ impl Snapshot {
                     .emails
                     .binary_search_by(|e| e.id.cmp(&id))
                     .unwrap_or_else(|insert| insert);
-                Snapshot {
-                    emails: self.emails.take(end),
-                }
+                self.with(self.emails.take(end))
             }
         }
     }
@@ -165,9 +180,18 @@ impl Store {
     /// The message just added is never evicted, even when it alone is over
     /// the byte limit. The evicted messages are handed back, so the caller can
     /// free them after it lets go of its lock.
+    ///
+    /// It keeps the UID its host gave it ([`Email::set_uid`]) when that is
+    /// above every UID stored before, deleted or evicted ones included;
+    /// otherwise (0: not numbered) it gets the next one. So UIDs increase in
+    /// id order and none is handed out twice by this store.
     pub fn push(&mut self, mut email: Email) -> (Arc<Email>, Vec<Arc<Email>>) {
         // A host may have set the id and time after building the message.
         email.stamp_summary();
+        if email.uid() <= self.last_uid {
+            email.set_uid(self.last_uid.saturating_add(1));
+        }
+        self.last_uid = email.uid();
         let email = Arc::new(email);
         let evicted = self.push_shared(email.clone());
         (email, evicted)
@@ -186,10 +210,36 @@ impl Store {
             if let Some(old) = self.emails.pop_front() {
                 self.bytes -= old.footprint();
                 self.evicted += 1;
+                self.unsee(old.id);
                 evicted.push(old);
             }
         }
         evicted
+    }
+
+    /// Forgets that a message that left was seen.
+    fn unsee(&mut self, id: MessageId) {
+        if !self.seen.is_empty() {
+            self.seen.remove(&id);
+        }
+    }
+
+    /// Marks stored message `id` seen or not; false when it is not stored. O(log n).
+    pub fn set_seen(&mut self, id: MessageId, seen: bool) -> bool {
+        if self.get(id).is_none() {
+            return false;
+        }
+        if seen {
+            self.seen.insert(id);
+        } else {
+            self.seen.remove(&id);
+        }
+        true
+    }
+
+    /// Whether a reader has seen stored message `id`. O(log n).
+    pub fn is_seen(&self, id: MessageId) -> bool {
+        self.seen.contains(&id)
     }
 
     /// Refuses a message loaded at start whose raw bytes alone are over
@@ -204,6 +254,18 @@ impl Store {
         }
         self.evicted += 1;
         true
+    }
+
+    /// Makes every UID this store gives from now on greater than `uid`: at
+    /// start, for the greatest UID the host's storage ever gave (its message
+    /// may have been deleted before the restart).
+    pub fn resume_uid_after(&mut self, uid: u32) {
+        self.last_uid = self.last_uid.max(uid);
+    }
+
+    /// The greatest UID this store has handed out or kept (0 for none).
+    pub fn last_uid(&self) -> u32 {
+        self.last_uid
     }
 
     /// How many messages are stored.
@@ -230,6 +292,7 @@ impl Store {
     pub fn snapshot(&self) -> Snapshot {
         Snapshot {
             emails: self.emails.clone(),
+            seen: self.seen.clone(),
         }
     }
 
@@ -252,6 +315,7 @@ impl Store {
             if let Ok(i) = self.emails.binary_search_by(|e| e.id.cmp(id)) {
                 let email = self.emails.remove(i);
                 self.bytes -= email.footprint();
+                self.unsee(email.id);
                 removed.push(email);
             }
         }
@@ -270,6 +334,7 @@ impl Store {
             if let Some(old) = self.emails.pop_front() {
                 self.bytes -= old.footprint();
                 self.evicted += 1;
+                self.unsee(old.id);
                 expired.push(old);
             }
         }
@@ -286,6 +351,7 @@ impl Store {
         self.bytes = 0;
         Snapshot {
             emails: std::mem::take(&mut self.emails),
+            seen: std::mem::take(&mut self.seen),
         }
     }
 }
@@ -348,6 +414,37 @@ mod tests {
                 .get_ascending(all[1], &mut from)
                 .is_none()
         );
+    }
+
+    #[test]
+    fn uids_increase_in_id_order_and_are_never_given_twice() {
+        let mut ids = IdGenerator::new();
+        let mut store = Store::new(StoreLimits {
+            max_messages: 2,
+            max_bytes: usize::MAX,
+        });
+        let mut push = |store: &mut Store, uid: u32| {
+            let mut e = email(&mut ids, "Subject: u\r\n\r\n", &["a@x"]);
+            e.set_uid(uid);
+            store.push(e).0
+        };
+        let uids: Vec<u32> = (0..3).map(|_| push(&mut store, 0).uid()).collect();
+        assert_eq!(uids, [1, 2, 3], "numbered from 1 at push");
+        // The newest is deleted, the oldest evicted: neither UID comes back.
+        let newest = store.newest().unwrap();
+        store.remove_ids(&[newest]);
+        assert_eq!(push(&mut store, 0).uid(), 4);
+        store.clear();
+        assert_eq!(push(&mut store, 0).uid(), 5);
+        // A host's UID above every earlier one is kept; one that is not is replaced.
+        assert_eq!(push(&mut store, 9).uid(), 9);
+        assert_eq!(push(&mut store, 9).uid(), 10);
+        assert_eq!(push(&mut store, 3).uid(), 11);
+        store.resume_uid_after(20);
+        assert_eq!(push(&mut store, 0).uid(), 21);
+        assert_eq!(store.last_uid(), 21);
+        let kept: Vec<u32> = store.snapshot().iter().map(|e| e.uid()).collect();
+        assert!(kept.windows(2).all(|w| w[0] < w[1]), "{kept:?}");
     }
 
     #[test]

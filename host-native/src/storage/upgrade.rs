@@ -180,6 +180,9 @@ fn decode_payload(payload: &[u8]) -> Option<Loaded> {
             raw,
             transcript: Default::default(),
         },
+        // The journal kept none: the database numbers it.
+        uid: 0,
+        seen: false,
     })
 }
 
@@ -402,6 +405,8 @@ mod tests {
                 raw: raw.to_vec(),
                 transcript: Default::default(),
             },
+            uid: 0,
+            seen: false,
         }
     }
 
