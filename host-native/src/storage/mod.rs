@@ -19,7 +19,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mailjar_core::api::{Api, InboxRecord, Output, Removal};
+use mailjar_core::api::{Api, Change, FaultRecord, InboxRecord, Output, Removal};
 use mailjar_core::id::MessageId;
 use mailjar_core::smtp::{Envelope, Incoming, SmtpFacts};
 use mailjar_core::store::{Email, Prepared};
@@ -123,6 +123,10 @@ pub struct Remote {
     pub rows: Vec<Loaded>,
     /// What they removed (deleted, evicted, expired).
     pub removed: Vec<Removal>,
+    /// What they changed of the inboxes (applied before the rows).
+    pub inboxes: Vec<Change<InboxRecord>>,
+    /// What they changed of the fault rules.
+    pub faults: Vec<Change<FaultRecord>>,
     /// There is more: ask again.
     pub more: bool,
 }
@@ -146,6 +150,11 @@ pub trait Storage: Send {
     }
     /// Replaces the stored inboxes (names, patterns, quotas, credential digests) with these.
     fn save_inboxes(&mut self, records: &[InboxRecord]) -> Result<(), StorageError> {
+        let _ = records;
+        Ok(())
+    }
+    /// Writes the fault rules (an engine that several nodes share; others keep them in memory).
+    fn save_faults(&mut self, records: &[FaultRecord]) -> Result<(), StorageError> {
         let _ = records;
         Ok(())
     }
@@ -384,20 +393,13 @@ impl Opened {
     }
 
     /// Starts the writer thread, which owns the storage from now on, and,
-    /// with a shared database, its listener; `committed` hands what it
-    /// commits to the core, `removed` what other nodes removed. The sender queues its jobs.
+    /// with a shared database, its listener; `hooks` hand what it commits
+    /// and what other nodes did to the core. The sender queues its jobs.
     pub fn spawn(
         self,
-        committed: Box<writer::Committed>,
-        removed: Box<writer::Removed>,
+        hooks: writer::Hooks,
     ) -> std::io::Result<std::sync::mpsc::Sender<writer::Job>> {
-        let sender = writer::spawn(
-            self.storage,
-            writer::Limits::default(),
-            self.status,
-            committed,
-            removed,
-        )?;
+        let sender = writer::spawn(self.storage, writer::Limits::default(), self.status, hooks)?;
         if let Some(listen) = self.listen {
             listen(sender.clone())?;
         }

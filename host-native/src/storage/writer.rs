@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 use std::time::{Duration, Instant};
 
-use mailjar_core::api::{InboxRecord, Removal};
+use mailjar_core::api::{Change, FaultRecord, InboxRecord, Removal};
 use mailjar_core::id::MessageId;
 use mailjar_core::store::Email;
 use tokio::sync::oneshot;
@@ -48,8 +48,12 @@ pub enum Job {
     Remove(Vec<Removal>, Option<Ack>),
     /// Write what came before, close the storage (and its lock), then say so.
     Stop(oneshot::Sender<()>),
-    /// Replace the stored inboxes with these (the newest such job wins); the ack hears the write.
+    /// Write the inboxes: the core's as the writer takes them
+    /// ([`Core::current`]), newer than these when they changed since; the ack hears the write.
     Inboxes(Vec<InboxRecord>, Ack),
+    /// Write the fault rules as the core holds them (several nodes share
+    /// them); the ack, if any, hears the write.
+    Faults(Option<Ack>),
     /// Another node committed (or the database came back): apply what this
     /// node has not, in id order ([`Storage::catch_up`]). Jobs coalesce.
     CatchUp,
@@ -125,12 +129,22 @@ pub type Committed = dyn FnMut(Vec<Email>) + Send;
 /// Removes from the core what another node removed (a shared database's change log).
 pub type Removed = dyn FnMut(Vec<Removal>) + Send;
 
+/// The inboxes and fault rules the core holds now, as the storage keeps them.
+pub type Current = dyn FnMut() -> (Vec<InboxRecord>, Vec<FaultRecord>) + Send;
+
+/// Applies in the core what other nodes changed of the inboxes and fault rules.
+pub type Changed = dyn FnMut(Vec<Change<InboxRecord>>, Vec<Change<FaultRecord>>) + Send;
+
 /// Where the writer hands what it commits and what it catches up with.
 pub struct Core<'a> {
     /// Committed messages, in id order ([`Committed`]).
     pub committed: &'a mut dyn FnMut(Vec<Email>),
     /// What other nodes removed ([`Removed`]).
     pub removed: &'a mut dyn FnMut(Vec<Removal>),
+    /// The core's inboxes and fault rules now ([`Current`]): what a write of them writes.
+    pub current: &'a mut dyn FnMut() -> (Vec<InboxRecord>, Vec<FaultRecord>),
+    /// What other nodes changed of them ([`Changed`]).
+    pub changed: &'a mut dyn FnMut(Vec<Change<InboxRecord>>, Vec<Change<FaultRecord>>),
 }
 
 /// How long the writer idles between two reclaiming steps.
@@ -196,8 +210,10 @@ pub enum Action {
     Wait(Option<Instant>),
     /// Close the storage, then tell these it is closed.
     Stop(Vec<oneshot::Sender<()>>),
-    /// Replace the stored inboxes with these, then tell the acks how it went.
-    Inboxes(Vec<InboxRecord>, Vec<Ack>),
+    /// Write the core's inboxes ([`Core::current`]), then tell the acks how it went.
+    Inboxes(Vec<Ack>),
+    /// Write the core's fault rules, then tell the acks how it went.
+    Faults(Vec<Ack>),
     /// Apply what other nodes committed ([`Storage::catch_up`]), then [`Writer::handle_caught_up`].
     CatchUp,
 }
@@ -230,8 +246,10 @@ pub struct Writer {
     busy_at: Instant,
     /// Until then an idle writer looks at the size every [`SIZE_EVERY`].
     settle_until: Option<Instant>,
-    /// The inboxes to write, and who waits for them.
-    inboxes: Option<(Vec<InboxRecord>, Vec<Ack>)>,
+    /// The inboxes are to be written, and who waits for them.
+    inboxes: Option<Vec<Ack>>,
+    /// The fault rules are to be written, and who waits for them.
+    faults: Option<Vec<Ack>>,
     /// A catch-up was asked for (or one failed and is due again at `failed_at` + [`RETRY`]).
     catch_up: bool,
     /// The last step was a catch-up: a write waiting goes next, so that
@@ -260,6 +278,7 @@ impl Writer {
             busy_at: now,
             settle_until: None,
             inboxes: None,
+            faults: None,
             catch_up: false,
             caught_up_last: false,
         }
@@ -287,15 +306,8 @@ impl Writer {
             }
             Job::Stop(done) => self.stops.push(done),
             Job::CatchUp => self.catch_up = true,
-            Job::Inboxes(records, ack) => {
-                let mut acks = self
-                    .inboxes
-                    .take()
-                    .map(|(_, acks)| acks)
-                    .unwrap_or_default();
-                acks.push(ack);
-                self.inboxes = Some((records, acks));
-            }
+            Job::Inboxes(_, ack) => self.inboxes.get_or_insert_default().push(ack),
+            Job::Faults(ack) => self.faults.get_or_insert_default().extend(ack),
         }
     }
 
@@ -313,8 +325,11 @@ impl Writer {
             }
         }
         // Inboxes first, before a stop too: a few rows, and an admin waits.
-        if let Some((records, acks)) = self.inboxes.take() {
-            return Action::Inboxes(records, acks);
+        if let Some(acks) = self.inboxes.take() {
+            return Action::Inboxes(acks);
+        }
+        if let Some(acks) = self.faults.take() {
+            return Action::Faults(acks);
         }
         let retry_due = self
             .failed_at
@@ -513,8 +528,16 @@ pub fn run(
                 }
                 writer.handle_caught_up(caught_up, Instant::now());
             }
-            Action::Inboxes(records, acks) => {
-                let written = storage.save_inboxes(&records);
+            Action::Inboxes(acks) => {
+                // The core's newest: changes other nodes made since the job was queued are in it.
+                let written = storage.save_inboxes(&(core.current)().0);
+                status.set(written.as_ref().err());
+                for ack in acks {
+                    let _ = ack.send(written.clone());
+                }
+            }
+            Action::Faults(acks) => {
+                let written = storage.save_faults(&(core.current)().1);
                 status.set(written.as_ref().err());
                 for ack in acks {
                     let _ = ack.send(written.clone());
@@ -587,6 +610,11 @@ fn catch_up(
 ) -> Result<(), StorageError> {
     loop {
         let remote = storage.catch_up(mode)?;
+        // What other nodes changed of the inboxes and rules goes first: the
+        // messages committed after a change are routed with it.
+        if !remote.inboxes.is_empty() || !remote.faults.is_empty() {
+            (core.changed)(remote.inboxes, remote.faults);
+        }
         if !remote.rows.is_empty() {
             let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
             let emails = super::parse_all(remote.rows, threads);
@@ -602,21 +630,34 @@ fn catch_up(
     }
 }
 
+/// What the writer thread calls into the core with ([`Core`]'s, owned).
+pub struct Hooks {
+    /// Committed messages, in id order.
+    pub committed: Box<Committed>,
+    /// What other nodes removed.
+    pub removed: Box<Removed>,
+    /// The core's inboxes and fault rules now.
+    pub current: Box<Current>,
+    /// What other nodes changed of them.
+    pub changed: Box<Changed>,
+}
+
 /// Starts the writer thread; the sender queues jobs for it.
 pub fn spawn(
     mut storage: Box<dyn Storage>,
     limits: Limits,
     status: std::sync::Arc<Status>,
-    mut committed: Box<Committed>,
-    mut removed: Box<Removed>,
+    mut hooks: Hooks,
 ) -> std::io::Result<std::sync::mpsc::Sender<Job>> {
     let (sender, jobs) = std::sync::mpsc::channel();
     std::thread::Builder::new()
         .name("mailjar-writer".into())
         .spawn(move || {
             let mut core = Core {
-                committed: committed.as_mut(),
-                removed: removed.as_mut(),
+                committed: hooks.committed.as_mut(),
+                removed: hooks.removed.as_mut(),
+                current: hooks.current.as_mut(),
+                changed: hooks.changed.as_mut(),
             };
             let stops = run(storage.as_mut(), jobs, limits, &status, &mut core);
             // The connection and the directory's lock go before anyone hears of the stop.
@@ -966,6 +1007,8 @@ mod tests {
             &mut Core {
                 committed: &mut |emails| inserted.extend(emails.iter().map(|e| e.id)),
                 removed: &mut |_| {},
+                current: &mut || (Vec::new(), Vec::new()),
+                changed: &mut |_, _| {},
             },
         );
         let sent: Vec<MessageId> = replies.iter().map(|(id, _)| *id).collect();
@@ -1006,6 +1049,8 @@ mod tests {
             &mut Core {
                 committed: &mut |_| {},
                 removed: &mut |_| {},
+                current: &mut || (Vec::new(), Vec::new()),
+                changed: &mut |_, _| {},
             },
         );
         let heard = helper.join().unwrap();

@@ -14,7 +14,8 @@ pub(super) const ORDER_LOCK: i64 = 0x6d61_696c_6a61_7201;
 const SCHEMA_LOCK: i64 = 0x6d61_696c_6a61_7202;
 
 /// Each migration, from version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &["CREATE TABLE mailjar_messages (
+const MIGRATIONS: &[&str] = &[
+    "CREATE TABLE mailjar_messages (
         id bytea PRIMARY KEY,
         received_ms bigint NOT NULL,
         sender text NOT NULL,
@@ -48,7 +49,15 @@ const MIGRATIONS: &[&str] = &["CREATE TABLE mailjar_messages (
         limits text NOT NULL,
         token bytea NOT NULL,
         smtp_password bytea NOT NULL
-    );"];
+    );",
+    // Inboxes and fault rules shared live: every change moves config_seq.
+    "ALTER TABLE mailjar_head ADD COLUMN config_seq bigint NOT NULL DEFAULT 0;
+    CREATE TABLE mailjar_faults (
+        position bigserial,
+        id text PRIMARY KEY,
+        rule text NOT NULL
+    );",
+];
 
 /// The schema this build writes.
 pub(super) const SCHEMA_VERSION: i32 = MIGRATIONS.len() as i32;
