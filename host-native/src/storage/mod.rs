@@ -114,6 +114,9 @@ pub enum CatchUp {
     Gap,
     /// Everything other nodes committed or removed since the last catch-up.
     All,
+    /// What [`CatchUp::All`] fetches, unless this node holds this id
+    /// already: other nodes committed messages up to it, and nothing else.
+    Past(MessageId),
 }
 
 /// What other nodes did that this node has not applied yet.

@@ -37,7 +37,7 @@ use mailjar_core::store::Email;
 use postgres::{Client, IsolationLevel, NoTls};
 
 use super::{CatchUp, LoadReport, Loaded, Opened, Record, Remote, Storage, StorageError, writer};
-use rows::{COLUMNS, Columns, INSERT, decode, id_bytes, id_of};
+use rows::{COLUMNS, decode, id_bytes, id_of};
 
 /// Rows fetched per catch-up or load step, at most.
 const BATCH_ROWS: i64 = 1000;
@@ -222,7 +222,9 @@ fn hex_id(hex: &str) -> Option<MessageId> {
 }
 
 /// Inserts `records`, deletes `removals` (logging what it deleted), moves
-/// the head and notifies the other nodes, inside `tx`.
+/// the head, notifies the other nodes and commits, inside `tx`. Without
+/// removals the rows, the head, the notification and the commit are one
+/// round trip (a simple query: every value in it is base64, see [`rows::insert_literal`]).
 fn apply(
     tx: &mut Client,
     node: &str,
@@ -230,28 +232,15 @@ fn apply(
     removals: &[Removal],
 ) -> Result<(), postgres::Error> {
     if let Some(last) = records.last() {
-        let c = Columns::of(records);
-        let received = i64::try_from(last.received_at_ms).unwrap_or(i64::MAX);
-        // One round trip: the rows, the head and the notification.
-        tx.execute(
-            &format!(
-                "WITH inserted AS ({INSERT}), \
-                 head AS (UPDATE mailjar_head SET id = $9, received_ms = $10) \
-                 SELECT pg_notify('mailjar', $8)"
-            ),
-            &[
-                &c.ids,
-                &c.received,
-                &c.senders,
-                &c.recipients,
-                &c.smtp,
-                &c.raw,
-                &c.transcripts,
-                &node,
-                &id_bytes(last.id),
-                &received,
-            ],
-        )?;
+        // Messages alone: the others may skip a catch-up once they hold its last id.
+        let payload = listen::payload(node, removals.is_empty().then_some(last.id));
+        let mut sql = rows::insert_literal(records, node, &payload);
+        if removals.is_empty() {
+            sql.push_str("; COMMIT");
+            tx.simple_query(&sql)?;
+            return Ok(());
+        }
+        tx.simple_query(&sql)?;
     }
     if !removals.is_empty() {
         let (firsts, lasts): (Vec<Vec<u8>>, Vec<Vec<u8>>) = removals
@@ -276,7 +265,7 @@ fn apply(
     if records.is_empty() {
         tx.execute("SELECT pg_notify('mailjar', $1)", &[&node])?;
     }
-    Ok(())
+    tx.batch_execute("COMMIT")
 }
 
 /// The rows after `applied` (up to `upto`), in id order: at most
@@ -360,7 +349,6 @@ impl Postgres {
                 &numbered
             };
             apply(client, &node, records, removals).map_err(pg)?;
-            client.batch_execute("COMMIT").map_err(pg)?;
             Ok((head, config_seq))
         })();
         if result.is_err() {
@@ -578,6 +566,12 @@ impl Storage for Postgres {
                 remote.inboxes = config.inboxes;
                 remote.faults = config.faults;
                 Ok(remote)
+            }
+            CatchUp::Past(id) => {
+                if self.applied >= Some(id) && self.config_seen <= self.known.seq {
+                    return Ok(Remote::default());
+                }
+                self.fetch(None, true)
             }
             CatchUp::All => self.fetch(None, true),
         }

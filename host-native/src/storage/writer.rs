@@ -57,6 +57,9 @@ pub enum Job {
     /// Another node committed (or the database came back): apply what this
     /// node has not, in id order ([`Storage::catch_up`]). Jobs coalesce.
     CatchUp,
+    /// Another node committed messages up to this id and nothing else: a
+    /// catch-up unless this node holds it already ([`super::CatchUp::Past`]).
+    Heard(MessageId),
 }
 
 /// How much one transaction takes at most.
@@ -214,8 +217,8 @@ pub enum Action {
     Inboxes(Vec<Ack>),
     /// Write the core's fault rules, then tell the acks how it went.
     Faults(Vec<Ack>),
-    /// Apply what other nodes committed ([`Storage::catch_up`]), then [`Writer::handle_caught_up`].
-    CatchUp,
+    /// Apply what other nodes committed ([`Storage::catch_up`] in this mode), then [`Writer::handle_caught_up`].
+    CatchUp(super::CatchUp),
 }
 
 /// The writer's policy: what goes in the next transaction, and when to write,
@@ -252,6 +255,10 @@ pub struct Writer {
     faults: Option<Vec<Ack>>,
     /// A catch-up was asked for (or one failed and is due again at `failed_at` + [`RETRY`]).
     catch_up: bool,
+    /// Only [`Job::Heard`] asked for it since the last one: up to this id.
+    heard: Option<MessageId>,
+    /// A whole catch-up was asked for ([`Job::CatchUp`], or a failed one).
+    whole: bool,
     /// The last step was a catch-up: a write waiting goes next, so that
     /// another node's stream of commits cannot starve this node's own.
     caught_up_last: bool,
@@ -280,6 +287,8 @@ impl Writer {
             inboxes: None,
             faults: None,
             catch_up: false,
+            heard: None,
+            whole: false,
             caught_up_last: false,
         }
     }
@@ -305,7 +314,14 @@ impl Writer {
                 self.acks.extend(ack);
             }
             Job::Stop(done) => self.stops.push(done),
-            Job::CatchUp => self.catch_up = true,
+            Job::CatchUp => {
+                self.catch_up = true;
+                self.whole = true;
+            }
+            Job::Heard(id) => {
+                self.catch_up = true;
+                self.heard = self.heard.max(Some(id));
+            }
             Job::Inboxes(_, ack) => self.inboxes.get_or_insert_default().push(ack),
             Job::Faults(ack) => self.faults.get_or_insert_default().extend(ack),
         }
@@ -339,7 +355,11 @@ impl Writer {
         if self.catch_up && retry_due && turn && self.stops.is_empty() {
             self.catch_up = false;
             self.caught_up_last = true;
-            return Action::CatchUp;
+            let heard = self.heard.take();
+            return Action::CatchUp(match (std::mem::take(&mut self.whole), heard) {
+                (false, Some(id)) => super::CatchUp::Past(id),
+                _ => super::CatchUp::All,
+            });
         }
         self.caught_up_last = false;
         if self.done || (!work && (self.closed || !self.stops.is_empty())) {
@@ -449,6 +469,7 @@ impl Writer {
             Err(_) => {
                 self.failed_at = Some(now);
                 self.catch_up = true;
+                self.whole = true;
             }
         }
     }
@@ -521,8 +542,8 @@ pub fn run(
         }
         match writer.poll(Instant::now()) {
             Action::Write(transaction) => write(storage, &mut writer, status, core, transaction),
-            Action::CatchUp => {
-                let caught_up = catch_up(storage, core, super::CatchUp::All);
+            Action::CatchUp(mode) => {
+                let caught_up = catch_up(storage, core, mode);
                 if caught_up.is_err() {
                     status.set(caught_up.as_ref().err());
                 }
@@ -767,14 +788,14 @@ mod tests {
         let (job, id, _reply) = message(&mut api, 10);
         writer.handle_job(job, now);
         writer.handle_job(Job::CatchUp, now);
-        assert!(matches!(writer.poll(now), Action::CatchUp));
+        assert!(matches!(writer.poll(now), Action::CatchUp(_)));
         writer.handle_caught_up(Ok(()), now);
         // Another node committed again meanwhile: this node's message goes first.
         writer.handle_job(Job::CatchUp, now);
         let transaction = next_write(&mut writer, now);
         assert_eq!(ids(&transaction), [id]);
         writer.handle_written(transaction, Ok(()), now);
-        assert!(matches!(writer.poll(now), Action::CatchUp));
+        assert!(matches!(writer.poll(now), Action::CatchUp(_)));
     }
 
     #[test]
