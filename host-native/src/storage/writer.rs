@@ -799,6 +799,25 @@ mod tests {
     }
 
     #[test]
+    fn heard_commits_coalesce_into_one_catch_up_past_the_newest_unless_a_whole_one_was_asked() {
+        use crate::storage::CatchUp;
+        let now = Instant::now();
+        let mut writer = settled(Limits::default(), now);
+        let (early, late) = (MessageId::from_u128(5), MessageId::from_u128(9));
+        writer.handle_job(Job::Heard(late), now);
+        writer.handle_job(Job::Heard(early), now);
+        assert!(matches!(writer.poll(now), Action::CatchUp(CatchUp::Past(id)) if id == late));
+        writer.handle_caught_up(Ok(()), now);
+        writer.handle_job(Job::Heard(late), now);
+        writer.handle_job(Job::CatchUp, now);
+        assert!(matches!(writer.poll(now), Action::CatchUp(CatchUp::All)));
+        // A failed catch-up is tried again whole.
+        writer.handle_caught_up(Err(StorageError("down".into())), now);
+        writer.handle_job(Job::Heard(early), now);
+        assert!(matches!(writer.poll(now), Action::CatchUp(CatchUp::All)));
+    }
+
+    #[test]
     fn a_transaction_is_bounded_by_count_and_by_bytes() {
         let mut api = Api::<()>::new(ApiConfig::default());
         let now = Instant::now();
