@@ -49,6 +49,11 @@ const BATCH_BYTES: i64 = 8 * 1024 * 1024;
 /// behind compares the ids it holds with the database's).
 const KEEP_CHANGES: i64 = 100_000;
 
+/// The most bytes (raw and transcripts) a batch written as one simple
+/// query's text may have: larger ones are bound as parameters, so that no
+/// large batch is held again as base64 text (4/3 of it) in memory.
+const LITERAL_BYTES: usize = 1024 * 1024;
+
 /// How often, in write transactions, the change log is pruned.
 const PRUNE_EVERY: u32 = 1000;
 
@@ -234,13 +239,21 @@ fn apply(
     if let Some(last) = records.last() {
         // Messages alone: the others may skip a catch-up once they hold its last id.
         let payload = listen::payload(node, removals.is_empty().then_some(last.id));
-        let mut sql = rows::insert_literal(records, node, &payload);
-        if removals.is_empty() {
-            sql.push_str("; COMMIT");
+        let bytes: usize = records
+            .iter()
+            .map(|r| r.raw.len() + r.transcript.len())
+            .sum();
+        if bytes > LITERAL_BYTES {
+            insert_bound(tx, node, records, &payload)?;
+        } else {
+            let mut sql = rows::insert_literal(records, node, &payload);
+            if removals.is_empty() {
+                sql.push_str("; COMMIT");
+                tx.simple_query(&sql)?;
+                return Ok(());
+            }
             tx.simple_query(&sql)?;
-            return Ok(());
         }
-        tx.simple_query(&sql)?;
     }
     if !removals.is_empty() {
         let (firsts, lasts): (Vec<Vec<u8>>, Vec<Vec<u8>>) = removals
@@ -266,6 +279,43 @@ fn apply(
         tx.execute("SELECT pg_notify('mailjar', $1)", &[&node])?;
     }
     tx.batch_execute("COMMIT")
+}
+
+/// Inserts a large batch as bound arrays (its bytes are sent once, not
+/// as base64 text), moves the head and notifies: one statement, two round trips.
+fn insert_bound(
+    tx: &mut Client,
+    node: &str,
+    records: &[Record<'_>],
+    payload: &str,
+) -> Result<(), postgres::Error> {
+    let Some(last) = records.last() else {
+        return Ok(());
+    };
+    let c = rows::Columns::of(records);
+    let received = i64::try_from(last.received_at_ms).unwrap_or(i64::MAX);
+    tx.execute(
+        &format!(
+            "WITH inserted AS ({}), \
+             head AS (UPDATE mailjar_head SET id = $9, received_ms = $10) \
+             SELECT pg_notify('mailjar', $11)",
+            rows::INSERT
+        ),
+        &[
+            &c.ids,
+            &c.received,
+            &c.senders,
+            &c.recipients,
+            &c.smtp,
+            &c.raw,
+            &c.transcripts,
+            &node,
+            &id_bytes(last.id),
+            &received,
+            &payload,
+        ],
+    )?;
+    Ok(())
 }
 
 /// The rows after `applied` (up to `upto`), in id order: at most

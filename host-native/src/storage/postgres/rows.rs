@@ -15,6 +15,13 @@ use crate::storage::{Loaded, Record};
 /// The columns [`decode`] reads, in its order.
 pub(super) const COLUMNS: &str = "id, received_ms, sender, recipients, smtp, raw, transcript";
 
+/// Inserts a batch as arrays, one statement: `$1` ids, `$2` receive times,
+/// `$3` senders, `$4` recipients, `$5` SMTP facts, `$6` raw, `$7` transcripts, `$8` the node.
+pub(super) const INSERT: &str = "INSERT INTO mailjar_messages \
+     (id, received_ms, sender, recipients, smtp, raw, transcript, node) \
+     SELECT u.*, $8::text FROM unnest($1::bytea[], $2::int8[], $3::text[], $4::text[], \
+     $5::text[], $6::bytea[], $7::bytea[]) AS u";
+
 /// `INSERT` of a batch with its values written into the statement, the
 /// head moved to its last message and `NOTIFY mailjar, payload`, for a
 /// simple query (which can carry the `COMMIT` in the same round trip).
@@ -74,7 +81,7 @@ pub(super) fn id_of(bytes: &[u8]) -> Option<MessageId> {
     Some(MessageId::from_u128(u128::from_be_bytes(bytes)))
 }
 
-/// A batch's columns, as [`insert_literal`] writes them.
+/// A batch's columns, as [`INSERT`] takes them and [`insert_literal`] writes them.
 #[derive(Default)]
 pub(super) struct Columns<'a> {
     pub(super) ids: Vec<Vec<u8>>,
