@@ -830,7 +830,8 @@ pub use crate::faults::RuleOwner;
 pub use crate::inbox::InboxGrant;
 pub use crate::inbox::{Digest32, MIN_ADMIN_TOKEN_CHARS, Pattern, same_secret};
 pub use access::InboxQuery;
-pub use inboxes::{InboxLimits, InboxRecord, Scope};
+pub use faults::FaultRecord;
+pub use inboxes::{Change, InboxLimits, InboxRecord, Scope};
 pub use persist::{Assigned, Removal, StorageReport};
 
 #[cfg(test)]

@@ -146,6 +146,8 @@ pub struct Faults {
     /// Shared with a listing that runs outside the API lock; changed copy-on-write.
     rules: Arc<Vec<Rule>>,
     next_id: u64,
+    /// Put before each new rule's number: a node of several names its rules apart.
+    id_prefix: String,
     max: usize,
     /// splitmix64 state.
     rng: u64,
@@ -158,6 +160,7 @@ impl Faults {
         Faults {
             rules: Arc::new(Vec::new()),
             next_id: 1,
+            id_prefix: String::new(),
             max,
             rng: seed,
         }
@@ -183,7 +186,7 @@ impl Faults {
         if self.rules.len() >= self.max {
             return None;
         }
-        let id = self.next_id.to_string();
+        let id = format!("{}{}", self.id_prefix, self.next_id);
         self.next_id += 1;
         let rules = Arc::make_mut(&mut self.rules);
         rules.push(Rule {
@@ -198,6 +201,26 @@ impl Faults {
             owner: rule.owner,
         });
         rules.last()
+    }
+
+    /// Names new rules `PREFIXn` rather than `n`: several nodes sharing
+    /// their rules give each node a prefix of its own, so ids never collide.
+    pub fn set_id_prefix(&mut self, prefix: &str) {
+        prefix.clone_into(&mut self.id_prefix);
+    }
+
+    /// Replaces the rule with this rule's id, or adds it last (a rule
+    /// another node made or changed); false when it is new and `max` rules are held.
+    pub fn put(&mut self, rule: Rule) -> bool {
+        if let Some(index) = self.rules.iter().position(|r| r.id == rule.id) {
+            Arc::make_mut(&mut self.rules)[index] = rule;
+            return true;
+        }
+        if self.rules.len() >= self.max {
+            return false;
+        }
+        Arc::make_mut(&mut self.rules).push(rule);
+        true
     }
 
     /// Removes one rule; false when there is none with this id.

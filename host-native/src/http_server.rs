@@ -174,6 +174,9 @@ async fn to_core(
     if let (Some(access), Answer::Response(response)) = (&context.access, &mut answer) {
         after_access(context, access, method, &request.path, response).await;
     }
+    if let Answer::Response(response) = &mut answer {
+        after_faults(context, method, &request.path, response).await;
+    }
     if let Answer::Response(response) = &mut answer
         && matches!(request.path.as_str(), "/health" | "/health/")
     {
@@ -182,6 +185,31 @@ async fn to_core(
     match answer {
         Answer::Response(response) => json(response),
         Answer::Subscribe(subscription) => event_stream(context, subscription),
+    }
+}
+
+/// After a request that changed the fault rules, with `--database`: the
+/// other nodes hear of it before the answer (503 when the database refused it).
+async fn after_faults(
+    context: &HttpContext,
+    method: &http::Method,
+    path: &str,
+    response: &mut Response,
+) {
+    let changes = matches!(*method, http::Method::POST | http::Method::DELETE)
+        && (path == "/api/faults" || path.starts_with("/api/faults/"))
+        && response.status == 200;
+    if !changes {
+        return;
+    }
+    if let Err(e) = context.shared.save_faults().await {
+        tracing::warn!("fault rules not written to the database: {e}");
+        *response = error(
+            503,
+            &format!(
+                "the fault rules changed on this node but the other nodes do not have them: {e}"
+            ),
+        );
     }
 }
 

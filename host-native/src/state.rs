@@ -158,6 +158,15 @@ impl Shared {
         let fired = api.fire_fault(event);
         self.any_faults
             .store(api.fault_count() > 0, Ordering::Release);
+        let counted = fired.as_ref().is_some_and(|f| api.fault_counted(&f.id));
+        drop(api);
+        // A rule that counts its firings changed: the other nodes hear its new count.
+        if counted
+            && self.storage_shared()
+            && let Some(writer) = self.writer.get()
+        {
+            let _ = writer.send(writer::Job::Faults(None));
+        }
         fired
     }
 
@@ -439,21 +448,30 @@ impl Shared {
     pub fn start_writer(self: &Arc<Self>, storage: storage::Opened) -> std::io::Result<()> {
         self.storage_shared
             .store(storage.shared(), Ordering::Release);
-        let inserting = Arc::downgrade(self);
-        let removing = Arc::downgrade(self);
-        let sender = storage.spawn(
-            Box::new(move |batch| {
+        let (inserting, removing) = (Arc::downgrade(self), Arc::downgrade(self));
+        let (reading, changing) = (Arc::downgrade(self), Arc::downgrade(self));
+        let sender = storage.spawn(writer::Hooks {
+            committed: Box::new(move |batch| {
                 // What the messages evict reaches the writer's queue as its own removal.
                 if let Some(shared) = inserting.upgrade() {
                     shared.insert_committed(batch);
                 }
             }),
-            Box::new(move |removals| {
+            removed: Box::new(move |removals| {
                 if let Some(shared) = removing.upgrade() {
                     shared.remove_remote(&removals);
                 }
             }),
-        )?;
+            current: Box::new(move || match reading.upgrade() {
+                Some(shared) => shared.call(|api| (api.inboxes().records(), api.fault_records())),
+                None => (Vec::new(), Vec::new()),
+            }),
+            changed: Box::new(move |inboxes, faults| {
+                if let Some(shared) = changing.upgrade() {
+                    shared.apply_remote_config(inboxes, faults);
+                }
+            }),
+        })?;
         let _ = self.writer.set(sender);
         Ok(())
     }
@@ -472,6 +490,44 @@ impl Shared {
                 api.resume_after(id);
             }
         });
+    }
+
+    /// Applies what another node changed of the inboxes and fault rules; a
+    /// rotated or deleted inbox's event streams close now, as they do here.
+    pub fn apply_remote_config(
+        self: &Arc<Self>,
+        inboxes: Vec<mailjar_core::api::Change<mailjar_core::api::InboxRecord>>,
+        faults: Vec<mailjar_core::api::Change<mailjar_core::api::FaultRecord>>,
+    ) {
+        let any_inbox = !inboxes.is_empty();
+        let (inbox_errors, fault_errors) = self.call(|api| {
+            (
+                api.handle_inbox_changes(inboxes),
+                api.handle_fault_changes(faults),
+            )
+        });
+        for e in inbox_errors {
+            tracing::warn!("an inbox change from another node: {e}");
+        }
+        for e in fault_errors {
+            tracing::warn!("a fault rule change from another node: {e}");
+        }
+        if any_inbox {
+            self.subscriptions_ended();
+        }
+    }
+
+    /// With `--database`: writes the fault rules after a change (made over
+    /// the API, or a rule that fired its `times`); the other nodes hear of it.
+    pub async fn save_faults(self: &Arc<Self>) -> Result<(), StorageError> {
+        let Some(writer) = self.writer.get().filter(|_| self.storage_shared()) else {
+            return Ok(());
+        };
+        let (ack, written) = oneshot::channel();
+        writer
+            .send(writer::Job::Faults(Some(ack)))
+            .map_err(|_| writer_stopped())?;
+        written.await.unwrap_or_else(|_| Err(writer_stopped()))
     }
 
     /// Removes what another node removed: each stored message in these

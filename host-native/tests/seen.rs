@@ -116,8 +116,10 @@ fn postgres_uids_are_one_sequence_across_nodes_and_older_rows_are_numbered() {
     // As the schema before UIDs left it: the rows there are numbered in id order.
     pg.psql(
         "ALTER TABLE mailjar_messages DROP COLUMN uid; \
-         ALTER TABLE mailjar_head DROP COLUMN uid, DROP COLUMN uid_validity; \
-         UPDATE mailjar_schema SET version = version - 1",
+         ALTER TABLE mailjar_head DROP COLUMN uid, DROP COLUMN uid_validity, \
+             DROP COLUMN config_seq; \
+         DROP TABLE mailjar_faults; \
+         UPDATE mailjar_schema SET version = 1",
     );
     let a = pg.node(&[]);
     assert_eq!(uids(), "1,2,3,4,5,6");

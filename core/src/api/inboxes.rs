@@ -26,7 +26,9 @@ use crate::store::{Store, StoreLimits};
 
 mod expiry;
 mod saved;
+mod synced;
 pub use saved::InboxRecord;
+pub use synced::Change;
 
 /// Whose mail a request may see: the host sets it from the request's credentials.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

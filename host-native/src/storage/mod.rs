@@ -19,7 +19,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mailjar_core::api::{Api, InboxRecord, Output, Removal, Scope};
+use mailjar_core::api::{Api, Change, FaultRecord, InboxRecord, Output, Removal, Scope};
 use mailjar_core::id::MessageId;
 use mailjar_core::smtp::{Envelope, Incoming, SmtpFacts};
 use mailjar_core::store::{Email, Prepared};
@@ -122,6 +122,9 @@ pub enum CatchUp {
     Gap,
     /// Everything other nodes committed or removed since the last catch-up.
     All,
+    /// What [`CatchUp::All`] fetches, unless this node holds this id
+    /// already: other nodes committed messages up to it, and nothing else.
+    Past(MessageId),
 }
 
 /// What other nodes did that this node has not applied yet.
@@ -131,6 +134,10 @@ pub struct Remote {
     pub rows: Vec<Loaded>,
     /// What they removed (deleted, evicted, expired).
     pub removed: Vec<Removal>,
+    /// What they changed of the inboxes (applied before the rows).
+    pub inboxes: Vec<Change<InboxRecord>>,
+    /// What they changed of the fault rules.
+    pub faults: Vec<Change<FaultRecord>>,
     /// There is more: ask again.
     pub more: bool,
 }
@@ -171,6 +178,11 @@ pub trait Storage: Send {
     /// stored is skipped); an engine that keeps none ignores them.
     fn set_seen(&mut self, changes: &[(MessageId, bool)]) -> Result<(), StorageError> {
         let _ = changes;
+        Ok(())
+    }
+    /// Writes the fault rules (an engine that several nodes share; others keep them in memory).
+    fn save_faults(&mut self, records: &[FaultRecord]) -> Result<(), StorageError> {
+        let _ = records;
         Ok(())
     }
     /// The stored inboxes, in creation order, at start.
@@ -423,20 +435,13 @@ impl Opened {
     }
 
     /// Starts the writer thread, which owns the storage from now on, and,
-    /// with a shared database, its listener; `committed` hands what it
-    /// commits to the core, `removed` what other nodes removed. The sender queues its jobs.
+    /// with a shared database, its listener; `hooks` hand what it commits
+    /// and what other nodes did to the core. The sender queues its jobs.
     pub fn spawn(
         self,
-        committed: Box<writer::Committed>,
-        removed: Box<writer::Removed>,
+        hooks: writer::Hooks,
     ) -> std::io::Result<std::sync::mpsc::Sender<writer::Job>> {
-        let sender = writer::spawn(
-            self.storage,
-            writer::Limits::default(),
-            self.status,
-            committed,
-            removed,
-        )?;
+        let sender = writer::spawn(self.storage, writer::Limits::default(), self.status, hooks)?;
         if let Some(listen) = self.listen {
             listen(sender.clone())?;
         }

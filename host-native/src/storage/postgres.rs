@@ -21,6 +21,7 @@
 //! older than [`KEEP_CHANGES`] are pruned; a node whose cursor fell behind
 //! the pruned floor compares the ids it holds with the database's.
 
+mod config;
 mod listen;
 pub mod order;
 mod rows;
@@ -30,14 +31,13 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mailjar_core::api::Digest32;
-use mailjar_core::api::{Api, InboxLimits, InboxRecord, Removal};
+use mailjar_core::api::{Api, Change, FaultRecord, InboxRecord, Removal};
 use mailjar_core::id::MessageId;
 use mailjar_core::store::Email;
 use postgres::{Client, IsolationLevel, NoTls};
 
 use super::{CatchUp, LoadReport, Loaded, Opened, Record, Remote, Storage, StorageError, writer};
-use rows::{COLUMNS, Columns, INSERT, decode, id_bytes, id_of};
+use rows::{COLUMNS, decode, id_bytes, id_of};
 
 /// Rows fetched per catch-up or load step, at most.
 const BATCH_ROWS: i64 = 1000;
@@ -48,6 +48,11 @@ const BATCH_BYTES: i64 = 8 * 1024 * 1024;
 /// Change-log entries kept: older ones are pruned (a node that fell further
 /// behind compares the ids it holds with the database's).
 const KEEP_CHANGES: i64 = 100_000;
+
+/// The most bytes (raw and transcripts) a batch written as one simple
+/// query's text may have: larger ones are bound as parameters, so that no
+/// large batch is held again as base64 text (4/3 of it) in memory.
+const LITERAL_BYTES: usize = 1024 * 1024;
 
 /// How often, in write transactions, the change log is pruned.
 const PRUNE_EVERY: u32 = 1000;
@@ -83,6 +88,10 @@ pub struct Postgres {
     /// The service's UIDVALIDITY (`mailjar_head.uid_validity`), read at load.
     uid_validity: u32,
     writes: u32,
+    /// The shared inboxes and fault rules as this node last knew them.
+    known: config::Known,
+    /// The greatest `config_seq` a write transaction read (beyond `known.seq`: read them again).
+    config_seen: i64,
 }
 
 fn failed(e: impl std::fmt::Display) -> StorageError {
@@ -143,6 +152,8 @@ impl Postgres {
             head_uid: 0,
             uid_validity: 1,
             writes: 0,
+            known: config::Known::default(),
+            config_seen: 0,
         })
     }
 
@@ -189,23 +200,25 @@ struct Head {
     received_ms: i64,
     /// The greatest UID ever given.
     uid: u32,
+    /// How many changes of inboxes and fault rules were ever written.
+    config_seq: i64,
 }
 
 /// Opens a transaction, takes the order lock and reads the head (id,
-/// receive time, UID), in one round trip: three statements of one simple query,
+/// receive time, UID, `config_seq`), in one round trip: three statements of one simple query,
 /// each with its own snapshot, so the head is read after the lock is held.
 fn begin_locked(client: &mut Client) -> Result<Head, StorageError> {
     let messages = client
         .simple_query(&format!(
             "BEGIN; SELECT pg_advisory_xact_lock({}); \
-             SELECT encode(id, 'hex'), received_ms, uid FROM mailjar_head",
+             SELECT encode(id, 'hex'), received_ms, uid, config_seq FROM mailjar_head",
             schema::ORDER_LOCK
         ))
         .map_err(pg)?;
     let row = messages
         .iter()
         .find_map(|m| match m {
-            postgres::SimpleQueryMessage::Row(row) if row.len() == 3 => Some(row),
+            postgres::SimpleQueryMessage::Row(row) if row.len() == 4 => Some(row),
             _ => None,
         })
         .ok_or_else(|| failed("mailjar_head has no row"))?;
@@ -223,10 +236,12 @@ fn begin_locked(client: &mut Client) -> Result<Head, StorageError> {
         .get(2)
         .and_then(|uid| uid.parse().ok())
         .ok_or_else(|| failed("mailjar_head holds no UID"))?;
+    let config_seq = row.get(3).and_then(|s| s.parse().ok()).unwrap_or(0);
     Ok(Head {
         id,
         received_ms,
         uid,
+        config_seq,
     })
 }
 
@@ -239,7 +254,9 @@ fn hex_id(hex: &str) -> Option<MessageId> {
 }
 
 /// Inserts `records`, deletes `removals` (logging what it deleted), moves
-/// the head and notifies the other nodes, inside `tx`.
+/// the head, notifies the other nodes and commits, inside `tx`. Without
+/// removals the rows, the head, the notification and the commit are one
+/// round trip (a simple query: every value in it is base64, see [`rows::insert_literal`]).
 fn apply(
     tx: &mut Client,
     node: &str,
@@ -247,30 +264,23 @@ fn apply(
     removals: &[Removal],
 ) -> Result<(), postgres::Error> {
     if let Some(last) = records.last() {
-        let c = Columns::of(records);
-        let received = i64::try_from(last.received_at_ms).unwrap_or(i64::MAX);
-        // One round trip: the rows, the head and the notification.
-        tx.execute(
-            &format!(
-                "WITH inserted AS ({INSERT}), \
-                 head AS (UPDATE mailjar_head SET id = $10, received_ms = $11, uid = $12) \
-                 SELECT pg_notify('mailjar', $8)"
-            ),
-            &[
-                &c.ids,
-                &c.received,
-                &c.senders,
-                &c.recipients,
-                &c.smtp,
-                &c.raw,
-                &c.transcripts,
-                &node,
-                &c.uids,
-                &id_bytes(last.id),
-                &received,
-                &i64::from(last.uid),
-            ],
-        )?;
+        // Messages alone: the others may skip a catch-up once they hold its last id.
+        let payload = listen::payload(node, removals.is_empty().then_some(last.id));
+        let bytes: usize = records
+            .iter()
+            .map(|r| r.raw.len() + r.transcript.len())
+            .sum();
+        if bytes > LITERAL_BYTES {
+            insert_bound(tx, node, records, &payload)?;
+        } else {
+            let mut sql = rows::insert_literal(records, node, &payload);
+            if removals.is_empty() {
+                sql.push_str("; COMMIT");
+                tx.simple_query(&sql)?;
+                return Ok(());
+            }
+            tx.simple_query(&sql)?;
+        }
     }
     if !removals.is_empty() {
         let (firsts, lasts): (Vec<Vec<u8>>, Vec<Vec<u8>>) = removals
@@ -295,6 +305,45 @@ fn apply(
     if records.is_empty() {
         tx.execute("SELECT pg_notify('mailjar', $1)", &[&node])?;
     }
+    tx.batch_execute("COMMIT")
+}
+
+/// Inserts a large batch as bound arrays (its bytes are sent once, not
+/// as base64 text), moves the head and notifies: one statement, two round trips.
+fn insert_bound(
+    tx: &mut Client,
+    node: &str,
+    records: &[Record<'_>],
+    payload: &str,
+) -> Result<(), postgres::Error> {
+    let Some(last) = records.last() else {
+        return Ok(());
+    };
+    let c = rows::Columns::of(records);
+    let received = i64::try_from(last.received_at_ms).unwrap_or(i64::MAX);
+    tx.execute(
+        &format!(
+            "WITH inserted AS ({}), \
+             head AS (UPDATE mailjar_head SET id = $10, received_ms = $11, uid = $12) \
+             SELECT pg_notify('mailjar', $13)",
+            rows::INSERT
+        ),
+        &[
+            &c.ids,
+            &c.received,
+            &c.senders,
+            &c.recipients,
+            &c.smtp,
+            &c.raw,
+            &c.transcripts,
+            &node,
+            &c.uids,
+            &id_bytes(last.id),
+            &received,
+            &i64::from(last.uid),
+            &payload,
+        ],
+    )?;
     Ok(())
 }
 
@@ -357,11 +406,12 @@ impl Postgres {
     ) -> Result<Option<MessageId>, StorageError> {
         let node = self.node.clone();
         let client = self.client()?;
-        let result = (|| -> Result<Option<MessageId>, StorageError> {
+        let result = (|| -> Result<(Option<MessageId>, i64), StorageError> {
             let Head {
                 id: head,
                 received_ms: head_ms,
                 uid: head_uid,
+                config_seq,
             } = begin_locked(client)?;
             // UIDs follow the head's, in id order, on every node alike.
             let uids = (1..).map(|n| head_uid.saturating_add(n));
@@ -390,8 +440,7 @@ impl Postgres {
             };
             let records = &numbered;
             apply(client, &node, records, removals).map_err(pg)?;
-            client.batch_execute("COMMIT").map_err(pg)?;
-            Ok(head)
+            Ok((head, config_seq))
         })();
         if result.is_err() {
             // Ends the transaction (if the connection still works); the next write begins anew.
@@ -401,7 +450,8 @@ impl Postgres {
         if result.is_err() && closed {
             self.client = None;
         }
-        let head = result?;
+        let (head, config_seq) = result?;
+        self.config_seen = self.config_seen.max(config_seq);
         self.writes = self.writes.wrapping_add(1);
         if self.writes.is_multiple_of(PRUNE_EVERY)
             && let Err(e) = self.with(|client, _| prune(client))
@@ -432,11 +482,12 @@ impl Postgres {
         let applied = self.applied.map(id_bytes).unwrap_or_default();
         let upto = upto.map(id_bytes);
         let applied_seq = self.applied_seq;
-        let ((rows, more), log, pruned) = self.with(|client, node| {
+        let known_seq = self.known.seq;
+        let ((rows, more), log, pruned, shared) = self.with(|client, node| {
             if !changes {
                 // Rows alone: one statement is one snapshot.
                 let rows = next_rows(client, &applied, upto.as_deref())?;
-                return Ok((rows, Vec::new(), 0));
+                return Ok((rows, Vec::new(), 0, None));
             }
             // The rows and the change log in one snapshot.
             let mut tx = client
@@ -454,13 +505,25 @@ impl Postgres {
                 &[&applied_seq, &node, &(BATCH_ROWS * 10)],
             )?;
             let pruned: i64 = log.first().map_or(0, |r| r.get(4));
+            // The inboxes and rules, when another change was made since this node last read them.
+            let seq: i64 = tx
+                .query_one("SELECT config_seq FROM mailjar_head", &[])?
+                .get(0);
+            let shared = if seq > known_seq {
+                Some(config::load(&mut tx)?)
+            } else {
+                None
+            };
             tx.commit()?;
-            Ok((rows, log, pruned))
+            Ok((rows, log, pruned, shared))
         })?;
         let mut remote = Remote {
             more: more || log.len() as i64 == BATCH_ROWS * 10,
             ..Remote::default()
         };
+        if let Some(shared) = shared {
+            self.learn(shared.map_err(failed)?, &mut remote);
+        }
         if changes && pruned > self.applied_seq {
             tracing::warn!(
                 "{}: this node fell behind the pruned change log; removals it missed are found by comparing ids",
@@ -487,6 +550,34 @@ impl Postgres {
             remote.rows.push(loaded);
         }
         Ok(remote)
+    }
+
+    /// Takes what the database holds of the inboxes and rules now, and hands
+    /// the core (through `remote`) what changed since this node last knew.
+    fn learn(&mut self, now: config::Known, remote: &mut Remote) {
+        remote.inboxes = config::inbox_changes(&self.known.inboxes, &now.inboxes);
+        remote.faults = config::fault_changes(&self.known.faults, &now.faults);
+        self.config_seen = self.config_seen.max(now.seq);
+        self.known = now;
+    }
+
+    /// Reads the inboxes and rules again when a write saw another change to them.
+    fn learn_seen(&mut self, remote: &mut Remote) -> Result<(), StorageError> {
+        if self.config_seen <= self.known.seq {
+            return Ok(());
+        }
+        let now = self.with(|client, _| {
+            let mut tx = client
+                .build_transaction()
+                .isolation_level(IsolationLevel::RepeatableRead)
+                .read_only(true)
+                .start()?;
+            let now = config::load(&mut tx)?;
+            tx.commit()?;
+            Ok(now)
+        })?;
+        self.learn(now.map_err(failed)?, remote);
+        Ok(())
     }
 
     /// Every id up to the applied one the database no longer holds, as
@@ -535,8 +626,18 @@ impl Storage for Postgres {
     fn catch_up(&mut self, mode: CatchUp) -> Result<Remote, StorageError> {
         match mode {
             CatchUp::Gap => {
+                let mut config = Remote::default();
+                if let Err(e) = self.learn_seen(&mut config) {
+                    if self.gap.is_none() {
+                        // The batch is applied already: it goes in, and the next catch-up reads them.
+                        return Ok(Remote::default());
+                    }
+                    self.gap = None;
+                    self.own = None;
+                    return Err(e);
+                }
                 let Some(upto) = self.gap else {
-                    return Ok(Remote::default());
+                    return Ok(config);
                 };
                 let fetched = self.fetch(Some(upto), false);
                 let mut remote = match fetched {
@@ -553,7 +654,15 @@ impl Storage for Postgres {
                     self.applied = self.applied.max(self.own.take());
                 }
                 remote.more = self.gap.is_some();
+                remote.inboxes = config.inboxes;
+                remote.faults = config.faults;
                 Ok(remote)
+            }
+            CatchUp::Past(id) => {
+                if self.applied >= Some(id) && self.config_seen <= self.known.seq {
+                    return Ok(Remote::default());
+                }
+                self.fetch(None, true)
             }
             CatchUp::All => self.fetch(None, true),
         }
@@ -615,57 +724,32 @@ impl Storage for Postgres {
     }
 
     fn save_inboxes(&mut self, records: &[InboxRecord]) -> Result<(), StorageError> {
-        self.with(|client, _| {
-            let mut tx = client.transaction()?;
-            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&schema::ORDER_LOCK])?;
-            tx.execute("DELETE FROM mailjar_inboxes", &[])?;
-            for (position, r) in records.iter().enumerate() {
-                let addresses = serde_json::to_string(&r.addresses).unwrap_or_default();
-                let limits = serde_json::to_string(&r.limits).unwrap_or_default();
-                tx.execute(
-                    "INSERT INTO mailjar_inboxes (position, name, addresses, limits, token, smtp_password) \
-                     VALUES ($1, $2, $3, $4, $5, $6)",
-                    &[
-                        &i32::try_from(position).unwrap_or(i32::MAX),
-                        &r.name,
-                        &addresses,
-                        &limits,
-                        &&r.token.0[..],
-                        &&r.smtp_password.0[..],
-                    ],
-                )?;
-            }
-            tx.commit()
-        })
+        let changes = config::inbox_changes(&self.known.inboxes, records);
+        if changes.is_empty() {
+            return Ok(());
+        }
+        self.with(|client, node| config::save_inboxes(client, node, &changes))?;
+        self.known.inboxes = records.to_vec();
+        Ok(())
+    }
+
+    fn save_faults(&mut self, records: &[FaultRecord]) -> Result<(), StorageError> {
+        let changes = config::fault_changes(&self.known.faults, records);
+        if changes.is_empty() {
+            return Ok(());
+        }
+        self.with(|client, node| config::save_faults(client, node, &changes))?;
+        self.known.faults = records.to_vec();
+        Ok(())
     }
 
     fn load_inboxes(&mut self) -> Result<Vec<InboxRecord>, StorageError> {
-        let rows = self.with(|client, _| {
-            client.query(
-                "SELECT name, addresses, limits, token, smtp_password FROM mailjar_inboxes ORDER BY position",
-                &[],
-            )
-        })?;
-        rows.iter()
-            .map(|row| {
-                let name: String = row.get(0);
-                let bad = |what: &str| failed(format!("the stored inbox {name:?} has {what}"));
-                let addresses: Vec<String> =
-                    serde_json::from_str(row.get(1)).map_err(|_| bad("unreadable addresses"))?;
-                let limits: InboxLimits =
-                    serde_json::from_str(row.get(2)).map_err(|_| bad("unreadable limits"))?;
-                let digest = |bytes: Vec<u8>| <[u8; 32]>::try_from(bytes).map(Digest32);
-                let token = digest(row.get(3)).map_err(|_| bad("a bad token digest"))?;
-                let smtp_password = digest(row.get(4)).map_err(|_| bad("a bad password digest"))?;
-                Ok(InboxRecord {
-                    name,
-                    addresses,
-                    limits,
-                    token,
-                    smtp_password,
-                })
-            })
-            .collect()
+        let known = self
+            .with(|client, _| config::load(client))?
+            .map_err(failed)?;
+        self.config_seen = known.seq;
+        self.known = known;
+        Ok(self.known.inboxes.clone())
     }
 }
 
@@ -687,6 +771,18 @@ fn open_here<W>(url: &str, api: &mut Api<W>, now_ms: u64) -> Result<Opened, Stor
     let started = Instant::now();
     let mut storage = Postgres::open(url)?;
     super::restore_inboxes(&mut storage, api)?;
+    // The rules every node shares; this node names its new ones apart.
+    api.set_fault_id_prefix(&format!("{}-", storage.node));
+    let rules = storage
+        .known
+        .faults
+        .iter()
+        .cloned()
+        .map(Change::Put)
+        .collect();
+    for e in api.handle_fault_changes(rules) {
+        tracing::warn!("a stored fault rule: {e}");
+    }
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let load = super::load_into(&mut storage, api, now_ms, threads)?;
     if !load.removals.is_empty() {

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 use std::time::{Duration, Instant};
 
-use mailjar_core::api::{InboxRecord, Removal};
+use mailjar_core::api::{Change, FaultRecord, InboxRecord, Removal};
 use mailjar_core::id::MessageId;
 use mailjar_core::store::Email;
 use tokio::sync::oneshot;
@@ -48,13 +48,20 @@ pub enum Job {
     Remove(Vec<Removal>, Option<Ack>),
     /// Write what came before, close the storage (and its lock), then say so.
     Stop(oneshot::Sender<()>),
-    /// Replace the stored inboxes with these (the newest such job wins); the ack hears the write.
+    /// Write the inboxes: the core's as the writer takes them
+    /// ([`Core::current`]), newer than these when they changed since; the ack hears the write.
     Inboxes(Vec<InboxRecord>, Ack),
+    /// Write the fault rules as the core holds them (several nodes share
+    /// them); the ack, if any, hears the write.
+    Faults(Option<Ack>),
     /// Another node committed (or the database came back): apply what this
     /// node has not, in id order ([`Storage::catch_up`]). Jobs coalesce.
     CatchUp,
     /// A reader saw a message, or marked it unseen ([`Storage::set_seen`]).
     Seen(MessageId, bool),
+    /// Another node committed messages up to this id and nothing else: a
+    /// catch-up unless this node holds it already ([`super::CatchUp::Past`]).
+    Heard(MessageId),
 }
 
 /// How much one transaction takes at most.
@@ -127,12 +134,22 @@ pub type Committed = dyn FnMut(Vec<Email>) + Send;
 /// Removes from the core what another node removed (a shared database's change log).
 pub type Removed = dyn FnMut(Vec<Removal>) + Send;
 
+/// The inboxes and fault rules the core holds now, as the storage keeps them.
+pub type Current = dyn FnMut() -> (Vec<InboxRecord>, Vec<FaultRecord>) + Send;
+
+/// Applies in the core what other nodes changed of the inboxes and fault rules.
+pub type Changed = dyn FnMut(Vec<Change<InboxRecord>>, Vec<Change<FaultRecord>>) + Send;
+
 /// Where the writer hands what it commits and what it catches up with.
 pub struct Core<'a> {
     /// Committed messages, in id order ([`Committed`]).
     pub committed: &'a mut dyn FnMut(Vec<Email>),
     /// What other nodes removed ([`Removed`]).
     pub removed: &'a mut dyn FnMut(Vec<Removal>),
+    /// The core's inboxes and fault rules now ([`Current`]): what a write of them writes.
+    pub current: &'a mut dyn FnMut() -> (Vec<InboxRecord>, Vec<FaultRecord>),
+    /// What other nodes changed of them ([`Changed`]).
+    pub changed: &'a mut dyn FnMut(Vec<Change<InboxRecord>>, Vec<Change<FaultRecord>>),
 }
 
 /// How long the writer idles between two reclaiming steps.
@@ -198,12 +215,14 @@ pub enum Action {
     Wait(Option<Instant>),
     /// Close the storage, then tell these it is closed.
     Stop(Vec<oneshot::Sender<()>>),
-    /// Replace the stored inboxes with these, then tell the acks how it went.
-    Inboxes(Vec<InboxRecord>, Vec<Ack>),
-    /// Apply what other nodes committed ([`Storage::catch_up`]), then [`Writer::handle_caught_up`].
-    CatchUp,
     /// Write these seen flags ([`Storage::set_seen`]).
     Seen(Vec<(MessageId, bool)>),
+    /// Write the core's inboxes ([`Core::current`]), then tell the acks how it went.
+    Inboxes(Vec<Ack>),
+    /// Write the core's fault rules, then tell the acks how it went.
+    Faults(Vec<Ack>),
+    /// Apply what other nodes committed ([`Storage::catch_up`] in this mode), then [`Writer::handle_caught_up`].
+    CatchUp(super::CatchUp),
 }
 
 /// The writer's policy: what goes in the next transaction, and when to write,
@@ -234,12 +253,18 @@ pub struct Writer {
     busy_at: Instant,
     /// Until then an idle writer looks at the size every [`SIZE_EVERY`].
     settle_until: Option<Instant>,
-    /// The inboxes to write, and who waits for them.
-    inboxes: Option<(Vec<InboxRecord>, Vec<Ack>)>,
     /// Seen flags to write (one per message: a later change replaces an earlier one).
     seen: std::collections::BTreeMap<MessageId, bool>,
+    /// The inboxes are to be written, and who waits for them.
+    inboxes: Option<Vec<Ack>>,
+    /// The fault rules are to be written, and who waits for them.
+    faults: Option<Vec<Ack>>,
     /// A catch-up was asked for (or one failed and is due again at `failed_at` + [`RETRY`]).
     catch_up: bool,
+    /// Only [`Job::Heard`] asked for it since the last one: up to this id.
+    heard: Option<MessageId>,
+    /// A whole catch-up was asked for ([`Job::CatchUp`], or a failed one).
+    whole: bool,
     /// The last step was a catch-up: a write waiting goes next, so that
     /// another node's stream of commits cannot starve this node's own.
     caught_up_last: bool,
@@ -267,7 +292,10 @@ impl Writer {
             settle_until: None,
             inboxes: None,
             seen: std::collections::BTreeMap::new(),
+            faults: None,
             catch_up: false,
+            heard: None,
+            whole: false,
             caught_up_last: false,
         }
     }
@@ -293,20 +321,20 @@ impl Writer {
                 self.acks.extend(ack);
             }
             Job::Stop(done) => self.stops.push(done),
-            Job::CatchUp => self.catch_up = true,
             Job::Seen(id, seen) => {
                 // Bounded by the stored messages: one entry each.
                 self.seen.insert(id, seen);
             }
-            Job::Inboxes(records, ack) => {
-                let mut acks = self
-                    .inboxes
-                    .take()
-                    .map(|(_, acks)| acks)
-                    .unwrap_or_default();
-                acks.push(ack);
-                self.inboxes = Some((records, acks));
+            Job::CatchUp => {
+                self.catch_up = true;
+                self.whole = true;
             }
+            Job::Heard(id) => {
+                self.catch_up = true;
+                self.heard = self.heard.max(Some(id));
+            }
+            Job::Inboxes(_, ack) => self.inboxes.get_or_insert_default().push(ack),
+            Job::Faults(ack) => self.faults.get_or_insert_default().extend(ack),
         }
     }
 
@@ -324,8 +352,11 @@ impl Writer {
             }
         }
         // Inboxes first, before a stop too: a few rows, and an admin waits.
-        if let Some((records, acks)) = self.inboxes.take() {
-            return Action::Inboxes(records, acks);
+        if let Some(acks) = self.inboxes.take() {
+            return Action::Inboxes(acks);
+        }
+        if let Some(acks) = self.faults.take() {
+            return Action::Faults(acks);
         }
         // They name messages in the core, so committed: never one queued here.
         if !self.seen.is_empty() {
@@ -339,7 +370,11 @@ impl Writer {
         if self.catch_up && retry_due && turn && self.stops.is_empty() {
             self.catch_up = false;
             self.caught_up_last = true;
-            return Action::CatchUp;
+            let heard = self.heard.take();
+            return Action::CatchUp(match (std::mem::take(&mut self.whole), heard) {
+                (false, Some(id)) => super::CatchUp::Past(id),
+                _ => super::CatchUp::All,
+            });
         }
         self.caught_up_last = false;
         if self.done || (!work && (self.closed || !self.stops.is_empty())) {
@@ -449,6 +484,7 @@ impl Writer {
             Err(_) => {
                 self.failed_at = Some(now);
                 self.catch_up = true;
+                self.whole = true;
             }
         }
     }
@@ -521,15 +557,23 @@ pub fn run(
         }
         match writer.poll(Instant::now()) {
             Action::Write(transaction) => write(storage, &mut writer, status, core, transaction),
-            Action::CatchUp => {
-                let caught_up = catch_up(storage, core, super::CatchUp::All);
+            Action::CatchUp(mode) => {
+                let caught_up = catch_up(storage, core, mode);
                 if caught_up.is_err() {
                     status.set(caught_up.as_ref().err());
                 }
                 writer.handle_caught_up(caught_up, Instant::now());
             }
-            Action::Inboxes(records, acks) => {
-                let written = storage.save_inboxes(&records);
+            Action::Inboxes(acks) => {
+                // The core's newest: changes other nodes made since the job was queued are in it.
+                let written = storage.save_inboxes(&(core.current)().0);
+                status.set(written.as_ref().err());
+                for ack in acks {
+                    let _ = ack.send(written.clone());
+                }
+            }
+            Action::Faults(acks) => {
+                let written = storage.save_faults(&(core.current)().1);
                 status.set(written.as_ref().err());
                 for ack in acks {
                     let _ = ack.send(written.clone());
@@ -608,6 +652,11 @@ fn catch_up(
 ) -> Result<(), StorageError> {
     loop {
         let remote = storage.catch_up(mode)?;
+        // What other nodes changed of the inboxes and rules goes first: the
+        // messages committed after a change are routed with it.
+        if !remote.inboxes.is_empty() || !remote.faults.is_empty() {
+            (core.changed)(remote.inboxes, remote.faults);
+        }
         if !remote.rows.is_empty() {
             let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
             // Seen flags are not shared between nodes (see the README).
@@ -627,21 +676,34 @@ fn catch_up(
     }
 }
 
+/// What the writer thread calls into the core with ([`Core`]'s, owned).
+pub struct Hooks {
+    /// Committed messages, in id order.
+    pub committed: Box<Committed>,
+    /// What other nodes removed.
+    pub removed: Box<Removed>,
+    /// The core's inboxes and fault rules now.
+    pub current: Box<Current>,
+    /// What other nodes changed of them.
+    pub changed: Box<Changed>,
+}
+
 /// Starts the writer thread; the sender queues jobs for it.
 pub fn spawn(
     mut storage: Box<dyn Storage>,
     limits: Limits,
     status: std::sync::Arc<Status>,
-    mut committed: Box<Committed>,
-    mut removed: Box<Removed>,
+    mut hooks: Hooks,
 ) -> std::io::Result<std::sync::mpsc::Sender<Job>> {
     let (sender, jobs) = std::sync::mpsc::channel();
     std::thread::Builder::new()
         .name("mailjar-writer".into())
         .spawn(move || {
             let mut core = Core {
-                committed: committed.as_mut(),
-                removed: removed.as_mut(),
+                committed: hooks.committed.as_mut(),
+                removed: hooks.removed.as_mut(),
+                current: hooks.current.as_mut(),
+                changed: hooks.changed.as_mut(),
             };
             let stops = run(storage.as_mut(), jobs, limits, &status, &mut core);
             // The connection and the directory's lock go before anyone hears of the stop.
@@ -774,14 +836,33 @@ mod tests {
         let (job, id, _reply) = message(&mut api, 10);
         writer.handle_job(job, now);
         writer.handle_job(Job::CatchUp, now);
-        assert!(matches!(writer.poll(now), Action::CatchUp));
+        assert!(matches!(writer.poll(now), Action::CatchUp(_)));
         writer.handle_caught_up(Ok(()), now);
         // Another node committed again meanwhile: this node's message goes first.
         writer.handle_job(Job::CatchUp, now);
         let transaction = next_write(&mut writer, now);
         assert_eq!(ids(&transaction), [id]);
         writer.handle_written(transaction, Ok(()), now);
-        assert!(matches!(writer.poll(now), Action::CatchUp));
+        assert!(matches!(writer.poll(now), Action::CatchUp(_)));
+    }
+
+    #[test]
+    fn heard_commits_coalesce_into_one_catch_up_past_the_newest_unless_a_whole_one_was_asked() {
+        use crate::storage::CatchUp;
+        let now = Instant::now();
+        let mut writer = settled(Limits::default(), now);
+        let (early, late) = (MessageId::from_u128(5), MessageId::from_u128(9));
+        writer.handle_job(Job::Heard(late), now);
+        writer.handle_job(Job::Heard(early), now);
+        assert!(matches!(writer.poll(now), Action::CatchUp(CatchUp::Past(id)) if id == late));
+        writer.handle_caught_up(Ok(()), now);
+        writer.handle_job(Job::Heard(late), now);
+        writer.handle_job(Job::CatchUp, now);
+        assert!(matches!(writer.poll(now), Action::CatchUp(CatchUp::All)));
+        // A failed catch-up is tried again whole.
+        writer.handle_caught_up(Err(StorageError("down".into())), now);
+        writer.handle_job(Job::Heard(early), now);
+        assert!(matches!(writer.poll(now), Action::CatchUp(CatchUp::All)));
     }
 
     #[test]
@@ -1014,6 +1095,8 @@ mod tests {
             &mut Core {
                 committed: &mut |emails| inserted.extend(emails.iter().map(|e| e.id)),
                 removed: &mut |_| {},
+                current: &mut || (Vec::new(), Vec::new()),
+                changed: &mut |_, _| {},
             },
         );
         let sent: Vec<MessageId> = replies.iter().map(|(id, _)| *id).collect();
@@ -1054,6 +1137,8 @@ mod tests {
             &mut Core {
                 committed: &mut |_| {},
                 removed: &mut |_| {},
+                current: &mut || (Vec::new(), Vec::new()),
+                changed: &mut |_, _| {},
             },
         );
         let heard = helper.join().unwrap();

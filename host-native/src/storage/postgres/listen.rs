@@ -7,6 +7,7 @@
 use std::sync::mpsc::Sender;
 use std::time::Duration;
 
+use mailjar_core::id::MessageId;
 use postgres::NoTls;
 use postgres::fallible_iterator::FallibleIterator;
 
@@ -18,6 +19,28 @@ const SAFETY: Duration = Duration::from_secs(30);
 /// The first pause before a reconnect; it doubles up to [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
+
+/// The payload of a commit's `NOTIFY mailjar`: the node's id, and after a
+/// colon the last id it committed when it committed messages and nothing else.
+pub(super) fn payload(node: &str, last: Option<MessageId>) -> String {
+    match last {
+        Some(id) => format!("{node}:{:032x}", id.as_u128()),
+        None => node.to_owned(),
+    }
+}
+
+/// What a payload asks of this node's writer: nothing for its own commit;
+/// a catch-up unless it holds the id named, or a whole catch-up.
+fn job_for(payload: &str, node: &str) -> Option<Job> {
+    let (from, last) = match payload.split_once(':') {
+        Some((from, last)) => (from, super::hex_id(last)),
+        None => (payload, None),
+    };
+    if from == node {
+        return None;
+    }
+    Some(last.map_or(Job::CatchUp, Job::Heard))
+}
 
 /// Starts the listener thread; it ends once the writer is gone.
 pub(super) fn spawn(
@@ -64,9 +87,9 @@ fn listen(client: &mut postgres::Client, node: &str, url: &str, jobs: &Sender<Jo
             let mut heard = notifications.timeout_iter(SAFETY);
             loop {
                 match heard.next() {
-                    Ok(Some(n)) if n.payload() == node => {}
-                    Ok(Some(_)) => {
-                        if jobs.send(Job::CatchUp).is_err() {
+                    Ok(Some(n)) => {
+                        let job = job_for(n.payload(), node);
+                        if job.is_some_and(|job| jobs.send(job).is_err()) {
                             return false;
                         }
                     }
@@ -85,5 +108,22 @@ fn listen(client: &mut postgres::Client, node: &str, url: &str, jobs: &Sender<Jo
         if jobs.send(Job::CatchUp).is_err() {
             return false;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_payload_names_the_node_and_the_last_id_of_messages_alone() {
+        let id = MessageId::from_u128(0x0123_4567_89ab_cdef_0123_4567_89ab_cdef);
+        assert!(job_for(&payload("a1", Some(id)), "a1").is_none());
+        assert!(job_for(&payload("a1", None), "a1").is_none());
+        assert!(matches!(job_for(&payload("a1", Some(id)), "b2"), Some(Job::Heard(h)) if h == id));
+        assert!(matches!(
+            job_for(&payload("a1", None), "b2"),
+            Some(Job::CatchUp)
+        ));
     }
 }

@@ -62,6 +62,13 @@ const MIGRATIONS: &[&str] = &[
         ADD COLUMN uid_validity bigint NOT NULL
             DEFAULT (1 + floor(random() * 4294967294))::bigint;
     UPDATE mailjar_head SET uid = (SELECT coalesce(max(uid), 0) FROM mailjar_messages);",
+    // Inboxes and fault rules shared live: every change moves config_seq.
+    "ALTER TABLE mailjar_head ADD COLUMN config_seq bigint NOT NULL DEFAULT 0;
+    CREATE TABLE mailjar_faults (
+        position bigserial,
+        id text PRIMARY KEY,
+        rule text NOT NULL
+    );",
 ];
 
 /// The schema this build writes.
