@@ -11,7 +11,8 @@
 //! `WAIT_SAMPLES` (default 1000), `MANY_WAITS` (default 10000), `MAILJAR_BIN`
 //! (another build to measure); `ONLY` runs one section: `idle`, `many-waits`,
 //! `streams-ingest` (`STREAMS`), `event-latency`, `persist`, `inboxes`
-//! (`INBOXES`); `ONLY=ingest`
+//! (`INBOXES`), `webhooks` (`WEBHOOK_DELAY_MS`), `webhooks-memory` (`RATE`,
+//! `DOWN_SECS`, `QUEUE`); `ONLY=ingest`
 //! stops after the ingest table.
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -545,6 +546,10 @@ mod inboxes;
 #[path = "system/cluster.rs"]
 mod cluster;
 
+/// `ONLY=webhooks` and `ONLY=webhooks-memory`: ingest with webhooks, and their queue's memory.
+#[path = "system/webhooks.rs"]
+mod webhooks;
+
 /// The PostgreSQL cluster the tests start, for `ONLY=cluster`.
 #[path = "../tests/pg/cluster.rs"]
 mod pgcluster;
@@ -561,6 +566,10 @@ fn mib(bytes: u64) -> f64 {
 }
 
 fn main() {
+    if let Ok(mode) = std::env::var(webhooks::RECEIVER_VAR) {
+        webhooks::receiver_main(&mode);
+        return;
+    }
     // `cargo bench` passes --bench; filters are not supported.
     let rounds = env_usize("ROUNDS", 3);
     let messages = env_usize("MESSAGES", 5000);
@@ -582,6 +591,14 @@ fn main() {
     }
     if std::env::var("ONLY").as_deref() == Ok("inboxes") {
         inboxes::run(rounds, messages);
+        return;
+    }
+    if std::env::var("ONLY").as_deref() == Ok("webhooks") {
+        webhooks::run(rounds, messages);
+        return;
+    }
+    if std::env::var("ONLY").as_deref() == Ok("webhooks-memory") {
+        webhooks::memory(rounds);
         return;
     }
     if std::env::var("ONLY").as_deref() == Ok("cluster") {

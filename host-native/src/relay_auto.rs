@@ -38,6 +38,8 @@ struct Counts {
     released: AtomicU64,
     failed: AtomicU64,
     dropped: AtomicU64,
+    /// Releases given up because their message had left the store (in `failed` too).
+    gone: AtomicU64,
 }
 
 /// The automatic releases' patterns, queue and counts.
@@ -93,8 +95,7 @@ impl AutoRelay {
         if self.queue.try_send(Job { id, to }).is_err() {
             self.counts.queued.fetch_sub(1, Ordering::Relaxed);
             let dropped = self.counts.dropped.fetch_add(1, Ordering::Relaxed) + 1;
-            // Logged at the 1st, 2nd, 4th... and every 1000th: a flood of drops is not a flood of lines.
-            if !(dropped.is_power_of_two() || dropped.is_multiple_of(1000)) {
+            if !sparse(dropped) {
                 return;
             }
             tracing::warn!(%id, dropped, "relay queue full (--relay-queue {}): not released", self.capacity);
@@ -113,6 +114,12 @@ impl AutoRelay {
     }
 }
 
+/// Whether the `n`th of a kind of event is logged: the 1st, 2nd, 4th... and
+/// every 1000th, so that a flood of them is not a flood of lines.
+fn sparse(n: u64) -> bool {
+    n.is_power_of_two() || n.is_multiple_of(1000)
+}
+
 async fn run(
     mut receiver: mpsc::Receiver<Job>,
     relay: Arc<Relay>,
@@ -126,7 +133,7 @@ async fn run(
         };
         let (relay, shared, counts) = (relay.clone(), shared.clone(), counts.clone());
         tokio::spawn(async move {
-            let released = release(&relay, &shared, &job).await;
+            let released = release(&relay, &shared, &job, &counts).await;
             let counter = if released {
                 &counts.released
             } else {
@@ -140,7 +147,12 @@ async fn run(
 }
 
 /// Releases one message, with retries; whether the relay took it.
-async fn release(relay: &Relay, shared: &std::sync::Weak<dyn Messages>, job: &Job) -> bool {
+async fn release(
+    relay: &Relay,
+    shared: &std::sync::Weak<dyn Messages>,
+    job: &Job,
+    counts: &Counts,
+) -> bool {
     let id = job.id;
     let mut last = String::new();
     for attempt in 0..=BACKOFF_SECS.len() {
@@ -149,7 +161,11 @@ async fn release(relay: &Relay, shared: &std::sync::Weak<dyn Messages>, job: &Jo
         }
         // Looked up each time: a queued release holds no message bytes.
         let Some(email) = shared.upgrade().and_then(|s| s.stored(id)) else {
-            tracing::warn!(%id, "not released: the message left the store first");
+            let gone = counts.gone.fetch_add(1, Ordering::Relaxed) + 1;
+            // Sparse, like the drops: a store that turns over fast would log each one.
+            if sparse(gone) {
+                tracing::warn!(%id, gone, "not released: the message left the store first");
+            }
             return false;
         };
         match relay.send(&email.envelope.from, &job.to, email.raw()).await {

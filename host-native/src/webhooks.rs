@@ -4,18 +4,18 @@
 //! Never in the way of a 250: a stored message's summary (the JSON the store
 //! already keeps, shared, not copied) is handed to a bounded queue with
 //! `try_send` after the message is stored and outside every lock; a full
-//! queue drops it (counted in `dropped`, logged). A dispatcher task takes
-//! messages from the queue and runs at most [`MAX_IN_FLIGHT`] deliveries at
-//! once, each with its own retries (5xx, 429, connection errors and
-//! timeouts, after 1, 2, 4, 8 and 16 s; then `failed`). So what webhooks
-//! hold is bounded by `--webhook-queue` + [`MAX_IN_FLIGHT`] + 1 summaries,
-//! whatever the receivers do.
+//! queue drops it (counted in `dropped`, logged). [`MAX_IN_FLIGHT`] workers
+//! take messages from the queue, each delivering one at a time with its own
+//! retries (5xx, 429, connection errors and timeouts, after 1, 2, 4, 8 and
+//! 16 s; then `failed`). So what webhooks hold is bounded by
+//! `--webhook-queue` + [`MAX_IN_FLIGHT`] summaries, whatever the receivers do.
 //!
 //! The requests go out with the hyper client the link check uses
-//! ([`client`]: HTTP/1.1, TLS with the webpki roots for `https`, idle
-//! connections kept for the next message), each bounded by
-//! `--webhook-timeout` from connect to the end of the response. The URL is the operator's: it is not
-//! filtered, only time-bounded.
+//! ([`client`]: HTTP/1.1, TLS with the webpki roots for `https`), each
+//! worker keeping its connection to each URL for its next message; each
+//! request is bounded by `--webhook-timeout` from connect to the end of the
+//! response. The URL is the operator's: it is not filtered, only
+//! time-bounded.
 
 mod client;
 
@@ -26,11 +26,11 @@ use std::time::Duration;
 use bytes::Bytes;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::{Mutex, mpsc};
 
 use crate::config::{WebhookSettings, webhook_url as parse_url};
 
-/// Deliveries (with their retries) running at once, over every URL.
+/// Messages being delivered (with their retries) at once: the workers.
 pub const MAX_IN_FLIGHT: usize = 16;
 
 /// The waits before each retry.
@@ -89,8 +89,11 @@ impl Webhooks {
             timeout: settings.webhook_timeout,
         });
         let (queue, receiver) = mpsc::channel(settings.webhook_queue);
+        let receiver = Arc::new(Mutex::new(receiver));
         let counts = Arc::new(Counts::default());
-        tokio::spawn(dispatch(receiver, target, counts.clone()));
+        for _ in 0..MAX_IN_FLIGHT {
+            tokio::spawn(work(receiver.clone(), target.clone(), counts.clone()));
+        }
         Ok(Some(Arc::new(Webhooks {
             queue,
             counts,
@@ -129,25 +132,24 @@ impl Webhooks {
     }
 }
 
-/// Takes messages off the queue, at most [`MAX_IN_FLIGHT`] delivering at once.
-async fn dispatch(mut receiver: mpsc::Receiver<Bytes>, target: Arc<Target>, counts: Arc<Counts>) {
-    let running = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
-    while let Some(summary) = receiver.recv().await {
-        let Ok(permit) = running.clone().acquire_owned().await else {
+/// One worker: takes a message off the queue and delivers it to every URL
+/// (at once), then the next, on the connections it keeps.
+async fn work(queue: Arc<Mutex<mpsc::Receiver<Bytes>>>, target: Arc<Target>, counts: Arc<Counts>) {
+    let mut kept: Vec<client::Connection> =
+        target.clients.iter().map(|_| Default::default()).collect();
+    loop {
+        let Some(summary) = queue.lock().await.recv().await else {
             return;
         };
         let body = event_body(&summary);
         drop(summary);
-        let (target, counts) = (target.clone(), counts.clone());
-        tokio::spawn(async move {
-            let posts = target
-                .clients
-                .iter()
-                .map(|client| deliver(&target, client, body.clone(), &counts));
-            futures_util::future::join_all(posts).await;
-            counts.queued.fetch_sub(1, Ordering::Relaxed);
-            drop(permit);
-        });
+        let posts = target
+            .clients
+            .iter()
+            .zip(kept.iter_mut())
+            .map(|(client, kept)| deliver(&target, client, kept, body.clone(), &counts));
+        futures_util::future::join_all(posts).await;
+        counts.queued.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -165,10 +167,12 @@ pub fn signature(secret: &[u8], body: &[u8]) -> String {
     let mut mac = Hmac::<Sha256>::new_from_slice(secret).expect("HMAC takes keys of any length");
     mac.update(body);
     let digest = mac.finalize().into_bytes();
+    const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut text = String::with_capacity(7 + 64);
     text.push_str("sha256=");
     for byte in digest {
-        text.push_str(&format!("{byte:02x}"));
+        text.push(char::from(HEX[usize::from(byte >> 4)]));
+        text.push(char::from(HEX[usize::from(byte & 15)]));
     }
     text
 }
@@ -179,7 +183,13 @@ fn retryable(status: u16) -> bool {
 }
 
 /// POSTs `body` to `url`, retrying after each of [`BACKOFF_SECS`].
-async fn deliver(target: &Target, client: &client::Client, body: Bytes, counts: &Counts) {
+async fn deliver(
+    target: &Target,
+    client: &client::Client,
+    kept: &mut client::Connection,
+    body: Bytes,
+    counts: &Counts,
+) {
     let url = client.url();
     let signature = target.secret.as_ref().map(|s| signature(s, &body));
     let mut last = String::new();
@@ -188,7 +198,7 @@ async fn deliver(target: &Target, client: &client::Client, body: Bytes, counts: 
             tokio::time::sleep(Duration::from_secs(BACKOFF_SECS[attempt - 1])).await;
             counts.retried.fetch_add(1, Ordering::Relaxed);
         }
-        let post = client.post(body.clone(), signature.as_deref());
+        let post = client.post(kept, body.clone(), signature.as_deref());
         let sent = tokio::time::timeout(target.timeout, post).await;
         match sent {
             Ok(Ok(status)) if (200..300).contains(&status) => {
