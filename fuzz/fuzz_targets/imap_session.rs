@@ -15,7 +15,7 @@ use mailjar_core::store::{Email, Prepared};
 fn maildrop() -> Vec<Arc<Email>> {
     let mut ids = IdGenerator::new();
     [
-        &b"Subject: a\r\nFrom: A <a@x.test>\r\n\r\nbody\r\n"[..],
+        &b"Subject: a\r\nFrom: A <a@x.test>\r\n\r\nbody with a \0 NUL\r\n"[..],
         b"Subject: b\nContent-Type: multipart/mixed; boundary=q\n\n--q\n\ntext\n--q\nContent-Type: message/rfc822\n\nSubject: in\n\ninner\n--q--\n",
     ]
         .iter()

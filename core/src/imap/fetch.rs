@@ -113,7 +113,7 @@ pub(crate) fn render(
             }
             MessageDataItemName::Envelope => MessageDataItem::Envelope(match &parsed {
                 Some(parsed) => structure::envelope(parsed),
-                None => structure::envelope(&mail_parser::Message::default()),
+                None => structure::empty_envelope(),
             }),
             MessageDataItemName::BodyStructure => {
                 MessageDataItem::BodyStructure(structure::body_structure(raw))
@@ -162,7 +162,8 @@ pub(crate) fn internal_date(ms: u64) -> DateTime {
     let at = chrono::DateTime::from_timestamp_millis(i64::try_from(ms).unwrap_or(i64::MAX))
         .unwrap_or_default()
         .fixed_offset();
-    DateTime::try_from(at).unwrap_or_else(|_| DateTime::unvalidated(at))
+    // Past year 9999 IMAP has no way to say it: the epoch instead.
+    DateTime::try_from(at).unwrap_or_else(|_| DateTime::unvalidated(Default::default()))
 }
 
 fn without_extensions(
@@ -190,15 +191,21 @@ fn without_extensions(
     }
 }
 
-/// A string of these bytes: quoted or a literal as imap-codec chooses, a
-/// literal even with bytes a literal may not hold (a NUL) rather than NIL.
+/// A string of these bytes: quoted or a literal as imap-codec chooses. A
+/// literal cannot hold a NUL (only BINARY's literal8 can, which a BODY[]
+/// answer may not use): each NUL goes out as 0x80, as Dovecot does.
 fn bytes(data: Cow<'_, [u8]>) -> NString<'_> {
-    use imap_codec::imap_types::core::{IString, Literal};
+    let data = match memchr::memchr(0, &data) {
+        None => data,
+        Some(_) => Cow::Owned(
+            data.iter()
+                .map(|&b| if b == 0 { 0x80 } else { b })
+                .collect(),
+        ),
+    };
     match data {
-        Cow::Borrowed(data) => NString::try_from(data)
-            .unwrap_or_else(|_| NString(Some(IString::Literal(Literal::unvalidated(data))))),
-        Cow::Owned(data) => NString::try_from(data.clone())
-            .unwrap_or_else(|_| NString(Some(IString::Literal(Literal::unvalidated(data))))),
+        Cow::Borrowed(data) => NString::try_from(data).unwrap_or(NString::NIL),
+        Cow::Owned(data) => NString::try_from(data).unwrap_or(NString::NIL),
     }
 }
 

@@ -74,6 +74,12 @@ impl Mailbox {
         self.messages.get_mut((seq as usize).checked_sub(1)?)
     }
 
+    /// Every message's id, arrived ones last.
+    pub(crate) fn known_ids(&self) -> impl Iterator<Item = MessageId> + '_ {
+        let told = self.messages.iter().map(|m| m.entry.id);
+        told.chain(self.arrived.iter().map(|e| e.id))
+    }
+
     /// The highest UID the client knows of (0 when empty).
     pub(crate) fn largest_uid(&self) -> u32 {
         self.messages.last().map_or(0, |m| m.entry.uid)

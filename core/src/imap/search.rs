@@ -157,9 +157,8 @@ fn header_text(parsed: &Parsed<'_>, field: &Field) -> String {
         Field::Address(name) => *name,
         Field::Named(name) => name.as_str(),
     };
-    parsed
-        .root_part()
-        .headers
+    let headers = parsed.parts.first().map_or(&[][..], |p| &p.headers[..]);
+    headers
         .iter()
         .filter(|h| h.name().eq_ignore_ascii_case(name))
         .map(|h| value_text(h.value()))
@@ -168,9 +167,8 @@ fn header_text(parsed: &Parsed<'_>, field: &Field) -> String {
 }
 
 fn all_headers(parsed: &Parsed<'_>) -> String {
-    parsed
-        .root_part()
-        .headers
+    let headers = parsed.parts.first().map_or(&[][..], |p| &p.headers[..]);
+    headers
         .iter()
         .map(|h| value_text(h.value()))
         .collect::<Vec<_>>()

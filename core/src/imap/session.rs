@@ -197,6 +197,18 @@ impl Session {
         self.tell_if_idle();
     }
 
+    /// The ids of the messages the session knows of (told or not yet told
+    /// to the client), in the order they arrived: a host compares them with
+    /// the store to find what left it.
+    pub fn known_ids(&self) -> impl Iterator<Item = MessageId> + '_ {
+        self.mailbox.known_ids()
+    }
+
+    /// Whether a login opened a mailbox (new mail concerns the session).
+    pub fn logged_in(&self) -> bool {
+        matches!(self.state, State::Authenticated | State::Selected { .. })
+    }
+
     /// Another reader changed a message's seen flag.
     pub fn handle_seen(&mut self, id: MessageId, seen: bool) {
         self.mailbox.set_seen(id, seen);

@@ -122,6 +122,9 @@ fn raw_header(message: &Message<'_>, name: &str) -> NString<'static> {
 /// The ENVELOPE of a parsed message (RFC 3501 7.4.2): dates, subject and
 /// ids as written, addresses as mail-parser decodes them.
 pub(crate) fn envelope(message: &Message<'_>) -> Envelope<'static> {
+    if message.parts.is_empty() {
+        return empty_envelope();
+    }
     let from = addresses(message.from());
     let sender = addresses(message.sender());
     let reply_to = addresses(message.reply_to());
@@ -144,6 +147,22 @@ pub(crate) fn envelope(message: &Message<'_>) -> Envelope<'static> {
         bcc: addresses(message.bcc()),
         in_reply_to: raw_header(message, "In-Reply-To"),
         message_id: raw_header(message, "Message-ID"),
+    }
+}
+
+/// The ENVELOPE of a message with no header mail-parser can read.
+pub(crate) fn empty_envelope() -> Envelope<'static> {
+    Envelope {
+        date: NString::NIL,
+        subject: NString::NIL,
+        from: Vec::new(),
+        sender: Vec::new(),
+        reply_to: Vec::new(),
+        to: Vec::new(),
+        cc: Vec::new(),
+        bcc: Vec::new(),
+        in_reply_to: NString::NIL,
+        message_id: NString::NIL,
     }
 }
 

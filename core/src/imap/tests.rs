@@ -401,3 +401,29 @@ proptest! {
 fn host_id(host: &Host, uid: u32) -> Option<MessageId> {
     host.emails.get(uid as usize - 1).map(|e| e.id)
 }
+
+#[test]
+fn messages_mail_parser_cannot_read_still_fetch_and_search() {
+    for raw in [
+        &b""[..],
+        b"no header at all",
+        b"\r\n",
+        b"X: y",
+        b"Subject: nul\r\n\r\na\0b",
+    ] {
+        let mut host = Host::new();
+        let email = crate::email::test_email(&mut host.ids, raw);
+        host.emails = vec![email];
+        let input = b"a LOGIN u \"p w\"\r\nb SELECT INBOX\r\nc FETCH 1 (ENVELOPE BODYSTRUCTURE BODY BODY[] BODY[1] BODY[1.2.MIME] BODY[HEADER] BODY[TEXT] RFC822.HEADER)\r\nd SEARCH OR FROM x TEXT y\r\n";
+        let mut session = Session::new(Config::default(), 0);
+        host.drive(&mut session);
+        session.handle_input(input, 1);
+        let wire = String::from_utf8_lossy(&host.drive(&mut session)).into_owned();
+        assert!(
+            wire.contains("c OK FETCH completed") && wire.contains("d OK SEARCH"),
+            "{wire}"
+        );
+        // A literal cannot carry a NUL: it goes out as 0x80, as Dovecot sends it.
+        assert!(!wire.contains('\0'), "{wire}");
+    }
+}
