@@ -342,6 +342,8 @@ pub struct Api<W = ()> {
     last_restored: Option<MessageId>,
     /// What `/health` reports as `storage` (see [`Api::set_storage_report`]).
     storage: Option<persist::StorageReport>,
+    /// The mailbox's UIDVALIDITY (see [`Api::set_uid_validity`]).
+    uid_validity: u32,
 }
 
 impl<W> std::fmt::Debug for Api<W> {
@@ -384,6 +386,7 @@ impl<W> Api<W> {
             max_age_ms: None,
             last_restored: None,
             storage: None,
+            uid_validity: 1,
         }
     }
 

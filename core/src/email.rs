@@ -77,6 +77,8 @@ pub struct Email {
     pub received_at_ms: u64,
     /// MAIL FROM and RCPT TO.
     pub envelope: Envelope,
+    /// Its mailbox UID (see [`Email::uid`]); 0 until it is numbered.
+    uid: u32,
     /// Boxed to keep the store's ring of messages small.
     kept: Box<Kept>,
     text: Body,
@@ -217,6 +219,7 @@ impl Email {
             id,
             received_at_ms,
             envelope,
+            uid: 0,
             kept: Box::new(Kept {
                 subject: parsed.subject.into_boxed_str(),
                 to_headers: boxed(parsed.to_headers),
@@ -235,6 +238,20 @@ impl Email {
             raw,
             inboxes: Box::default(),
         }
+    }
+
+    /// Its UID in the mailbox that mail readers (IMAP, POP3) see: service-wide,
+    /// strictly increasing in id order and never reused for the life of the
+    /// store (see [`crate::store::Store::push`]); 0 before it is stored.
+    pub fn uid(&self) -> u32 {
+        self.uid
+    }
+
+    /// Numbers it before it is stored: for a host whose storage gives UIDs
+    /// (a database numbers them in its write transaction, or a message
+    /// loaded back keeps its own). Left at 0, the store numbers it.
+    pub fn set_uid(&mut self, uid: u32) {
+        self.uid = uid;
     }
 
     /// The inboxes it was routed to when it arrived; an inbox may have let

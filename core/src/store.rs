@@ -38,6 +38,8 @@ pub struct Store {
     bytes: usize,
     limits: StoreLimits,
     evicted: u64,
+    /// The greatest UID ever stored (0 for none): the next one is above it.
+    last_uid: u32,
 }
 
 /// The stored messages at one moment, oldest first; cheap to take and to clone.
@@ -165,9 +167,18 @@ impl Store {
     /// The message just added is never evicted, even when it alone is over
     /// the byte limit. The evicted messages are handed back, so the caller can
     /// free them after it lets go of its lock.
+    ///
+    /// It keeps the UID its host gave it ([`Email::set_uid`]) when that is
+    /// above every UID stored before, deleted or evicted ones included;
+    /// otherwise (0: not numbered) it gets the next one. So UIDs increase in
+    /// id order and none is handed out twice by this store.
     pub fn push(&mut self, mut email: Email) -> (Arc<Email>, Vec<Arc<Email>>) {
         // A host may have set the id and time after building the message.
         email.stamp_summary();
+        if email.uid() <= self.last_uid {
+            email.set_uid(self.last_uid.saturating_add(1));
+        }
+        self.last_uid = email.uid();
         let email = Arc::new(email);
         let evicted = self.push_shared(email.clone());
         (email, evicted)
@@ -204,6 +215,18 @@ impl Store {
         }
         self.evicted += 1;
         true
+    }
+
+    /// Makes every UID this store gives from now on greater than `uid`: at
+    /// start, for the greatest UID the host's storage ever gave (its message
+    /// may have been deleted before the restart).
+    pub fn resume_uid_after(&mut self, uid: u32) {
+        self.last_uid = self.last_uid.max(uid);
+    }
+
+    /// The greatest UID this store has handed out or kept (0 for none).
+    pub fn last_uid(&self) -> u32 {
+        self.last_uid
     }
 
     /// How many messages are stored.
@@ -348,6 +371,37 @@ mod tests {
                 .get_ascending(all[1], &mut from)
                 .is_none()
         );
+    }
+
+    #[test]
+    fn uids_increase_in_id_order_and_are_never_given_twice() {
+        let mut ids = IdGenerator::new();
+        let mut store = Store::new(StoreLimits {
+            max_messages: 2,
+            max_bytes: usize::MAX,
+        });
+        let mut push = |store: &mut Store, uid: u32| {
+            let mut e = email(&mut ids, "Subject: u\r\n\r\n", &["a@x"]);
+            e.set_uid(uid);
+            store.push(e).0
+        };
+        let uids: Vec<u32> = (0..3).map(|_| push(&mut store, 0).uid()).collect();
+        assert_eq!(uids, [1, 2, 3], "numbered from 1 at push");
+        // The newest is deleted, the oldest evicted: neither UID comes back.
+        let newest = store.newest().unwrap();
+        store.remove_ids(&[newest]);
+        assert_eq!(push(&mut store, 0).uid(), 4);
+        store.clear();
+        assert_eq!(push(&mut store, 0).uid(), 5);
+        // A host's UID above every earlier one is kept; one that is not is replaced.
+        assert_eq!(push(&mut store, 9).uid(), 9);
+        assert_eq!(push(&mut store, 9).uid(), 10);
+        assert_eq!(push(&mut store, 3).uid(), 11);
+        store.resume_uid_after(20);
+        assert_eq!(push(&mut store, 0).uid(), 21);
+        assert_eq!(store.last_uid(), 21);
+        let kept: Vec<u32> = store.snapshot().iter().map(|e| e.uid()).collect();
+        assert!(kept.windows(2).all(|w| w[0] < w[1]), "{kept:?}");
     }
 
     #[test]

@@ -289,6 +289,9 @@ impl Server {
             reject_unrouted: settings.unrouted == config::Unrouted::Reject,
             fault_seed: state::seed(),
         });
+        // Memory-only, the store is new at each start, and so is its
+        // UIDVALIDITY; storage below puts back the one kept with the messages.
+        api.set_uid_validity(state::seed() as u32);
         let access = access_control(&settings);
         let http_connections = http1::HttpConnections::new(settings.max_http_connections);
         api.set_live_counts(live_counts(&smtp_load, &http_connections, &access));

@@ -58,8 +58,11 @@ impl Api {
         let config: ApiConfig = read_or_default(config.map(Into::into), "config")?;
         let (mut config, fault_seed) = config.into_core()?;
         config.fault_seed = crate::entropy::seed(fault_seed);
+        let mut core = api::Api::new(config);
+        // The store lives as long as this object: a new one is a new UIDVALIDITY.
+        core.set_uid_validity(crate::entropy::seed(None) as u32);
         Ok(Api {
-            inner: Rc::new(RefCell::new(api::Api::new(config))),
+            inner: Rc::new(RefCell::new(core)),
             woken: Vec::new(),
         })
     }

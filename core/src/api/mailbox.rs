@@ -1,16 +1,47 @@
-//! What a mail reader's session (POP3) asks of the API: whose mailbox a
-//! login opens, the messages in it, and one of them by id. Each answer is a
-//! hash lookup or an O(1) snapshot of the store, so a host asks under its
-//! lock; listing the snapshot happens outside it.
+//! What a mail reader's session (POP3, IMAP) asks of the API: whose mailbox a
+//! login opens, the messages in it, one of them by id, and the mailbox's
+//! UIDVALIDITY. Each answer is a hash lookup or an O(1) snapshot of the
+//! store, so a host asks under its lock; listing the snapshot happens
+//! outside it.
+//!
+//! Every message carries a UID ([`Email::uid`]) that the store gives it (or
+//! keeps from the host's storage): increasing in id order and never reused
+//! while the store lives. An inbox's mailbox shows the same UIDs, a subset.
 
 use std::sync::Arc;
 
-use super::{InboxGrant, InboxQuery, Scope};
+use super::{Api, InboxGrant, InboxQuery, Scope};
 use crate::email::Email;
 use crate::id::MessageId;
 use crate::store::{Snapshot, Store};
 
+impl<W> Api<W> {
+    /// Sets the mailbox's UIDVALIDITY: a value that changes only when the
+    /// store is recreated (a memory-only host: a new one at each start; a
+    /// host that keeps messages on disk: the one stored with them). 0 is
+    /// not a valid UIDVALIDITY and is taken as 1.
+    pub fn set_uid_validity(&mut self, uid_validity: u32) {
+        self.uid_validity = uid_validity.max(1);
+    }
+
+    /// The mailbox's UIDVALIDITY (1 until the host sets it).
+    pub fn uid_validity(&self) -> u32 {
+        self.uid_validity
+    }
+}
+
 impl<W> InboxQuery<'_, W> {
+    /// The UIDVALIDITY of every mailbox (they share the store's UIDs).
+    pub fn uid_validity(&self) -> u32 {
+        self.api.uid_validity
+    }
+
+    /// The UID the next stored message will have at least: IMAP's UIDNEXT
+    /// (a message numbered by the host's storage may take a greater one).
+    pub fn uid_next(&self) -> u32 {
+        self.api.store.last_uid().saturating_add(1)
+    }
+
     /// The mailbox an inbox's SMTP credentials open: that inbox's, under its
     /// credentials' current generation; None for a user name no inbox has,
     /// or a wrong password.

@@ -97,6 +97,13 @@ impl<W> Api<W> {
         self.last_received_ms = self.last_received_ms.max(id.time_ms());
     }
 
+    /// Makes every UID given from now on greater than `uid`: at start, for
+    /// the greatest UID the host's storage ever gave, when that message was
+    /// deleted before the restart ([`Api::restore`] keeps a stored one's UID).
+    pub fn resume_uid_after(&mut self, uid: u32) {
+        self.store.resume_uid_after(uid);
+    }
+
     /// Stores a message loaded from disk at start, under its stored id and
     /// receive time; call it in id order. Today's limits apply, to this
     /// message too when its raw bytes alone are over the byte limit
@@ -118,6 +125,8 @@ impl<W> Api<W> {
         // Raw bytes over today's byte limit: not kept, and it does not push
         // out the older messages that fit.
         if self.store.refuse_restored(&email) {
+            // Its UID is not given again either.
+            self.store.resume_uid_after(email.uid());
             self.forget(vec![Arc::new(email)], Reason::Evicted);
             // Out as Output::Removed now, like what handle_message evicts.
             self.flush_trash();
@@ -249,6 +258,35 @@ mod tests {
         let ids: Vec<_> = api.store().snapshot().iter().map(|e| e.id).collect();
         assert_eq!(ids, [a.id, b.id]);
         assert!(take_trash(&mut api).is_empty());
+    }
+
+    #[test]
+    fn restored_messages_keep_their_uids_and_new_ones_follow_the_greatest_ever_given() {
+        let mut api = api(10);
+        let uids = [3u32, 7, 8];
+        for (i, uid) in uids.iter().enumerate() {
+            let mut email = Email::new(
+                MessageId::from_u128(1 + i as u128),
+                1000,
+                prepared(&i.to_string()),
+            );
+            email.set_uid(*uid);
+            api.restore(email).unwrap();
+        }
+        let kept: Vec<u32> = api.store().snapshot().iter().map(|e| e.uid()).collect();
+        assert_eq!(kept, uids);
+        // The message with UID 9 was deleted before the restart: its UID is not given again.
+        api.resume_uid_after(9);
+        assert_eq!(api.inboxes().uid_next(), 10);
+        let id = api.deliver(prepared("new"), 2000, [0; 10]);
+        assert_eq!(api.store().get(id).unwrap().uid(), 10);
+        // A lower floor changes nothing.
+        api.resume_uid_after(2);
+        assert_eq!(api.inboxes().uid_next(), 11);
+        api.set_uid_validity(0);
+        assert_eq!(api.uid_validity(), 1, "0 is no UIDVALIDITY");
+        api.set_uid_validity(1_764_000_000);
+        assert_eq!(api.inboxes().uid_validity(), 1_764_000_000);
     }
 
     #[test]

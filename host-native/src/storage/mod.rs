@@ -51,6 +51,8 @@ pub struct Record<'a> {
     pub raw: &'a [u8],
     /// The session's SMTP transcript ([`Transcript::as_bytes`]), empty when none was kept.
     pub transcript: &'a [u8],
+    /// Its UID ([`Email::uid`]); 0 lets the engine number it after every earlier one.
+    pub uid: u32,
 }
 
 impl<'a> Record<'a> {
@@ -63,6 +65,7 @@ impl<'a> Record<'a> {
             smtp: email.smtp(),
             raw: email.raw(),
             transcript: email.transcript().as_bytes(),
+            uid: email.uid(),
         }
     }
 }
@@ -76,6 +79,8 @@ pub struct Loaded {
     pub received_at_ms: u64,
     /// The message as the SMTP session handed it over.
     pub incoming: Incoming,
+    /// Its UID, as the engine numbered it ([`Email::uid`]).
+    pub uid: u32,
 }
 
 impl Loaded {
@@ -93,6 +98,7 @@ impl Loaded {
             smtp,
             raw: &self.incoming.raw,
             transcript: self.incoming.transcript.as_bytes(),
+            uid: self.uid,
         }
     }
 }
@@ -142,6 +148,16 @@ pub trait Storage: Send {
     /// The greatest id ever stored, when no stored row holds it any more
     /// (deleted or evicted): ids made after a restart must sort after it.
     fn id_floor(&self) -> Option<MessageId> {
+        None
+    }
+    /// The greatest UID ever given (its message may be gone): UIDs given
+    /// after a restart are greater. 0 for none.
+    fn uid_floor(&self) -> u32 {
+        0
+    }
+    /// The UIDVALIDITY kept with the messages since the storage was created;
+    /// None for an engine that keeps none (the host picks one at each start).
+    fn uid_validity(&self) -> Option<u32> {
         None
     }
     /// Replaces the stored inboxes (names, patterns, quotas, credential digests) with these.
@@ -216,7 +232,8 @@ fn load_into<W>(
     // Rows are read on this thread's helper while the previous batch is parsed and stored.
     let (batches, rows) = std::sync::mpsc::sync_channel::<Vec<Loaded>>(2);
     let report = std::thread::scope(|scope| {
-        let reader = scope.spawn(move || storage.load(&mut |batch| drop(batches.send(batch))));
+        let source = &mut *storage;
+        let reader = scope.spawn(move || source.load(&mut |batch| drop(batches.send(batch))));
         for batch in rows {
             let t = Instant::now();
             let emails = parse_all(batch, threads);
@@ -242,6 +259,11 @@ fn load_into<W>(
         parsing.as_millis(),
         restoring.as_millis()
     );
+    // Read by the load (a shared database's head).
+    api.resume_uid_after(storage.uid_floor());
+    if let Some(uid_validity) = storage.uid_validity() {
+        api.set_uid_validity(uid_validity);
+    }
     api.handle_timeout(now_ms);
     load.removals.extend(removals(api));
     Ok(load)
@@ -249,7 +271,11 @@ fn load_into<W>(
 
 /// Parses loaded messages into stored ones on up to `threads` threads, keeping their order.
 fn parse_all(rows: Vec<Loaded>, threads: usize) -> Vec<Email> {
-    let parse = |row: Loaded| Email::new(row.id, row.received_at_ms, Prepared::new(row.incoming));
+    let parse = |row: Loaded| {
+        let mut email = Email::new(row.id, row.received_at_ms, Prepared::new(row.incoming));
+        email.set_uid(row.uid);
+        email
+    };
     let threads = threads.clamp(1, 16);
     if threads == 1 || rows.len() < 64 {
         return rows.into_iter().map(parse).collect();
@@ -462,6 +488,7 @@ pub(crate) mod tests {
                         session: session_facts(r.smtp),
                         transcript: Transcript::from_bytes(r.transcript).unwrap_or_default(),
                     },
+                    uid: r.uid,
                 });
             }
             for removal in removals {
@@ -504,6 +531,7 @@ pub(crate) mod tests {
                 session: Default::default(),
                 transcript: Default::default(),
             },
+            uid: i as u32 + 1,
         }
     }
 

@@ -78,6 +78,10 @@ pub struct Postgres {
     own: Option<MessageId>,
     /// The greatest id ever committed, as of the last write or load.
     head: Option<MessageId>,
+    /// The greatest UID ever given, as of the load.
+    head_uid: u32,
+    /// The service's UIDVALIDITY (`mailjar_head.uid_validity`), read at load.
+    uid_validity: u32,
     writes: u32,
 }
 
@@ -136,6 +140,8 @@ impl Postgres {
             gap: None,
             own: None,
             head: None,
+            head_uid: 0,
+            uid_validity: 1,
             writes: 0,
         })
     }
@@ -175,21 +181,31 @@ impl Postgres {
     }
 }
 
+/// The service's head as a write transaction reads it under the order lock.
+struct Head {
+    /// The greatest id ever committed.
+    id: Option<MessageId>,
+    /// Its receive time.
+    received_ms: i64,
+    /// The greatest UID ever given.
+    uid: u32,
+}
+
 /// Opens a transaction, takes the order lock and reads the head (id,
-/// receive time), in one round trip: three statements of one simple query,
+/// receive time, UID), in one round trip: three statements of one simple query,
 /// each with its own snapshot, so the head is read after the lock is held.
-fn begin_locked(client: &mut Client) -> Result<(Option<MessageId>, i64), StorageError> {
+fn begin_locked(client: &mut Client) -> Result<Head, StorageError> {
     let messages = client
         .simple_query(&format!(
             "BEGIN; SELECT pg_advisory_xact_lock({}); \
-             SELECT encode(id, 'hex'), received_ms FROM mailjar_head",
+             SELECT encode(id, 'hex'), received_ms, uid FROM mailjar_head",
             schema::ORDER_LOCK
         ))
         .map_err(pg)?;
     let row = messages
         .iter()
         .find_map(|m| match m {
-            postgres::SimpleQueryMessage::Row(row) if row.len() == 2 => Some(row),
+            postgres::SimpleQueryMessage::Row(row) if row.len() == 3 => Some(row),
             _ => None,
         })
         .ok_or_else(|| failed("mailjar_head has no row"))?;
@@ -199,11 +215,19 @@ fn begin_locked(client: &mut Client) -> Result<(Option<MessageId>, i64), Storage
             hex_id(hex).ok_or_else(|| failed("mailjar_head holds an id that is not 16 bytes"))?,
         ),
     };
-    let received = row
+    let received_ms = row
         .get(1)
         .and_then(|ms| ms.parse().ok())
         .ok_or_else(|| failed("mailjar_head holds no receive time"))?;
-    Ok((id, received))
+    let uid = row
+        .get(2)
+        .and_then(|uid| uid.parse().ok())
+        .ok_or_else(|| failed("mailjar_head holds no UID"))?;
+    Ok(Head {
+        id,
+        received_ms,
+        uid,
+    })
 }
 
 /// An id from its 32 hex digits.
@@ -229,7 +253,7 @@ fn apply(
         tx.execute(
             &format!(
                 "WITH inserted AS ({INSERT}), \
-                 head AS (UPDATE mailjar_head SET id = $9, received_ms = $10) \
+                 head AS (UPDATE mailjar_head SET id = $10, received_ms = $11, uid = $12) \
                  SELECT pg_notify('mailjar', $8)"
             ),
             &[
@@ -241,8 +265,10 @@ fn apply(
                 &c.raw,
                 &c.transcripts,
                 &node,
+                &c.uids,
                 &id_bytes(last.id),
                 &received,
+                &i64::from(last.uid),
             ],
         )?;
     }
@@ -332,9 +358,14 @@ impl Postgres {
         let node = self.node.clone();
         let client = self.client()?;
         let result = (|| -> Result<Option<MessageId>, StorageError> {
-            let (head, head_ms) = begin_locked(client)?;
-            let numbered: Vec<Record<'_>>;
-            let records = if emails.is_empty() {
+            let Head {
+                id: head,
+                received_ms: head_ms,
+                uid: head_uid,
+            } = begin_locked(client)?;
+            // UIDs follow the head's, in id order, on every node alike.
+            let uids = (1..).map(|n| head_uid.saturating_add(n));
+            let numbered: Vec<Record<'_>> = if emails.is_empty() {
                 if records
                     .first()
                     .is_some_and(|r| head.is_some_and(|h| r.id <= h))
@@ -342,16 +373,22 @@ impl Postgres {
                     return Err(failed("these messages would not sort after the head"));
                 }
                 records
+                    .iter()
+                    .zip(uids)
+                    .map(|(r, uid)| Record { uid, ..*r })
+                    .collect()
             } else {
                 let proposed: Vec<MessageId> = emails.iter().map(|e| e.id).collect();
                 let head_ms = u64::try_from(head_ms).unwrap_or(0);
-                for (email, id) in emails.iter_mut().zip(order::assign(head, &proposed)) {
+                let assigned = order::assign(head, &proposed);
+                for ((email, id), uid) in emails.iter_mut().zip(assigned).zip(uids) {
                     email.id = id;
                     email.received_at_ms = email.received_at_ms.max(head_ms);
+                    email.set_uid(uid);
                 }
-                numbered = emails.iter().map(|e| Record::of(e)).collect();
-                &numbered
+                emails.iter().map(|e| Record::of(e)).collect()
             };
+            let records = &numbered;
             apply(client, &node, records, removals).map_err(pg)?;
             client.batch_execute("COMMIT").map_err(pg)?;
             Ok(head)
@@ -523,16 +560,24 @@ impl Storage for Postgres {
     }
 
     fn load(&mut self, each: &mut dyn FnMut(Vec<Loaded>)) -> Result<LoadReport, StorageError> {
-        let (seq, head) = self.with(|client, _| {
+        let (seq, head, uid, uid_validity) = self.with(|client, _| {
             let row = client.query_one(
-                "SELECT (SELECT coalesce(max(seq), 0) FROM mailjar_changes), id FROM mailjar_head",
+                "SELECT (SELECT coalesce(max(seq), 0) FROM mailjar_changes), id, uid, uid_validity \
+                 FROM mailjar_head",
                 &[],
             )?;
-            Ok((row.get::<_, i64>(0), row.get::<_, Option<Vec<u8>>>(1)))
+            Ok((
+                row.get::<_, i64>(0),
+                row.get::<_, Option<Vec<u8>>>(1),
+                row.get::<_, i64>(2),
+                row.get::<_, i64>(3),
+            ))
         })?;
         // Changes logged before the rows are read are in them already.
         self.applied_seq = seq;
         self.head = head.as_deref().and_then(id_of);
+        self.head_uid = u32::try_from(uid).unwrap_or(u32::MAX);
+        self.uid_validity = u32::try_from(uid_validity).unwrap_or(1);
         loop {
             let remote = self.fetch(None, false)?;
             let more = remote.more;
@@ -559,6 +604,14 @@ impl Storage for Postgres {
 
     fn id_floor(&self) -> Option<MessageId> {
         self.head
+    }
+
+    fn uid_floor(&self) -> u32 {
+        self.head_uid
+    }
+
+    fn uid_validity(&self) -> Option<u32> {
+        Some(self.uid_validity)
     }
 
     fn save_inboxes(&mut self, records: &[InboxRecord]) -> Result<(), StorageError> {

@@ -34,6 +34,7 @@ use std::path::{Path, PathBuf};
 
 use mailjar_core::api::{InboxRecord, Removal};
 use mailjar_core::id::MessageId;
+use mailjar_core::store::Email;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 
 use super::{LoadReport, Loaded, Options, Record, Storage, StorageError};
@@ -85,6 +86,10 @@ pub struct Sqlite {
     logged: usize,
     /// The greatest id ever stored, once no row holds it (`meta.id_floor`).
     id_floor: Option<MessageId>,
+    /// The greatest UID ever given: its row's, or `meta.uid_floor` once no row holds it.
+    last_uid: u32,
+    /// The store's UIDVALIDITY (`meta.uid_validity`), set when the file was created.
+    uid_validity: u32,
     /// Rows in the table `damaged` at open.
     damaged: u64,
 }
@@ -133,12 +138,15 @@ fn lock(dir: &Path) -> Result<File, StorageError> {
     }
 }
 
-/// What a write changes: the rows it adds (id, seq), the ranges of `seq` it
-/// deletes, and the id that becomes the floor if it removes the newest row.
+/// What a write changes: the rows it adds (id, seq) and their UIDs, the
+/// ranges of `seq` it deletes, and the id that becomes the floor if it
+/// removes the newest row (with the greatest UID given, which becomes the UIDs' floor).
 struct Plan {
     added: Vec<(MessageId, i64)>,
+    uids: Vec<u32>,
     gone: Vec<(i64, i64)>,
     floor: Option<MessageId>,
+    last_uid: u32,
 }
 
 impl Sqlite {
@@ -168,6 +176,7 @@ impl Sqlite {
                 |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?)),
             )
             .map_err(|e| error(&path, e))?;
+        let (last_uid, uid_validity) = read_uids(&connection).map_err(|e| error(&path, e))?;
         let fail_while = cfg!(debug_assertions)
             .then(|| std::env::var_os(FAULT_ENV).map(PathBuf::from))
             .flatten();
@@ -181,6 +190,8 @@ impl Sqlite {
             next_seq,
             logged: 0,
             id_floor,
+            last_uid,
+            uid_validity,
             damaged: u64::try_from(damaged).unwrap_or(0),
         })
     }
@@ -229,6 +240,19 @@ impl Sqlite {
             .zip(self.next_seq..)
             .map(|(r, seq)| (r.id, seq))
             .collect();
+        // A record's own UID when it is above every earlier one, else the next.
+        let mut last_uid = self.last_uid;
+        let uids: Vec<u32> = records
+            .iter()
+            .map(|r| {
+                last_uid = if r.uid > last_uid {
+                    r.uid
+                } else {
+                    last_uid.saturating_add(1)
+                };
+                last_uid
+            })
+            .collect();
         let find = |id: &MessageId| {
             self.rows
                 .get(id)
@@ -263,7 +287,13 @@ impl Sqlite {
         let floor = newest
             .filter(|(_, seq)| gone.iter().any(|(low, high)| (low..=high).contains(&seq)))
             .map(|(id, _)| id);
-        Plan { added, gone, floor }
+        Plan {
+            added,
+            uids,
+            gone,
+            floor,
+            last_uid,
+        }
     }
 
     /// Runs `plan` in one transaction. BEGIN and COMMIT are cached
@@ -273,7 +303,7 @@ impl Sqlite {
         let tx = &self.connection;
         tx.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
         let mut insert = tx.prepare_cached(INSERT)?;
-        for (r, (_, seq)) in records.iter().zip(&plan.added) {
+        for ((r, (_, seq)), uid) in records.iter().zip(&plan.added).zip(&plan.uids) {
             let recipients = serde_json::to_string(&r.envelope.to)
                 .map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))?;
             let id = id_bytes(r.id);
@@ -319,7 +349,8 @@ impl Sqlite {
                 auth_username,
                 r.raw,
                 checksum,
-                r.transcript
+                r.transcript,
+                uid
             ])?;
         }
         let mut delete = tx.prepare_cached("DELETE FROM messages WHERE seq BETWEEN ?1 AND ?2")?;
@@ -332,6 +363,12 @@ impl Sqlite {
                  ON CONFLICT (key) DO UPDATE SET value = excluded.value",
             )?
             .execute([&id_bytes(floor)[..]])?;
+            // The newest row goes: its UID, the greatest given, must not come back either.
+            tx.prepare_cached(
+                "INSERT INTO meta (key, value) VALUES ('uid_floor', ?1) \
+                 ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            )?
+            .execute([plan.last_uid])?;
         }
         tx.prepare_cached("COMMIT")?.execute([])?;
         Ok(())
@@ -345,6 +382,7 @@ impl Sqlite {
             self.checkpointer.wake();
         }
         self.id_floor = self.id_floor.max(plan.floor);
+        self.last_uid = self.last_uid.max(plan.last_uid);
         self.next_seq += plan.added.len() as i64;
         self.rows.extend(plan.added);
         for removal in removals {
@@ -418,8 +456,29 @@ fn bytes_on_disk(path: &Path) -> u64 {
     len(path) + len(&beside(path, "-wal"))
 }
 
-impl Storage for Sqlite {
-    fn write(&mut self, records: &[Record<'_>], removals: &[Removal]) -> Result<(), StorageError> {
+/// The greatest UID the database ever gave (its rows', the damaged rows',
+/// and the floor a removed newest row left) and its UIDVALIDITY.
+fn read_uids(connection: &Connection) -> rusqlite::Result<(u32, u32)> {
+    let (last, validity): (i64, i64) = connection.query_row(
+        "SELECT max((SELECT coalesce(max(uid), 0) FROM messages), \
+                    (SELECT coalesce(max(uid), 0) FROM damaged), \
+                    coalesce((SELECT value FROM meta WHERE key = 'uid_floor'), 0)), \
+                (SELECT value FROM meta WHERE key = 'uid_validity')",
+        [],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
+    let last = u32::try_from(last).unwrap_or(u32::MAX);
+    let validity = u32::try_from(validity).unwrap_or(1);
+    Ok((last, validity))
+}
+
+impl Sqlite {
+    /// [`Storage::write`], giving back the UIDs the rows were written with.
+    fn write_numbered(
+        &mut self,
+        records: &[Record<'_>],
+        removals: &[Removal],
+    ) -> Result<Vec<u32>, StorageError> {
         self.apply_fault()?;
         let plan = self.plan(records, removals);
         if let Err(e) = self.execute(records, &plan) {
@@ -434,7 +493,28 @@ impl Storage for Sqlite {
             }
             return Err(e.into());
         }
+        let uids = plan.uids.clone();
         self.committed(records, removals, plan);
+        Ok(uids)
+    }
+}
+
+impl Storage for Sqlite {
+    fn write(&mut self, records: &[Record<'_>], removals: &[Removal]) -> Result<(), StorageError> {
+        self.write_numbered(records, removals).map(drop)
+    }
+
+    fn write_emails(
+        &mut self,
+        emails: &mut [&mut Email],
+        removals: &[Removal],
+    ) -> Result<(), StorageError> {
+        let records: Vec<Record<'_>> = emails.iter().map(|e| Record::of(e)).collect();
+        let uids = self.write_numbered(&records, removals)?;
+        drop(records);
+        for (email, uid) in emails.iter_mut().zip(uids) {
+            email.set_uid(uid);
+        }
         Ok(())
     }
 
@@ -464,13 +544,17 @@ impl Storage for Sqlite {
         while let Some(row) = rows.next()? {
             let seq: i64 = row.get(0)?;
             self.next_seq = self.next_seq.max(seq + 1);
+            let uid: Option<i64> = row.get(14)?;
             let read = Fields::read(row);
             let loaded = match &read {
                 Ok((_, fields, stored)) => fields.decode(*stored).map_err(str::to_owned),
                 Err(e) => Err(format!("a field is not as written ({e})")),
             };
             let loaded = match loaded {
-                Ok(loaded) => loaded,
+                Ok(loaded) => Loaded {
+                    uid: uid.and_then(|uid| u32::try_from(uid).ok()).unwrap_or(0),
+                    ..loaded
+                },
                 Err(why) => {
                     let id = read.ok().and_then(|(_, f, _)| id_of(f.id));
                     let id = id
@@ -516,6 +600,14 @@ impl Storage for Sqlite {
         self.id_floor
     }
 
+    fn uid_floor(&self) -> u32 {
+        self.last_uid
+    }
+
+    fn uid_validity(&self) -> Option<u32> {
+        Some(self.uid_validity)
+    }
+
     fn tidy(&mut self) -> bool {
         let free = |c: &Connection| -> i64 {
             c.query_row("PRAGMA freelist_count", [], |r| r.get(0))
@@ -550,6 +642,7 @@ impl Storage for Sqlite {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::storage::postgres::order::after;
     use crate::storage::tests::session_facts;
     use mailjar_core::api::{Api, ApiConfig};
     use mailjar_core::smtp::{AuthInfo, Envelope, SmtpFacts, TlsInfo};
@@ -657,6 +750,7 @@ mod tests {
                     smtp: &self.facts,
                     raw: &self.raw,
                     transcript: &[],
+                    uid: 0,
                 })
                 .collect()
         }
@@ -833,6 +927,7 @@ mod tests {
                 smtp: &facts,
                 raw,
                 transcript: &[],
+                uid: 0,
             })
             .collect();
         db.write(&records, &[]).unwrap();
@@ -921,6 +1016,100 @@ mod tests {
             loaded(&mut db),
             (vec![ids[0], ids[3]], LoadReport { damaged: 2 })
         );
+        drop(db);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// The UIDs `db` loads, in id order.
+    fn loaded_uids(db: &mut Sqlite) -> Vec<(MessageId, u32)> {
+        let mut uids = Vec::new();
+        db.load(&mut |batch| uids.extend(batch.into_iter().map(|l| (l.id, l.uid))))
+            .unwrap();
+        uids
+    }
+
+    /// Writes `ids` as the writer does (the engine numbers them); their UIDs.
+    fn write_emails(db: &mut Sqlite, ids: &[MessageId], removals: &[Removal]) -> Vec<u32> {
+        let mut emails: Vec<Email> = ids
+            .iter()
+            .map(|&id| {
+                let prepared = mailjar_core::store::Prepared::new(mailjar_core::smtp::Incoming {
+                    envelope: envelope(&["a@x.test"]),
+                    raw: b"Subject: x\r\n\r\nbody\r\n".to_vec(),
+                    helo: None,
+                    session: Default::default(),
+                    transcript: Default::default(),
+                });
+                Email::new(id, 1000, prepared)
+            })
+            .collect();
+        let mut refs: Vec<&mut Email> = emails.iter_mut().collect();
+        db.write_emails(&mut refs, removals).unwrap();
+        emails.iter().map(Email::uid).collect()
+    }
+
+    #[test]
+    fn uids_survive_a_reopen_and_the_newest_deleted_one_is_not_given_again() {
+        let (dir, options) = fresh("uids");
+        let (_, ids) = small_sample(6);
+        let validity;
+        {
+            let mut db = Sqlite::open(&options).unwrap();
+            validity = db.uid_validity().unwrap();
+            assert_eq!(write_emails(&mut db, &ids[..3], &[]), [1, 2, 3]);
+            // The newest goes: UID 3 is the floor now.
+            assert!(write_emails(&mut db, &[], &[Removal::One(ids[2])]).is_empty());
+        }
+        let mut db = Sqlite::open(&options).unwrap();
+        assert_eq!(db.uid_validity(), Some(validity), "kept with the file");
+        assert_eq!(loaded_uids(&mut db), [(ids[0], 1), (ids[1], 2)]);
+        assert_eq!(db.uid_floor(), 3);
+        assert_eq!(write_emails(&mut db, &ids[3..5], &[]), [4, 5]);
+        // Added and removed in one write: its UID is not given again either.
+        assert_eq!(
+            write_emails(&mut db, &ids[5..], &[Removal::One(ids[5])]),
+            [6]
+        );
+        drop(db);
+        let mut db = Sqlite::open(&options).unwrap();
+        assert_eq!(
+            loaded_uids(&mut db),
+            [(ids[0], 1), (ids[1], 2), (ids[3], 4), (ids[4], 5)]
+        );
+        assert_eq!(db.uid_floor(), 6);
+        drop(db);
+        // Another file is another store: another UIDVALIDITY.
+        let (other_dir, other) = fresh("uids-other");
+        let other_db = Sqlite::open(&other).unwrap();
+        assert_ne!(other_db.uid_validity(), Some(validity));
+        drop(other_db);
+        let _ = std::fs::remove_dir_all(&dir);
+        let _ = std::fs::remove_dir_all(&other_dir);
+    }
+
+    #[test]
+    fn a_schema_5_database_numbers_its_rows_in_id_order() {
+        let (dir, options) = fresh("migrate-uids");
+        let (sample, ids) = small_sample(4);
+        {
+            let mut db = Sqlite::open(&options).unwrap();
+            db.write(&sample.records(&ids), &[Removal::One(ids[1])])
+                .unwrap();
+            // Back to schema 5, as the versions before UIDs left it.
+            db.connection
+                .execute_batch(
+                    "ALTER TABLE messages DROP COLUMN uid; ALTER TABLE damaged DROP COLUMN uid; \
+                     DELETE FROM meta WHERE key LIKE 'uid_%'; PRAGMA user_version = 5;",
+                )
+                .unwrap();
+        }
+        let mut db = Sqlite::open(&options).unwrap();
+        assert_eq!(
+            loaded_uids(&mut db),
+            [(ids[0], 1), (ids[2], 2), (ids[3], 3)]
+        );
+        assert!(db.uid_validity().is_some_and(|v| v > 0));
+        assert_eq!(write_emails(&mut db, &[after(ids[3])], &[]), [4]);
         drop(db);
         let _ = std::fs::remove_dir_all(&dir);
     }

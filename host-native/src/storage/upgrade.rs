@@ -180,6 +180,8 @@ fn decode_payload(payload: &[u8]) -> Option<Loaded> {
             raw,
             transcript: Default::default(),
         },
+        // The journal kept none: the database numbers it.
+        uid: 0,
     })
 }
 
@@ -402,6 +404,7 @@ mod tests {
                 raw: raw.to_vec(),
                 transcript: Default::default(),
             },
+            uid: 0,
         }
     }
 

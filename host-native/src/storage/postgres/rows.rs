@@ -9,14 +9,15 @@ use serde_json::{Value, json};
 use crate::storage::{Loaded, Record};
 
 /// The columns [`decode`] reads, in its order.
-pub(super) const COLUMNS: &str = "id, received_ms, sender, recipients, smtp, raw, transcript";
+pub(super) const COLUMNS: &str = "id, received_ms, sender, recipients, smtp, raw, transcript, uid";
 
 /// Inserts a batch as arrays, one statement: `$1` ids, `$2` receive times,
-/// `$3` senders, `$4` recipients, `$5` SMTP facts, `$6` raw, `$7` transcripts, `$8` the node.
+/// `$3` senders, `$4` recipients, `$5` SMTP facts, `$6` raw, `$7` transcripts,
+/// `$8` the node, `$9` UIDs.
 pub(super) const INSERT: &str = "INSERT INTO mailjar_messages \
-     (id, received_ms, sender, recipients, smtp, raw, transcript, node) \
+     (id, received_ms, sender, recipients, smtp, raw, transcript, uid, node) \
      SELECT u.*, $8::text FROM unnest($1::bytea[], $2::int8[], $3::text[], $4::text[], \
-     $5::text[], $6::bytea[], $7::bytea[]) AS u";
+     $5::text[], $6::bytea[], $7::bytea[], $9::int8[]) AS u";
 
 /// An id as the database holds it: 16 bytes, big-endian, so bytes sort as ids do.
 pub(super) fn id_bytes(id: MessageId) -> Vec<u8> {
@@ -39,6 +40,7 @@ pub(super) struct Columns<'a> {
     pub(super) smtp: Vec<String>,
     pub(super) raw: Vec<&'a [u8]>,
     pub(super) transcripts: Vec<&'a [u8]>,
+    pub(super) uids: Vec<i64>,
 }
 
 impl<'a> Columns<'a> {
@@ -64,6 +66,7 @@ impl<'a> Columns<'a> {
             );
             c.raw.push(r.raw);
             c.transcripts.push(r.transcript);
+            c.uids.push(i64::from(r.uid));
         }
         c
     }
@@ -106,7 +109,9 @@ pub(super) fn decode(row: &postgres::Row) -> Result<Loaded, String> {
             Transcript::from_bytes(bytes).ok_or_else(|| bad("a transcript that does not decode"))?
         }
     };
+    let uid: i64 = row.try_get(7).map_err(|e| bad(&e.to_string()))?;
     Ok(Loaded {
+        uid: u32::try_from(uid).map_err(|_| bad("a UID out of range"))?,
         id,
         received_at_ms: u64::try_from(received).unwrap_or(0),
         incoming: Incoming {

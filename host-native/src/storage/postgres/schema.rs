@@ -14,7 +14,8 @@ pub(super) const ORDER_LOCK: i64 = 0x6d61_696c_6a61_7201;
 const SCHEMA_LOCK: i64 = 0x6d61_696c_6a61_7202;
 
 /// Each migration, from version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &["CREATE TABLE mailjar_messages (
+const MIGRATIONS: &[&str] = &[
+    "CREATE TABLE mailjar_messages (
         id bytea PRIMARY KEY,
         received_ms bigint NOT NULL,
         sender text NOT NULL,
@@ -48,7 +49,20 @@ const MIGRATIONS: &[&str] = &["CREATE TABLE mailjar_messages (
         limits text NOT NULL,
         token bytea NOT NULL,
         smtp_password bytea NOT NULL
-    );"];
+    );",
+    // Each message's mailbox UID, given under the order lock like its id
+    // (the rows there numbered from 1 in id order); the greatest UID ever
+    // given, kept in the head; the service's UIDVALIDITY, set once here.
+    "ALTER TABLE mailjar_messages ADD COLUMN uid bigint;
+    UPDATE mailjar_messages m SET uid = numbered.n
+        FROM (SELECT id, row_number() OVER (ORDER BY id) AS n FROM mailjar_messages) numbered
+        WHERE m.id = numbered.id;
+    ALTER TABLE mailjar_messages ALTER COLUMN uid SET NOT NULL;
+    ALTER TABLE mailjar_head ADD COLUMN uid bigint NOT NULL DEFAULT 0,
+        ADD COLUMN uid_validity bigint NOT NULL
+            DEFAULT (1 + floor(random() * 4294967294))::bigint;
+    UPDATE mailjar_head SET uid = (SELECT coalesce(max(uid), 0) FROM mailjar_messages);",
+];
 
 /// The schema this build writes.
 pub(super) const SCHEMA_VERSION: i32 = MIGRATIONS.len() as i32;

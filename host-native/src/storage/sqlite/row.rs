@@ -10,7 +10,7 @@ use crate::storage::Loaded;
 
 /// The columns of a row, in the order [`Fields::read`] reads them.
 pub(super) const COLUMNS: &str = "seq, id, received_ms, sender, recipients, helo, remote_addr, tls_version, \
-                       tls_cipher, auth_mechanism, auth_username, raw, checksum, transcript";
+                       tls_cipher, auth_mechanism, auth_username, raw, checksum, transcript, uid";
 
 pub(super) fn id_bytes(id: MessageId) -> [u8; 16] {
     id.as_u128().to_be_bytes()
@@ -169,6 +169,8 @@ impl<'r> Fields<'r> {
                     }
                 },
             },
+            // Not covered by the checksum: the engine reads it beside the fields.
+            uid: 0,
         })
     }
 }
@@ -176,7 +178,7 @@ impl<'r> Fields<'r> {
 /// Inserts a row with every column of [`COLUMNS`].
 pub(super) const INSERT: &str = "INSERT INTO messages (seq, id, received_ms, sender, recipients, helo, \
                       remote_addr, tls_version, tls_cipher, auth_mechanism, auth_username, raw, \
-                      checksum, transcript) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)";
+                      checksum, transcript, uid) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)";
 
 #[cfg(test)]
 mod tests {

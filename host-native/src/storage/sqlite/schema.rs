@@ -13,7 +13,7 @@ use super::row::{COLUMNS, Fields};
 use crate::storage::StorageError;
 
 /// The schema this build writes (`PRAGMA user_version`).
-pub(super) const SCHEMA_VERSION: i64 = 5;
+pub(super) const SCHEMA_VERSION: i64 = 6;
 
 /// Pages of 16 KiB: a 2 KiB message and its metadata share a page instead of
 /// spilling into overflow pages (measured: twice the rows per second, 40% less disk).
@@ -77,6 +77,17 @@ pub(super) const MIGRATIONS: &[&str] = &[
     // 4 to 5: each message's SMTP transcript (NULL for the rows written before).
     "ALTER TABLE messages ADD COLUMN transcript BLOB;
      ALTER TABLE damaged ADD COLUMN transcript BLOB;",
+    // 5 to 6: each message's mailbox UID (the rows there numbered from 1 in
+    // id order, which is `seq` order), and the UIDVALIDITY of the store, set
+    // once here (at the database's creation for a new file). Random rather
+    // than the time: a directory removed and made again within a second
+    // still gets another. `meta.uid_floor` comes when the newest row goes.
+    "ALTER TABLE messages ADD COLUMN uid INTEGER;
+     ALTER TABLE damaged ADD COLUMN uid INTEGER;
+     UPDATE messages SET uid = numbered.n FROM
+        (SELECT seq, row_number() OVER (ORDER BY seq) AS n FROM messages) AS numbered
+        WHERE messages.seq = numbered.seq;
+     INSERT INTO meta (key, value) VALUES ('uid_validity', 1 + abs(random() % 4294967295));",
 ];
 
 /// Whether SQLite's error is a verdict on the file's content (not a
@@ -255,7 +266,7 @@ fn fill_checksums(connection: &Connection) -> rusqlite::Result<usize> {
     let mut sums = Vec::new();
     {
         // The columns of schema 3: a later one's are not there yet.
-        let columns = COLUMNS.trim_end_matches(", transcript");
+        let columns = &COLUMNS[..COLUMNS.find(", transcript").unwrap_or(COLUMNS.len())];
         let mut select = connection.prepare(&format!(
             "SELECT {columns} FROM messages WHERE checksum IS NULL ORDER BY seq"
         ))?;
