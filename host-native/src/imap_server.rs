@@ -35,6 +35,9 @@ use crate::sessions::Holder;
 use crate::state::{Answer, Shared};
 use crate::tls::{SmtpStream, Tls};
 
+/// The most bytes read at once (an IDLE connection's buffer).
+const READ_BYTES: usize = 4096;
+
 /// What every IMAP connection needs.
 #[derive(Clone)]
 pub struct ImapContext {
@@ -85,17 +88,17 @@ struct Connection {
     scope: Scope,
     /// Moves when the store changed (new mail, deletions).
     head: watch::Receiver<(usize, Option<MessageId>)>,
-    /// TODO(mailbox identity): the UID the next message gets, numbering
-    /// the login's snapshot 1..n and new mail after it, until the store
-    /// gives each message its own UID.
-    next_uid: u32,
     out: Vec<u8>,
     buffer: Vec<u8>,
 }
 
 impl Connection {
     async fn run(tcp: TcpStream, context: ImapContext) -> std::io::Result<()> {
-        let mut session = Session::new(context.config.clone(), 0);
+        let config = imap::Config {
+            uid_validity: context.shared.call(|api| api.uid_validity()),
+            ..context.config.clone()
+        };
+        let mut session = Session::new(config, 0);
         let stream = match (&context.tls, context.implicit_tls) {
             (Some(tls), true) => {
                 session.set_tls();
@@ -111,9 +114,8 @@ impl Connection {
             opened: Instant::now(),
             scope: Scope::All,
             head,
-            next_uid: 1,
-            out: Vec::with_capacity(imap::CHUNK),
-            buffer: Vec::with_capacity(16 * 1024),
+            out: Vec::new(),
+            buffer: Vec::with_capacity(READ_BYTES),
         };
         let result = connection.serve().await;
         let _ = connection.stream.shutdown().await;
@@ -204,6 +206,10 @@ impl Connection {
         loop {
             self.out.clear();
             if !self.session.poll_transmit(&mut self.out) {
+                // An idle connection keeps no large buffer (a FETCH response grew it).
+                if self.out.capacity() > READ_BYTES {
+                    self.out = Vec::new();
+                }
                 return Ok(());
             }
             self.stream.write_all(&self.out).await?;
@@ -224,19 +230,7 @@ impl Connection {
         let snapshot = shared.call(|api| api.inboxes().mailbox(scope));
         self.scope = scope;
         // Listed outside the lock.
-        Some(snapshot.iter().map(|email| self.entry(email)).collect())
-    }
-
-    fn entry(&mut self, email: &Email) -> Entry {
-        let uid = self.next_uid;
-        self.next_uid = self.next_uid.saturating_add(1);
-        Entry {
-            id: email.id,
-            uid,
-            size: email.raw().len() as u64,
-            received_ms: email.received_at_ms,
-            seen: false,
-        }
+        Some(snapshot.iter().map(|email| entry(email)).collect())
     }
 
     /// The store moved: what the session knows is walked beside a new
@@ -256,11 +250,11 @@ impl Connection {
                 gone.push(id);
             }
         }
-        let new: Vec<&Arc<Email>> = snapshot
+        let new: Vec<Entry> = snapshot
             .iter()
             .filter(|e| last_known.is_none_or(|last| e.id > last))
+            .map(|e| entry(e))
             .collect();
-        let new: Vec<Entry> = new.into_iter().map(|e| self.entry(e)).collect();
         if !gone.is_empty() {
             self.session.handle_removed(gone);
         }
@@ -283,6 +277,18 @@ impl Connection {
             all &= status == 200 || status == 404;
         }
         all
+    }
+}
+
+/// A message as the session lists it: the store's UID, its size and date.
+fn entry(email: &Email) -> Entry {
+    Entry {
+        id: email.id,
+        uid: email.uid(),
+        size: email.raw().len() as u64,
+        received_ms: email.received_at_ms,
+        // TODO(mailbox identity): the shared seen flag, once the store keeps it.
+        seen: false,
     }
 }
 

@@ -425,7 +425,7 @@ impl Server {
                 max_command_bytes: u32::try_from(self.settings.imap_max_command_bytes)
                     .unwrap_or(u32::MAX),
                 idle_timeout_ms: ms(self.settings.imap_idle_timeout),
-                // TODO(mailbox identity): the store's UIDVALIDITY.
+                // Each connection reads the store's own when it opens.
                 uid_validity: 1,
             },
             shared: self.shared.clone(),

@@ -244,6 +244,10 @@ impl Session {
     pub fn poll_transmit(&mut self, out: &mut Vec<u8>) -> bool {
         let before = out.len();
         out.append(&mut self.transmit);
+        // An idle session keeps no large buffer (a FETCH response grew it).
+        if self.transmit.capacity() > FEED {
+            self.transmit = Vec::new();
+        }
         while out.len() - before < CHUNK && self.awaiting == Awaiting::Nothing {
             let Some(mut job) = self.job.take() else {
                 break;
@@ -271,6 +275,9 @@ impl Session {
         {
             let Some(fragment) = self.fragmentizer.progress() else {
                 if self.input.is_empty() {
+                    if self.input.capacity() > FEED {
+                        self.input = VecDeque::new();
+                    }
                     return;
                 }
                 let take = self.input.len().min(FEED);
