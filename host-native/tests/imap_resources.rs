@@ -137,3 +137,52 @@ fn a_fetch_of_everything_by_a_client_that_does_not_read_holds_one_message() {
     assert!(total > 64 * raw.len());
     println!("read {} MiB in {:?}", total >> 20, started.elapsed());
 }
+
+/// The figure of the issue: `UID FETCH 1:* (UID RFC822.SIZE ENVELOPE)` over
+/// 100,000 messages, its time and the server's peak RSS. Minutes of filling
+/// in a debug build: run with `--ignored` (MAILJAR_BENCH_MESSAGES for another count).
+#[test]
+#[ignore]
+fn bench_uid_fetch_of_100k_envelopes() {
+    let count: usize = std::env::var("MAILJAR_BENCH_MESSAGES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(100_000);
+    let server = Server::start_with(&["--imap-port", "0", "--max-messages", "200000"]);
+    let fill = format!(
+        "import smtplib, sys\nh, p = sys.argv[1].rsplit(':', 1)\ns = smtplib.SMTP(h, int(p))\nfor i in range({count}):\n    s.sendmail('a@x.test', ['u@x.test'], f'From: A <a@x.test>\\r\\nTo: u@x.test\\r\\nSubject: message {{i}}\\r\\nMessage-ID: <{{i}}@x.test>\\r\\n\\r\\nbody {{i}}\\r\\n'.encode())\ns.quit()\n"
+    );
+    let filled = Instant::now();
+    common::run_ok(
+        std::process::Command::new("python3")
+            .arg("-c")
+            .arg(fill)
+            .arg(server.smtp.to_string()),
+    );
+    println!("filled {count} messages in {:?}", filled.elapsed());
+    let addr = imap_addr(&server);
+    let stream = TcpStream::connect(&addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(120)))
+        .unwrap();
+    let mut reader = BufReader::new(stream);
+    let mut greeting = String::new();
+    reader.read_line(&mut greeting).unwrap();
+    exchange(&mut reader, b"a LOGIN u p\r\nb SELECT INBOX\r\n", "b OK");
+    let before = common::peak_rss_kib(server.pid()).unwrap();
+    let started = Instant::now();
+    let answer = exchange(
+        &mut reader,
+        b"c UID FETCH 1:* (UID RFC822.SIZE ENVELOPE)\r\n",
+        "c OK",
+    );
+    let took = started.elapsed();
+    let peak = common::peak_rss_kib(server.pid()).unwrap();
+    assert_eq!(answer.matches(" FETCH (UID ").count(), count);
+    println!(
+        "UID FETCH 1:* (UID RFC822.SIZE ENVELOPE) over {count}: {took:?}, {} MiB answered, peak RSS {} MiB (before it {} MiB)",
+        answer.len() >> 20,
+        peak >> 10,
+        before >> 10
+    );
+}

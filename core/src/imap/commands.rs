@@ -247,7 +247,8 @@ impl Session {
         if *mailbox != MailboxName::Inbox {
             return self.no(tag, "no such mailbox: mailjar has INBOX only");
         }
-        self.mailbox.apply(false);
+        // Counted, not applied: a selected client's numbering changes only
+        // with the EXISTS and EXPUNGE it is told.
         let unseen = self
             .mailbox
             .messages()
@@ -257,7 +258,9 @@ impl Session {
         let items: Vec<StatusDataItem> = names
             .iter()
             .filter_map(|name| match name {
-                StatusDataItemName::Messages => Some(StatusDataItem::Messages(self.mailbox.len())),
+                StatusDataItemName::Messages => {
+                    Some(StatusDataItem::Messages(self.mailbox.store_len()))
+                }
                 StatusDataItemName::Recent => Some(StatusDataItem::Recent(0)),
                 StatusDataItemName::UidNext => {
                     NonZeroU32::new(self.mailbox.uid_next()).map(StatusDataItem::UidNext)

@@ -117,6 +117,13 @@ impl Mailbox {
         }
     }
 
+    /// How many messages the store holds now, told to the client or not
+    /// (STATUS, which may not change the client's numbering).
+    pub(crate) fn store_len(&self) -> u32 {
+        let count = self.messages.len() + self.arrived.len() - self.removed.len();
+        u32::try_from(count).unwrap_or(u32::MAX)
+    }
+
     /// Whether there is anything to tell.
     pub(crate) fn has_changes(&self) -> bool {
         !self.arrived.is_empty() || !self.removed.is_empty()

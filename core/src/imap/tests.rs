@@ -427,3 +427,26 @@ fn messages_mail_parser_cannot_read_still_fetch_and_search() {
         assert!(!wire.contains('\0'), "{wire}");
     }
 }
+
+#[test]
+fn status_counts_new_mail_without_renumbering_a_selected_client() {
+    let mut host = Host::new();
+    let mut session = Session::new(Config::default(), 0);
+    let mut entries = host.entries();
+    let second = entries.pop().expect("two entries");
+    host.drive(&mut session);
+    session.handle_input(b"a LOGIN u \"p w\"\r\n", 1);
+    assert!(matches!(session.poll_output(), Some(Output::Login { .. })));
+    session.handle_login(Some(entries));
+    session.handle_input(b"b SELECT INBOX\r\n", 2);
+    host.drive(&mut session);
+    session.handle_new_mail(vec![second]);
+    let input =
+        b"c STATUS INBOX (MESSAGES UIDNEXT)\r\nd FETCH 2 UID\r\ne NOOP\r\nf FETCH 2 UID\r\n";
+    session.handle_input(input, 3);
+    let wire = String::from_utf8_lossy(&host.drive(&mut session)).into_owned();
+    assert_eq!(
+        wire,
+        "* STATUS INBOX (MESSAGES 2 UIDNEXT 3)\r\nc OK STATUS completed\r\n* 2 EXISTS\r\nd OK FETCH completed\r\ne OK done\r\n* 2 FETCH (UID 2)\r\nf OK FETCH completed\r\n"
+    );
+}
