@@ -129,17 +129,17 @@ fn imaplib_reads_the_store_exactly_searches_and_expunges() {
         "{first}"
     );
     assert!(
-        first.contains("BODYSTRUCTURE (\"TEXT\" \"PLAIN\""),
+        first.contains("BODYSTRUCTURE (\"TEXT\" \"plain\" (\"charset\" \"us-ascii\")"),
         "{first}"
     );
     let second = read["messages"][1]["meta"].as_str().unwrap();
     assert!(
-        second.contains("\"MIXED\" (\"BOUNDARY\" \"b\")"),
+        second.contains("\"mixed\" (\"boundary\" \"b\")"),
         "{second}"
     );
     assert!(
         second.contains(
-            "(\"APPLICATION\" \"OCTET-STREAM\" (\"NAME\" \"a.bin\") NIL NIL \"BASE64\" 4"
+            "(\"application\" \"octet-stream\" (\"name\" \"a.bin\") NIL NIL \"base64\" 4"
         ),
         "{second}"
     );

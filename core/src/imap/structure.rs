@@ -7,8 +7,8 @@ use std::borrow::Cow;
 use std::ops::Range;
 
 use imap_codec::imap_types::body::{
-    BasicFields, Body, BodyStructure, Disposition, MultiPartExtensionData, SinglePartExtensionData,
-    SpecificFields,
+    BasicFields, Body, BodyStructure, Disposition, Language, Location, MultiPartExtensionData,
+    SinglePartExtensionData, SpecificFields,
 };
 use imap_codec::imap_types::core::{IString, NString, Vec1};
 use imap_codec::imap_types::envelope::{Address, Envelope};
@@ -227,14 +227,14 @@ pub(crate) fn text_plain(size: usize, lines: u32) -> BodyStructure<'static> {
     BodyStructure::Single {
         body: Body {
             basic: BasicFields {
-                parameter_list: vec![(istring("CHARSET"), istring("us-ascii"))],
+                parameter_list: vec![(istring("charset"), istring("us-ascii"))],
                 id: NString::NIL,
                 description: NString::NIL,
-                content_transfer_encoding: istring("7BIT"),
+                content_transfer_encoding: istring("7bit"),
                 size: u32::try_from(size).unwrap_or(u32::MAX),
             },
             specific: SpecificFields::Text {
-                subtype: istring("PLAIN"),
+                subtype: istring("plain"),
                 number_of_lines: lines,
             },
         },
@@ -262,7 +262,7 @@ fn part_structure(
         .and_then(|ct| ct.attributes())
         .unwrap_or_default()
         .iter()
-        .map(|a| (istring(&a.name.to_ascii_uppercase()), istring(&a.value)))
+        .map(|a| (istring(&a.name), istring(&a.value)))
         .collect();
     let disposition = disposition(part);
     if let PartType::Multipart(ids) = &part.body {
@@ -274,7 +274,7 @@ fn part_structure(
         return match Vec1::try_from(bodies) {
             Ok(bodies) => BodyStructure::Multi {
                 bodies,
-                subtype: istring(&subtype.to_ascii_uppercase()),
+                subtype: istring(subtype),
                 extension_data: Some(MultiPartExtensionData {
                     parameter_list: params,
                     tail: Some(disposition),
@@ -286,21 +286,20 @@ fn part_structure(
     let (ctype, subtype) = content_type.map_or(("text", "plain"), |ct| {
         (ct.ctype(), ct.subtype().unwrap_or(""))
     });
-    let parameter_list = if params.is_empty() && content_type.is_none() {
-        vec![(istring("CHARSET"), istring("us-ascii"))]
-    } else {
-        params
+    // A text part names its charset (us-ascii when it does not: RFC 2045 5.2).
+    let mut parameter_list = params;
+    let has_charset = |list: &[(IString<'_>, IString<'_>)]| {
+        list.iter()
+            .any(|(name, _)| name.as_ref().eq_ignore_ascii_case(b"charset"))
     };
+    if ctype.eq_ignore_ascii_case("text") && !has_charset(&parameter_list) {
+        parameter_list.insert(0, (istring("charset"), istring("us-ascii")));
+    }
     let basic = BasicFields {
         parameter_list,
         id: nstring_opt(part.content_id().map(|id| format!("<{id}>")).as_deref()),
         description: nstring_opt(part.content_description()),
-        content_transfer_encoding: istring(
-            &part
-                .content_transfer_encoding()
-                .unwrap_or("7bit")
-                .to_ascii_uppercase(),
-        ),
+        content_transfer_encoding: istring(part.content_transfer_encoding().unwrap_or("7bit")),
         size: u32::try_from(bytes.len()).unwrap_or(u32::MAX),
     };
     let specific = specific(ctype, subtype, bytes, depth);
@@ -316,7 +315,7 @@ fn part_structure(
 /// The type-specific fields: lines of text, or the encapsulated message's
 /// envelope and structure (nested at most eight deep).
 fn specific(ctype: &str, subtype: &str, bytes: &[u8], depth: usize) -> SpecificFields<'static> {
-    let upper = |s: &str| istring(&s.to_ascii_uppercase());
+    let upper = istring;
     if ctype.eq_ignore_ascii_case("text") {
         return SpecificFields::Text {
             subtype: upper(subtype),
@@ -348,10 +347,17 @@ fn disposition(part: &MessagePart<'_>) -> Disposition<'static> {
                 .attributes()
                 .unwrap_or_default()
                 .iter()
-                .map(|a| (istring(&a.name.to_ascii_uppercase()), istring(&a.value)))
+                .map(|a| (istring(&a.name), istring(&a.value)))
                 .collect();
-            (istring(&d.ctype().to_ascii_uppercase()), params)
+            (istring(d.ctype()), params)
         }),
-        tail: None,
+        // Language and location: NIL, written out as Dovecot writes them.
+        tail: Some(Language {
+            language: Vec::new(),
+            tail: Some(Location {
+                location: NString::NIL,
+                extensions: Vec::new(),
+            }),
+        }),
     }
 }

@@ -158,7 +158,7 @@ fn the_whole_message_and_its_structure() {
     let (wire, host) = run(input, &[], Config::default());
     let one = String::from_utf8_lossy(ONE);
     assert!(wire.contains(&format!("BODY[] {{{}}}\r\n{one} ENVELOPE (\"Mon, 2 Jan 2023 10:00:00 +0000\" \"=?utf-8?q?caf=C3=A9?= one\" ((\"Ann\" NIL \"ann\" \"example.com\")) ((\"Ann\" NIL \"ann\" \"example.com\")) ((\"Ann\" NIL \"ann\" \"example.com\")) ((NIL NIL \"bob\" \"example.com\")) NIL NIL NIL \"<one@x>\"))", ONE.len())), "{wire}");
-    assert!(wire.contains("* 2 FETCH (BODYSTRUCTURE ((\"TEXT\" \"PLAIN\" (\"CHARSET\" \"utf-8\") NIL NIL \"7BIT\" 5 0 NIL NIL)(\"APPLICATION\" \"OCTET-STREAM\" (\"NAME\" \"a.bin\") NIL NIL \"BASE64\" 4 NIL (\"ATTACHMENT\" (\"FILENAME\" \"a.bin\"))) \"MIXED\" (\"BOUNDARY\" \"b\") NIL))"), "{wire}");
+    assert!(wire.contains(r#"* 2 FETCH (BODYSTRUCTURE (("TEXT" "plain" ("charset" "utf-8") NIL NIL "7bit" 5 0 NIL NIL NIL NIL)("application" "octet-stream" ("name" "a.bin") NIL NIL "base64" 4 NIL ("attachment" ("filename" "a.bin")) NIL NIL) "mixed" ("boundary" "b") NIL NIL NIL))"#), "{wire}");
     assert!(wire.contains("[READ-ONLY] EXAMINE completed"), "{wire}");
     assert!(
         wire.ends_with("e NO the mailbox is read-only (EXAMINE)\r\n"),
