@@ -230,6 +230,9 @@ pub enum Output<W> {
     /// Messages left the store: free them after releasing the lock and, on a
     /// host that keeps them on disk, delete them there.
     Removed(Removed),
+    /// A message's seen flag changed ([`Api::set_seen`]): a host that keeps
+    /// messages on disk writes it there (only such a host, [`ApiConfig::durable`], gets it).
+    Seen(MessageId, bool),
 }
 
 /// Messages that left the store, and the request whose answer waits for their deletion from disk.
@@ -535,7 +538,10 @@ impl<W> Api<W> {
         for (id, result) in found {
             if let Some((_, client)) = self.waits.remove(id) {
                 let response = match result {
-                    Ok(email) => one(email),
+                    Ok(email) => {
+                        let seen = self.store.is_seen(email.id);
+                        one(email, seen)
+                    }
                     Err(e) => e.response(),
                 };
                 self.outputs.push_back(Output::Respond(client, response));
@@ -838,3 +844,6 @@ mod inbox_tests;
 
 #[cfg(test)]
 mod inbox_rules_tests;
+
+#[cfg(test)]
+mod seen_tests;

@@ -194,8 +194,9 @@ pub(crate) enum CommitKind {
 }
 
 /// The one-message answer `{"email": ...}`.
-pub(crate) fn one(email: Arc<Email>) -> Response {
-    Response::json_stream(200, Box::new(EmailJson::new(email, b"{\"email\":", b"}")))
+pub(crate) fn one(email: Arc<Email>, seen: bool) -> Response {
+    let json = EmailJson::new(email, seen, b"{\"email\":", b"}");
+    Response::json_stream(200, Box::new(json))
 }
 
 impl JobKind {
@@ -290,7 +291,8 @@ impl Job {
                 let filter = spec.compile(cached)?;
                 for email in messages.iter().rev() {
                     if filter.matches(email, &mut budget, clock)? {
-                        return Ok(Outcome::Response(one(email.clone())));
+                        let seen = messages.is_seen(email.id);
+                        return Ok(Outcome::Response(one(email.clone(), seen)));
                     }
                 }
                 Err(ApiError::NotFound("no stored message matches".to_owned()))
@@ -378,7 +380,7 @@ fn list(
                     break;
                 }
                 if filter.matches(email, &mut budget, clock)? {
-                    emails.push(email.clone());
+                    emails.push((email.clone(), messages.is_seen(email.id)));
                 }
             }
             emails.reverse();
@@ -386,7 +388,7 @@ fn list(
         None => {
             for email in messages.iter() {
                 if filter.matches(email, &mut budget, clock)? {
-                    emails.push(email.clone());
+                    emails.push((email.clone(), messages.is_seen(email.id)));
                 }
             }
         }
@@ -421,7 +423,8 @@ fn wait(
     };
     for email in messages.iter() {
         if filter.matches(email, &mut budget, clock)? {
-            return Ok(Outcome::Response(one(email.clone())));
+            let seen = messages.is_seen(email.id);
+            return Ok(Outcome::Response(one(email.clone(), seen)));
         }
     }
     Ok(Outcome::Commit(Commit(CommitKind::Park {

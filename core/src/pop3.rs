@@ -88,6 +88,10 @@ pub enum Output {
     },
     /// Look this message up in the store; answer with [`Session::handle_message`].
     Fetch(MessageId),
+    /// RETR is about to send this message: mark it seen for every reader
+    /// (nothing to answer). Comes just before its [`Output::Fetch`]; TOP
+    /// does not mark.
+    Seen(MessageId),
     /// QUIT in the transaction state: delete these from the store, then
     /// answer with [`Session::handle_deleted`].
     Delete(Vec<MessageId>),
@@ -491,6 +495,9 @@ impl Session {
     fn fetch(&mut self, n: &str, top: Option<usize>) {
         match self.message(n) {
             Some((_, entry)) => {
+                if top.is_none() {
+                    self.outputs.push_back(Output::Seen(entry.id));
+                }
                 self.awaiting = Awaiting::Message { top };
                 self.outputs.push_back(Output::Fetch(entry.id));
             }

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use imbl::Vector;
+use imbl::{OrdSet, Vector};
 
 pub use crate::email::{Email, Prepared};
 pub use crate::filter::{Filter, FilterParams, FilterSpec};
@@ -35,6 +35,9 @@ impl Default for StoreLimits {
 #[derive(Debug, Clone, Default)]
 pub struct Store {
     emails: Vector<Arc<Email>>,
+    /// The stored messages a reader has seen (IMAP `\Seen`): persistent,
+    /// so a snapshot takes it in O(1).
+    seen: OrdSet<MessageId>,
     bytes: usize,
     limits: StoreLimits,
     evicted: u64,
@@ -46,6 +49,7 @@ pub struct Store {
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
     emails: Vector<Arc<Email>>,
+    seen: OrdSet<MessageId>,
 }
 
 impl Snapshot {
@@ -64,6 +68,19 @@ impl Snapshot {
         self.emails.back().map(|e| e.id)
     }
 
+    /// Whether a reader had seen message `id` when the snapshot was taken. O(log n).
+    pub fn is_seen(&self, id: MessageId) -> bool {
+        self.seen.contains(&id)
+    }
+
+    /// A snapshot of these messages with the same seen flags.
+    fn with(&self, emails: Vector<Arc<Email>>) -> Snapshot {
+        Snapshot {
+            emails,
+            seen: self.seen.clone(),
+        }
+    }
+
     /// The messages received after `id`, oldest first (all of them for None).
     pub fn after(&self, id: Option<MessageId>) -> Snapshot {
         match id {
@@ -73,9 +90,7 @@ impl Snapshot {
                     .emails
                     .binary_search_by(|e| e.id.cmp(&id))
                     .map_or_else(|insert| insert, |found| found + 1);
-                Snapshot {
-                    emails: self.emails.skip(start),
-                }
+                self.with(self.emails.skip(start))
             }
         }
     }
@@ -126,8 +141,8 @@ impl Snapshot {
     /// The first `n` messages and the rest. O(log n).
     pub fn split_at(self, n: usize) -> (Snapshot, Snapshot) {
         let n = n.min(self.emails.len());
-        let (head, tail) = self.emails.split_at(n);
-        (Snapshot { emails: head }, Snapshot { emails: tail })
+        let (head, tail) = self.emails.clone().split_at(n);
+        (self.with(head), self.with(tail))
     }
 
     /// The messages received before `id`, oldest first (all of them for
@@ -140,9 +155,7 @@ impl Snapshot {
                     .emails
                     .binary_search_by(|e| e.id.cmp(&id))
                     .unwrap_or_else(|insert| insert);
-                Snapshot {
-                    emails: self.emails.take(end),
-                }
+                self.with(self.emails.take(end))
             }
         }
     }
@@ -197,10 +210,36 @@ impl Store {
             if let Some(old) = self.emails.pop_front() {
                 self.bytes -= old.footprint();
                 self.evicted += 1;
+                self.unsee(old.id);
                 evicted.push(old);
             }
         }
         evicted
+    }
+
+    /// Forgets that a message that left was seen.
+    fn unsee(&mut self, id: MessageId) {
+        if !self.seen.is_empty() {
+            self.seen.remove(&id);
+        }
+    }
+
+    /// Marks stored message `id` seen or not; false when it is not stored. O(log n).
+    pub fn set_seen(&mut self, id: MessageId, seen: bool) -> bool {
+        if self.get(id).is_none() {
+            return false;
+        }
+        if seen {
+            self.seen.insert(id);
+        } else {
+            self.seen.remove(&id);
+        }
+        true
+    }
+
+    /// Whether a reader has seen stored message `id`. O(log n).
+    pub fn is_seen(&self, id: MessageId) -> bool {
+        self.seen.contains(&id)
     }
 
     /// Refuses a message loaded at start whose raw bytes alone are over
@@ -253,6 +292,7 @@ impl Store {
     pub fn snapshot(&self) -> Snapshot {
         Snapshot {
             emails: self.emails.clone(),
+            seen: self.seen.clone(),
         }
     }
 
@@ -275,6 +315,7 @@ impl Store {
             if let Ok(i) = self.emails.binary_search_by(|e| e.id.cmp(id)) {
                 let email = self.emails.remove(i);
                 self.bytes -= email.footprint();
+                self.unsee(email.id);
                 removed.push(email);
             }
         }
@@ -293,6 +334,7 @@ impl Store {
             if let Some(old) = self.emails.pop_front() {
                 self.bytes -= old.footprint();
                 self.evicted += 1;
+                self.unsee(old.id);
                 expired.push(old);
             }
         }
@@ -309,6 +351,7 @@ impl Store {
         self.bytes = 0;
         Snapshot {
             emails: std::mem::take(&mut self.emails),
+            seen: std::mem::take(&mut self.seen),
         }
     }
 }

@@ -45,6 +45,8 @@ struct Summary<'a> {
     attachment_count: usize,
     has_html: bool,
     preview: String,
+    /// False as built: [`with_seen`] writes a seen message's `true` over it.
+    seen: bool,
 }
 
 /// What a summary is made of, as parsing the message found it.
@@ -72,6 +74,19 @@ const PLACEHOLDER_TIME: &str = "1970-01-01T00:00:00.000Z";
 const ID_AT: usize = br#"{"id":""#.len();
 const STAMP_BYTES: usize =
     PLACEHOLDER_ID.len() + br#"","receivedAt":""#.len() + PLACEHOLDER_TIME.len();
+
+/// How a summary as built ends: its `seen`, false.
+const UNSEEN_END: &[u8] = b"false}";
+
+/// A summary as a reader is shown it, in two pieces that share the built
+/// bytes: the summary itself while the message is unseen; for a seen one,
+/// all of it but its closing `false}`, then `true}`. No copy either way.
+pub fn with_seen(summary: &Bytes, seen: bool) -> (Bytes, &'static [u8]) {
+    match summary.len().checked_sub(UNSEEN_END.len()) {
+        Some(cut) if seen && summary.ends_with(UNSEEN_END) => (summary.slice(..cut), b"true}"),
+        _ => (summary.clone(), b""),
+    }
+}
 
 /// [`preview_of`] a whole text (the tests' oracle).
 #[cfg(test)]
@@ -179,6 +194,7 @@ pub(crate) fn build(parts: &Parts<'_>) -> Bytes {
         attachment_count: parts.attachment_count,
         has_html: parts.has_html,
         preview: preview_of(lazy_chars(parts.text)),
+        seen: false,
     };
     // Strings, numbers and booleans: serde_json cannot fail on them.
     let json = serde_json::to_vec(&summary).unwrap_or_default();
@@ -231,7 +247,7 @@ mod tests {
 
     fn full_view(email: &Arc<Email>) -> Value {
         let mut json = Vec::new();
-        let mut source = crate::view::EmailJson::new(email.clone(), b"", b"");
+        let mut source = crate::view::EmailJson::new(email.clone(), false, b"", b"");
         while source.next_chunk(&mut json) {}
         serde_json::from_slice(&json).unwrap()
     }
@@ -288,6 +304,7 @@ mod tests {
             "cc",
             "subject",
             "size",
+            "seen",
         ] {
             assert_eq!(summary[field], full[field], "{field}");
         }
@@ -299,7 +316,13 @@ mod tests {
         // serde_json-exact: as many bytes as serde_json writes for the parsed value.
         assert_eq!(serde_json::to_vec(&summary).unwrap().len(), bytes.len());
         let names: Vec<&String> = summary.as_object().unwrap().keys().collect();
-        assert_eq!(names.len(), 11);
+        assert_eq!(names.len(), 12);
+        // A seen message's summary shares the built bytes, then says true.
+        let (shared, end) = with_seen(&bytes, true);
+        assert_eq!(shared.as_ptr(), bytes.as_ptr());
+        let seen: Value = serde_json::from_slice(&[&shared[..], end].concat()).unwrap();
+        assert_eq!(seen["seen"], true);
+        assert_eq!(seen["subject"], summary["subject"]);
         // Without a From header, the envelope sender stands in, as in the full view.
         let bare = stored(&mut ids, b"Subject: s\r\n\r\nplain\r\n");
         let summary: Value = serde_json::from_slice(&bare.summary()).unwrap();
@@ -406,7 +429,7 @@ mod tests {
 
     fn list_json(emails: Vec<Arc<Email>>) -> (Vec<u8>, usize) {
         let (mut out, mut largest) = (Vec::new(), 0);
-        let mut list = SummaryList::new(emails);
+        let mut list = SummaryList::new(emails.into_iter().map(|e| (e, false)).collect());
         loop {
             let before = out.len();
             if !list.next_chunk(&mut out) {

@@ -46,6 +46,7 @@ struct Opening<'a> {
 struct Closing<'a> {
     size: usize,
     smtp: Option<&'a SmtpFacts>,
+    seen: bool,
 }
 
 /// A message's `smtp`: null for one no SMTP session delivered (`POST
@@ -217,8 +218,9 @@ fn strings(list: List) -> Piece {
 }
 
 impl EmailJson {
-    /// The message's JSON, between `prefix` and `suffix` (e.g. `{"email":` and `}`).
-    pub fn new(email: Arc<Email>, prefix: &[u8], suffix: &[u8]) -> EmailJson {
+    /// The message's JSON, between `prefix` and `suffix` (e.g. `{"email":`
+    /// and `}`); `seen`: whether a reader has seen it.
+    pub fn new(email: Arc<Email>, seen: bool, prefix: &[u8], suffix: &[u8]) -> EmailJson {
         let head = email.head();
         let opening = fields_of(&Opening {
             id: email.id.to_string(),
@@ -230,6 +232,7 @@ impl EmailJson {
         let closing = fields_of(&Closing {
             size: email.raw().len(),
             smtp: smtp_facts(email.smtp()),
+            seen,
         });
         let mut pieces = VecDeque::from([
             ready(&[prefix, b"{", &opening, br#","from":""#]),
@@ -428,15 +431,15 @@ impl ChunkSource for EmailJson {
 
 /// The JSON of several messages, `{"emails":[...]}`, one message after another.
 pub struct ListJson {
-    emails: std::vec::IntoIter<Arc<Email>>,
+    emails: std::vec::IntoIter<(Arc<Email>, bool)>,
     current: Option<EmailJson>,
     started: bool,
     finished: bool,
 }
 
 impl ListJson {
-    /// `{"emails": [...]}` of these messages, in this order.
-    pub fn new(emails: Vec<Arc<Email>>) -> ListJson {
+    /// `{"emails": [...]}` of these messages, in this order, each with whether a reader has seen it.
+    pub fn new(emails: Vec<(Arc<Email>, bool)>) -> ListJson {
         ListJson {
             emails: emails.into_iter(),
             current: None,
@@ -462,9 +465,9 @@ impl ChunkSource for ListJson {
                 self.current = None;
             }
             match self.emails.next() {
-                Some(email) => {
+                Some((email, seen)) => {
                     let separator: &[u8] = if self.emails.len() > 0 { b"," } else { b"" };
-                    self.current = Some(EmailJson::new(email, b"", separator));
+                    self.current = Some(EmailJson::new(email, seen, b"", separator));
                 }
                 None => {
                     out.extend_from_slice(b"]}");
@@ -479,21 +482,24 @@ impl ChunkSource for ListJson {
 /// `{"emails":[...]}` of summaries, written a chunk at a time: each chunk
 /// is at most [`CHUNK_BYTES`], slices of the shared summaries.
 pub struct SummaryList {
-    emails: std::vec::IntoIter<Arc<Email>>,
+    emails: std::vec::IntoIter<(Arc<Email>, bool)>,
     /// What is left to write of the current piece (the opening, a summary, the closing).
     pending: Bytes,
     /// What goes before the next summary: nothing before the first.
     separator: &'static [u8],
+    /// What follows the current summary's shared bytes (a seen one's `true}`).
+    after: &'static [u8],
     closed: bool,
 }
 
 impl SummaryList {
-    /// The summaries of these messages, in this order.
-    pub fn new(emails: Vec<Arc<Email>>) -> SummaryList {
+    /// The summaries of these messages, in this order, each with whether a reader has seen it.
+    pub fn new(emails: Vec<(Arc<Email>, bool)>) -> SummaryList {
         SummaryList {
             emails: emails.into_iter(),
             pending: Bytes::from_static(br#"{"emails":["#),
             separator: b"",
+            after: b"",
             closed: false,
         }
     }
@@ -503,11 +509,15 @@ impl SummaryList {
         if self.closed {
             return false;
         }
+        if !self.after.is_empty() {
+            self.pending = Bytes::from_static(std::mem::take(&mut self.after));
+            return true;
+        }
         match self.emails.next() {
-            Some(email) => {
+            Some((email, seen)) => {
                 out.extend_from_slice(self.separator);
                 self.separator = b",";
-                self.pending = email.summary();
+                (self.pending, self.after) = crate::summary::with_seen(&email.summary(), seen);
             }
             None => {
                 self.pending = Bytes::from_static(b"]}");
@@ -559,7 +569,7 @@ mod tests {
         let mut raw = b"Subject: ctl\r\nContent-Type: text/plain\r\n\r\n".to_vec();
         raw.extend((0..2_000_000).map(|i| 1 + (i % 8) as u8));
         let email = stored(&raw);
-        let (json, largest) = chunks(EmailJson::new(email.clone(), b"{\"email\":", b"}"));
+        let (json, largest) = chunks(EmailJson::new(email.clone(), false, b"{\"email\":", b"}"));
         assert!(
             largest <= CHUNK_BYTES + 6 * crate::json_text::STEP_BYTES,
             "{largest}"
@@ -579,7 +589,9 @@ mod tests {
             stored(b"Subject: one\r\n\r\nbody\xff\r\n"),
             stored("Subject: n1\r\n\r\nbody \u{e9}\r\n".as_bytes()),
         ];
-        let (json, _) = chunks(ListJson::new(emails.to_vec()));
+        let (json, _) = chunks(ListJson::new(
+            emails.iter().map(|e| (e.clone(), false)).collect(),
+        ));
         let value: Value = serde_json::from_slice(&json).expect("valid JSON");
         let list = value["emails"].as_array().unwrap();
         assert_eq!(list.len(), 2);
@@ -595,7 +607,7 @@ mod tests {
         let line = "line one\r\nline two\r\n".repeat(2000);
         let raw = format!("Subject: crlf\r\nContent-Type: text/plain\r\n\r\n{line}");
         let email = stored(raw.as_bytes());
-        let (json, _) = chunks(EmailJson::new(email.clone(), b"", b""));
+        let (json, _) = chunks(EmailJson::new(email.clone(), false, b"", b""));
         let value: Value = serde_json::from_slice(&json).expect("valid JSON");
         let text = value["text"].as_str().unwrap();
         assert!(!text.contains('\r'));
@@ -625,7 +637,7 @@ mod tests {
             transcript: Default::default(),
         });
         let email = Arc::new(Email::new(IdGenerator::new().next(1, [0; 10]), 1, prepared));
-        let (json, _) = chunks(EmailJson::new(email, b"", b""));
+        let (json, _) = chunks(EmailJson::new(email, false, b"", b""));
         let value: Value = serde_json::from_slice(&json).expect("valid JSON");
         assert_eq!(
             value["smtp"],
@@ -636,7 +648,7 @@ mod tests {
                 "auth": {"mechanism": "PLAIN", "username": "u"}
             })
         );
-        let (json, _) = chunks(EmailJson::new(stored(b"x"), b"", b""));
+        let (json, _) = chunks(EmailJson::new(stored(b"x"), false, b"", b""));
         let value: Value = serde_json::from_slice(&json).expect("valid JSON");
         // No session delivered it: no facts, and `smtp` is null.
         assert_eq!(value["smtp"], Value::Null);
@@ -672,6 +684,7 @@ mod tests {
             attachments: Vec<AttachmentJson<'a>>,
             size: usize,
             smtp: Option<&'a SmtpFacts>,
+            seen: bool,
             raw: String,
         }
         let fields = email.header_fields();
@@ -702,6 +715,7 @@ mod tests {
                 .collect(),
             size: email.raw().len(),
             smtp: smtp_facts(email.smtp()),
+            seen: false,
             raw: String::from_utf8_lossy(email.raw()).into_owned(),
         };
         serde_json::to_vec(&whole).unwrap()
@@ -767,7 +781,7 @@ mod tests {
         let bound = CHUNK_BYTES + 6 * crate::json_text::STEP_BYTES + 2;
         for raw in awkward() {
             let email = stored(&raw);
-            let (json, largest) = chunks(EmailJson::new(email.clone(), b"", b""));
+            let (json, largest) = chunks(EmailJson::new(email.clone(), false, b"", b""));
             let want = reference(&email);
             assert!(
                 json == want,
@@ -781,7 +795,9 @@ mod tests {
         let inline = &emails[emails.len() - 1].attachments()[0];
         assert_eq!(inline.filename.chars().count(), 30_000);
         assert!(inline.content_id.as_ref().is_some_and(|c| c.len() > 20_000));
-        let (json, largest) = chunks(ListJson::new(emails.clone()));
+        let (json, largest) = chunks(ListJson::new(
+            emails.iter().map(|e| (e.clone(), false)).collect(),
+        ));
         let parts: Vec<Vec<u8>> = emails.iter().map(|e| reference(e)).collect();
         let want = [
             br#"{"emails":["#.to_vec(),
@@ -798,7 +814,7 @@ mod tests {
         let pad = "X-Pad: 0123456789\r\n".repeat(3000);
         let email = stored(format!("Subject: s\r\n{pad}\r\nbody").as_bytes());
         assert!(email.keeps_head(), "a large head is kept");
-        let mut json = EmailJson::new(email.clone(), b"", b"");
+        let mut json = EmailJson::new(email.clone(), false, b"", b"");
         // The response reads the message's own head, not a copy.
         assert!(Arc::ptr_eq(&json.source.head, &email.head()));
         let mut out = Vec::new();

@@ -53,6 +53,7 @@ fn receive(session: &mut Session, emails: &[Arc<Email>], input: &[u8], closed: &
                     .collect()
             })),
             Output::Fetch(id) => session.handle_message(emails.iter().find(|e| e.id == id).cloned()),
+            Output::Seen(_) => {}
             Output::Delete(_) => session.handle_deleted(true),
             Output::StartTls => session.tls_started(),
             Output::Close => *closed = true,

@@ -399,9 +399,10 @@ where
         None => {
             let mut request = head.to_request();
             drop(head);
-            // Only a POST has a body the API reads: no other request (a
-            // parked wait above all) holds one.
-            if !body.is_empty() && request.method() == http::Method::POST {
+            // Only a POST or a PATCH has a body the API reads: no other
+            // request (a parked wait above all) holds one.
+            let reads_body = matches!(*request.method(), http::Method::POST | http::Method::PATCH);
+            if !body.is_empty() && reads_body {
                 request.extensions_mut().insert(RequestBody(body));
             }
             if is_head {

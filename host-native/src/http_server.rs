@@ -297,7 +297,7 @@ fn preflight() -> http::Response<Bytes> {
     let h = response.headers_mut();
     h.insert(
         http::header::ACCESS_CONTROL_ALLOW_METHODS,
-        http::HeaderValue::from_static("GET, POST, DELETE"),
+        http::HeaderValue::from_static("GET, POST, DELETE, PATCH"),
     );
     h.insert(
         http::header::ACCESS_CONTROL_ALLOW_HEADERS,

@@ -145,6 +145,12 @@ impl Connection {
                     let maildrop = self.login(&user, &password);
                     self.session.handle_login(maildrop);
                 }
+                Output::Seen(id) => {
+                    let scope = self.scope;
+                    self.context
+                        .shared
+                        .call(|api| api.set_seen(scope, id, true));
+                }
                 Output::Fetch(id) => {
                     let scope = self.scope;
                     let email = self

@@ -249,6 +249,11 @@ impl Shared {
                 async move { shared.match_batch(batch).await }
             }),
             Output::Removed(removed) => self.remove(removed),
+            Output::Seen(id, seen) => {
+                if let Some(writer) = self.writer.get() {
+                    let _ = writer.send(writer::Job::Seen(id, seen));
+                }
+            }
         }
     }
 

@@ -88,6 +88,9 @@ pub struct CapturedEmail {
     pub codes: Vec<String>,
     /// The size of the raw message in bytes.
     pub size: u64,
+    /// Whether a reader has seen it (IMAP `\\Seen`, POP3 RETR, the web UI, [`Client::mark_seen`]).
+    #[serde(default)]
+    pub seen: bool,
     /// The message as received (lossy UTF-8; the exact bytes are at `/api/emails/:id/raw`).
     pub raw: String,
     /// Every other field of the JSON (headers, attachments, date, ...).
@@ -325,6 +328,11 @@ impl TestServer {
         self.admin.clear().await
     }
 
+    /// Marks message `id` seen (or unseen) for every reader; false when it is not stored.
+    pub async fn mark_seen(&self, id: &str, seen: bool) -> Result<bool, TestError> {
+        self.admin.mark_seen(id, seen).await
+    }
+
     /// `method target` (e.g. `GET /health`, `POST /api/faults` with a JSON
     /// body) as the admin; the JSON of a 200, else the refusal.
     pub async fn request(
@@ -422,6 +430,19 @@ impl Client {
         }
         let response = self.answer(Request::new("DELETE", "/api/emails")).await?;
         Ok(parse::<Deleted>(response)?.deleted)
+    }
+
+    /// Marks message `id` seen (or unseen) for every reader, as this client
+    /// may (an inbox's client: its inbox's mail); false when it sees no such message.
+    pub async fn mark_seen(&self, id: &str, seen: bool) -> Result<bool, TestError> {
+        let mut request = Request::new("PATCH", &format!("/api/emails/{id}"));
+        request.body = bytes::Bytes::from(serde_json::json!({ "seen": seen }).to_string());
+        request.content_type = Some("application/json".to_owned());
+        let response = self.answer(request).await?;
+        if response.status == 404 {
+            return Ok(false);
+        }
+        parse::<serde_json::Value>(response).map(|_| true)
     }
 
     /// `method target` with this client's token; the JSON of a 200, else the refusal.

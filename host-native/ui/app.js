@@ -35,6 +35,7 @@ const ui = {
   message: $("message"),
   back: $("back"),
   deleteOne: $("delete-one"),
+  seenToggle: $("seen-toggle"),
   subject: $("m-subject"),
   meta: $("m-meta"),
   codes: $("m-codes"),
@@ -95,12 +96,14 @@ function showFailure(prefix, error) {
 }
 
 /**
- * GET or DELETE a JSON endpoint; throws an Error carrying the API's {"error"}
- * text. A 401 also brings up the token prompt.
+ * GET, DELETE or PATCH (with `body` as JSON) a JSON endpoint; throws an Error
+ * carrying the API's {"error"} text. A 401 also brings up the token prompt.
  */
-async function api(path, method = "GET") {
+async function api(path, method = "GET", payload = undefined) {
   const headers = method === "GET" ? { accept: "application/json" } : WRITE_HEADERS;
-  const response = await fetch(path, { method, headers });
+  const init = { method, headers };
+  if (payload !== undefined) init.body = JSON.stringify(payload);
+  const response = await fetch(path, init);
   const body = await response.text();
   let json = null;
   try {
@@ -220,7 +223,7 @@ function writeHash() {
 // ---- the list ----------------------------------------------------------------
 
 function row(email, index) {
-  const item = el("li", "row");
+  const item = el("li", email.seen ? "row" : "row unseen");
   item.id = `row-${email.id}`;
   item.setAttribute("role", "option");
   item.dataset.id = email.id;
@@ -241,8 +244,37 @@ function row(email, index) {
   bottom.append(el("span", "to", `to ${(email.to ?? []).join(", ")}`), el("span", "size", formatSize(email.size)));
   item.append(top, subject, bottom);
   if (email.preview) item.append(el("div", "preview", email.preview));
-  item.setAttribute("aria-label", `${email.subject || "(no subject)"}, from ${email.from}`);
+  item.setAttribute("aria-label", `${email.subject || "(no subject)"}, from ${email.from}${email.seen ? "" : ", unseen"}`);
   return item;
+}
+
+/**
+ * Marks a message seen or unseen for every reader (`PATCH /api/emails/:id`),
+ * then shows it so: its row (bold while unseen), its summary in the list,
+ * and the open message's button. A flag change is no event: this page
+ * refreshes its own row.
+ */
+async function setSeen(id, seen) {
+  try {
+    await api(emailPath(id), "PATCH", { seen });
+  } catch (error) {
+    if (error.status !== 404) showFailure(seen ? "Marking as seen" : "Marking as unseen", error);
+    return;
+  }
+  const index = state.emails.findIndex((e) => e.id === id);
+  if (index >= 0) {
+    state.emails[index] = { ...state.emails[index], seen };
+    document.getElementById(`row-${id}`)?.replaceWith(row(state.emails[index], index));
+    markCursor(false);
+  }
+  if (state.open?.id === id) {
+    state.open.seen = seen;
+    showSeenToggle();
+  }
+}
+
+function showSeenToggle() {
+  ui.seenToggle.textContent = state.open?.seen ? "Mark as unseen" : "Mark as seen";
 }
 
 /**
@@ -637,6 +669,8 @@ async function openMessage(id) {
     renderMessage();
     writeHash();
     markCursor(false);
+    // Opening a message is reading it.
+    if (!email.seen) await setSeen(id, true);
   } catch (error) {
     if (error.status === 404) showError("That message is gone (deleted or evicted).");
     else showFailure("Opening", error);
@@ -659,6 +693,7 @@ function renderMessage() {
   ui.message.hidden = false;
   ui.main.classList.add("reading");
   ui.subject.textContent = email.subject || "(no subject)";
+  showSeenToggle();
   const meta = [
     ["From", email.from],
     ["To", (email.to ?? []).join(", ")],
@@ -904,6 +939,7 @@ ui.listPane.addEventListener("scroll", () => {
 });
 ui.back.addEventListener("click", () => closeMessage());
 ui.deleteOne.addEventListener("click", () => state.open && deleteMessage(state.open.id));
+ui.seenToggle.addEventListener("click", () => state.open && setSeen(state.open.id, !state.open.seen));
 ui.deleteAll.addEventListener("click", deleteAll);
 
 document.addEventListener("keydown", (event) => {

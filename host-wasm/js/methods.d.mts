@@ -48,6 +48,8 @@ export interface CapturedEmail {
   size: number;
   /** What the SMTP session saw: HELO, client address, TLS, AUTH; null for mail no SMTP session delivered (`POST /api/send`, `deliverRaw` without facts). */
   smtp: SmtpFacts | null;
+  /** Whether a reader has seen it (IMAP \\Seen, POP3 RETR, the web UI, `markSeen`). */
+  seen: boolean;
   raw: string;
   [field: string]: unknown;
 }
@@ -186,6 +188,8 @@ export abstract class MailjarMethods {
   waitForCode(filter?: MailFilter | string, options?: WaitOptions & { match?: RegExp | string }): Promise<string>;
   /** Deletes one; true when it was stored. */
   delete(id: string, options?: { signal?: AbortSignal }): Promise<boolean>;
+  /** Marks one seen (or with `false` unseen) for every reader; true when it was stored. */
+  markSeen(id: string, seen?: boolean, options?: { signal?: AbortSignal }): Promise<boolean>;
   /** Deletes all, or `{to}` one recipient's; resolves to how many. */
   clear(filter?: { to: string } | string, options?: { signal?: AbortSignal }): Promise<number>;
   /** The fault rules (README "Fault injection"). */

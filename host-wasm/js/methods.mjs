@@ -211,6 +211,20 @@ export class MailjarMethods {
     return true;
   }
 
+  /** Marks one message seen (`seen` false: unseen) for every reader; true when it was stored, false when not. */
+  async markSeen(id, seen = true, { signal } = {}) {
+    if (typeof id !== "string") throw new TypeError("id must be a string");
+    if (typeof seen !== "boolean") throw new TypeError("seen must be a boolean");
+    const answer = await this.request("PATCH", `/api/emails/${encodeURIComponent(id)}`, {
+      signal,
+      body: JSON.stringify({ seen }),
+      contentType: "application/json",
+    });
+    if (answer.status === 404) return false;
+    expectOk(answer);
+    return true;
+  }
+
   /** Deletes every message, or with `{to}` only that recipient's; resolves to how many went. */
   async clear(filter, { signal } = {}) {
     let query = "";

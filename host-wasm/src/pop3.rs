@@ -79,6 +79,9 @@ impl Pop3Session {
                     let maildrop = self.login(&user, &password);
                     self.inner.handle_login(maildrop);
                 }
+                Output::Seen(id) => {
+                    self.api.borrow_mut().set_seen(self.scope, id, true);
+                }
                 Output::Fetch(id) => {
                     let email = self.api.borrow().inboxes().mailbox_email(self.scope, id);
                     self.inner.handle_message(email);

@@ -267,6 +267,11 @@ class Client:
         path = "/api/emails/" + urllib.parse.quote(id, safe="")
         return self._json("DELETE", path, missing_ok=True) is not None
 
+    def mark_seen(self, id: str, seen: bool = True) -> bool:
+        """Marks one message seen (or unseen) for every reader: True when it was stored, False when not."""
+        path = "/api/emails/" + urllib.parse.quote(id, safe="")
+        return self._json("PATCH", path, missing_ok=True, body={"seen": bool(seen)}) is not None
+
     def clear(self, to: Optional[str] = None) -> int:
         """Deletes every message, or only those to `to`; returns how many went."""
         if to is not None and not to.strip():

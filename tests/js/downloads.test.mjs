@@ -93,7 +93,7 @@ describe("downloads on wasm", () => {
     for (let i = 0; i < 5; i++) ids.push(server.deliverRaw(`Subject: m${i}\r\n\r\nbody\r\n  ${i}\r\n`, { from: "a@b", to: ["c@d"] }));
     const { json } = await server.request("GET", `/api/emails?view=summary&beforeId=${ids[4]}&limit=2`);
     assert.deepEqual(json.emails.map((e) => e.id), ids.slice(2, 4));
-    assert.deepEqual(Object.keys(json.emails[0]).sort(), ["attachmentCount", "cc", "envelope", "from", "hasHtml", "id", "preview", "receivedAt", "size", "subject", "to"]);
+    assert.deepEqual(Object.keys(json.emails[0]).sort(), ["attachmentCount", "cc", "envelope", "from", "hasHtml", "id", "preview", "receivedAt", "seen", "size", "subject", "to"]);
     assert.equal(json.emails[1].preview, "body 3");
     const bad = await server.request("GET", "/api/emails?view=nope");
     assert.equal(bad.status, 400);

@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use super::{Api, InboxGrant, InboxQuery, Scope};
+use super::{Api, InboxGrant, InboxQuery, Output, Scope};
 use crate::email::Email;
 use crate::id::MessageId;
 use crate::store::{Snapshot, Store};
@@ -30,7 +30,45 @@ impl<W> Api<W> {
     }
 }
 
+impl<W> Api<W> {
+    /// Marks message `id` seen (or not) for every reader, as `scope` may:
+    /// the message, or None when the scope does not see it (an inbox token
+    /// touches only its own mail). The store and each inbox that holds it
+    /// hear it; a host that keeps messages on disk gets [`Output::Seen`]. O(log n).
+    pub fn set_seen(&mut self, scope: Scope, id: MessageId, seen: bool) -> Option<Arc<Email>> {
+        let email = self.inboxes().mailbox_email(scope, id)?;
+        self.mark_seen(&email, seen);
+        Some(email)
+    }
+
+    /// Marks a stored message seen or not in the store and in each inbox
+    /// that holds it, and has a host that keeps messages on disk write it.
+    pub(super) fn mark_seen(&mut self, email: &Email, seen: bool) {
+        let id = email.id;
+        let changed = self.store.is_seen(id) != seen;
+        self.store.set_seen(id, seen);
+        for inbox in email.inboxes() {
+            if let Some(held) = self.inbox_boxes.get_mut(inbox) {
+                held.store.set_seen(id, seen);
+            }
+        }
+        if changed && self.config.durable {
+            self.outputs.push_back(Output::Seen(id, seen));
+        }
+    }
+
+    /// Whether a reader has seen stored message `id` (false when it is not stored). O(log n).
+    pub fn is_seen(&self, id: MessageId) -> bool {
+        self.store.is_seen(id)
+    }
+}
+
 impl<W> InboxQuery<'_, W> {
+    /// Whether a reader has seen stored message `id`.
+    pub fn is_seen(&self, id: MessageId) -> bool {
+        self.api.store.is_seen(id)
+    }
+
     /// The UIDVALIDITY of every mailbox (they share the store's UIDs).
     pub fn uid_validity(&self) -> u32 {
         self.api.uid_validity

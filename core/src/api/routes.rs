@@ -48,7 +48,8 @@ enum Route<'a> {
 impl Route<'_> {
     fn allow(&self) -> &'static str {
         match self {
-            Route::Emails | Route::ById(_) => "GET, DELETE",
+            Route::Emails => "GET, DELETE",
+            Route::ById(_) => "GET, DELETE, PATCH",
             _ => "GET",
         }
     }
@@ -154,6 +155,11 @@ impl<W> Api<W> {
                 query.only(&[])?;
                 let scope = self.scope_of(request, None)?;
                 ready(self.delete_one(id, scope))
+            }
+            ("PATCH", Route::ById(id)) => {
+                query.only(&[])?;
+                let scope = self.scope_of(request, None)?;
+                ready(self.patch_seen(id, &request.body, scope))
             }
             ("GET", Route::CheckHtml(id)) => {
                 query.only(&[])?;
@@ -346,7 +352,9 @@ impl<W> Api<W> {
     }
 
     fn get(&self, id: &str, scope: Option<InboxId>) -> Result<Response, ApiError> {
-        self.stored(id, scope).map(one)
+        let email = self.stored(id, scope)?;
+        let seen = self.store.is_seen(email.id);
+        Ok(one(email, seen))
     }
 
     /// The stored message a path names in a scope, or the 404 that says it is
@@ -433,6 +441,35 @@ impl<W> Api<W> {
         }
     }
 
+    /// `PATCH /api/emails/:id` with `{"seen": bool}`: the message's summary as it is now.
+    fn patch_seen(
+        &mut self,
+        id: &str,
+        body: &[u8],
+        scope: Option<InboxId>,
+    ) -> Result<Response, ApiError> {
+        let email = self.stored(id, scope)?;
+        let bad = || {
+            ApiError::BadRequest("the body must be {\"seen\": true} or {\"seen\": false}".into())
+        };
+        // Parsed under the lock: a few bytes are all a flag needs.
+        if body.len() > MAX_PATCH_BYTES {
+            return Err(bad());
+        }
+        let patch: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_slice(body).map_err(|_| bad())?;
+        let seen = match (patch.len(), patch.get("seen")) {
+            (1, Some(serde_json::Value::Bool(seen))) => *seen,
+            _ => return Err(bad()),
+        };
+        self.mark_seen(&email, seen);
+        let (summary, end) = crate::summary::with_seen(&email.summary(), seen);
+        let mut json = Vec::with_capacity(summary.len() + end.len());
+        json.extend_from_slice(&summary);
+        json.extend_from_slice(end);
+        Ok(Response::json_bytes(200, json.into()))
+    }
+
     fn delete_one(&mut self, id: &str, scope: Option<InboxId>) -> Result<Response, ApiError> {
         let target = parse_path_id(id).ok_or_else(|| not_stored(id))?;
         match self.remove_in(&[target], scope) {
@@ -441,6 +478,9 @@ impl<W> Api<W> {
         }
     }
 }
+
+/// The largest body `PATCH /api/emails/:id` reads (`{"seen": false}` with room for spaces).
+const MAX_PATCH_BYTES: usize = 256;
 
 /// The inbox a wait or stream reads in, and the inbox token's grant that admitted it.
 type Admitted = (Option<InboxId>, Option<super::InboxGrant>);

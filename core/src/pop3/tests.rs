@@ -11,6 +11,8 @@ struct Host {
     emails: Vec<Arc<Email>>,
     gone: HashMap<MessageId, bool>,
     deleted: Vec<MessageId>,
+    /// What RETR marked seen, in order.
+    seen: Vec<MessageId>,
     closed: bool,
     tls: bool,
 }
@@ -29,6 +31,7 @@ impl Host {
             emails: vec![email(&mut ids, ONE), email(&mut ids, TWO)],
             gone: HashMap::new(),
             deleted: Vec::new(),
+            seen: Vec::new(),
             closed: false,
             tls: false,
         }
@@ -62,6 +65,7 @@ impl Host {
                         .find(|e| e.id == id && !self.gone.contains_key(&id));
                     session.handle_message(found.cloned());
                 }
+                Output::Seen(id) => self.seen.push(id),
                 Output::Delete(ids) => {
                     self.deleted.extend(ids);
                     session.handle_deleted(true);
@@ -126,6 +130,11 @@ fn a_whole_dialogue_reads_as_rfc_1939_says() {
         + "\r\n";
     assert_eq!(wire, expected);
     assert_eq!(host.deleted, vec![host.emails[1].id]);
+    assert_eq!(
+        host.seen,
+        [host.emails[0].id],
+        "RETR 1 marks seen, TOP 2 does not"
+    );
     assert!(host.closed);
 }
 
@@ -249,6 +258,7 @@ fn a_large_message_goes_out_in_bounded_chunks() {
     }]));
     session.handle_input(b"RETR 1\r\nNOOP\r\n", 2);
     session.poll_transmit(&mut wire);
+    assert_eq!(session.poll_output(), Some(Output::Seen(big.id)));
     assert_eq!(session.poll_output(), Some(Output::Fetch(big.id)));
     session.handle_message(Some(big));
     let mut chunks = 0;

@@ -19,7 +19,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mailjar_core::api::{Api, InboxRecord, Output, Removal};
+use mailjar_core::api::{Api, InboxRecord, Output, Removal, Scope};
 use mailjar_core::id::MessageId;
 use mailjar_core::smtp::{Envelope, Incoming, SmtpFacts};
 use mailjar_core::store::{Email, Prepared};
@@ -81,6 +81,8 @@ pub struct Loaded {
     pub incoming: Incoming,
     /// Its UID, as the engine numbered it ([`Email::uid`]).
     pub uid: u32,
+    /// Whether a reader had seen it.
+    pub seen: bool,
 }
 
 impl Loaded {
@@ -165,6 +167,12 @@ pub trait Storage: Send {
         let _ = records;
         Ok(())
     }
+    /// Writes readers' seen flags of stored messages (a message no longer
+    /// stored is skipped); an engine that keeps none ignores them.
+    fn set_seen(&mut self, changes: &[(MessageId, bool)]) -> Result<(), StorageError> {
+        let _ = changes;
+        Ok(())
+    }
     /// The stored inboxes, in creation order, at start.
     fn load_inboxes(&mut self) -> Result<Vec<InboxRecord>, StorageError> {
         Ok(Vec::new())
@@ -239,9 +247,13 @@ fn load_into<W>(
             let emails = parse_all(batch, threads);
             parsing += t.elapsed();
             let t = Instant::now();
-            for email in emails {
+            for (email, seen) in emails {
+                let id = email.id;
                 api.restore(email)
                     .map_err(|e| StorageError(e.to_string()))?;
+                if seen {
+                    api.set_seen(Scope::All, id, true);
+                }
                 load.read += 1;
             }
             // Evicted by today's limits: free them as they go, keep their ids.
@@ -269,12 +281,13 @@ fn load_into<W>(
     Ok(load)
 }
 
-/// Parses loaded messages into stored ones on up to `threads` threads, keeping their order.
-fn parse_all(rows: Vec<Loaded>, threads: usize) -> Vec<Email> {
+/// Parses loaded messages into stored ones (with whether they were seen)
+/// on up to `threads` threads, keeping their order.
+fn parse_all(rows: Vec<Loaded>, threads: usize) -> Vec<(Email, bool)> {
     let parse = |row: Loaded| {
         let mut email = Email::new(row.id, row.received_at_ms, Prepared::new(row.incoming));
         email.set_uid(row.uid);
-        email
+        (email, row.seen)
     };
     let threads = threads.clamp(1, 16);
     if threads == 1 || rows.len() < 64 {
@@ -489,6 +502,7 @@ pub(crate) mod tests {
                         transcript: Transcript::from_bytes(r.transcript).unwrap_or_default(),
                     },
                     uid: r.uid,
+                    seen: false,
                 });
             }
             for removal in removals {
@@ -532,6 +546,7 @@ pub(crate) mod tests {
                 transcript: Default::default(),
             },
             uid: i as u32 + 1,
+            seen: false,
         }
     }
 

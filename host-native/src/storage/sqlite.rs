@@ -545,6 +545,7 @@ impl Storage for Sqlite {
             let seq: i64 = row.get(0)?;
             self.next_seq = self.next_seq.max(seq + 1);
             let uid: Option<i64> = row.get(14)?;
+            let seen: Option<i64> = row.get(15)?;
             let read = Fields::read(row);
             let loaded = match &read {
                 Ok((_, fields, stored)) => fields.decode(*stored).map_err(str::to_owned),
@@ -553,6 +554,7 @@ impl Storage for Sqlite {
             let loaded = match loaded {
                 Ok(loaded) => Loaded {
                     uid: uid.and_then(|uid| u32::try_from(uid).ok()).unwrap_or(0),
+                    seen: seen.is_some_and(|seen| seen != 0),
                     ..loaded
                 },
                 Err(why) => {
@@ -602,6 +604,25 @@ impl Storage for Sqlite {
 
     fn uid_floor(&self) -> u32 {
         self.last_uid
+    }
+
+    fn set_seen(&mut self, changes: &[(MessageId, bool)]) -> Result<(), StorageError> {
+        self.apply_fault()?;
+        let rows = &self.rows;
+        let written = (|| {
+            let tx = self.connection.unchecked_transaction()?;
+            {
+                let mut update =
+                    tx.prepare_cached("UPDATE messages SET seen = ?2 WHERE seq = ?1")?;
+                for (id, seen) in changes {
+                    if let Some(seq) = rows.get(id) {
+                        update.execute(params![seq, seen])?;
+                    }
+                }
+            }
+            tx.commit()
+        })();
+        written.map_err(|e| error(&self.path, e))
     }
 
     fn uid_validity(&self) -> Option<u32> {
@@ -1099,6 +1120,7 @@ mod tests {
             db.connection
                 .execute_batch(
                     "ALTER TABLE messages DROP COLUMN uid; ALTER TABLE damaged DROP COLUMN uid; \
+                     ALTER TABLE messages DROP COLUMN seen; ALTER TABLE damaged DROP COLUMN seen; \
                      DELETE FROM meta WHERE key LIKE 'uid_%'; PRAGMA user_version = 5;",
                 )
                 .unwrap();

@@ -182,6 +182,7 @@ fn decode_payload(payload: &[u8]) -> Option<Loaded> {
         },
         // The journal kept none: the database numbers it.
         uid: 0,
+        seen: false,
     })
 }
 
@@ -405,6 +406,7 @@ mod tests {
                 transcript: Default::default(),
             },
             uid: 0,
+            seen: false,
         }
     }
 

@@ -53,6 +53,8 @@ pub enum Job {
     /// Another node committed (or the database came back): apply what this
     /// node has not, in id order ([`Storage::catch_up`]). Jobs coalesce.
     CatchUp,
+    /// A reader saw a message, or marked it unseen ([`Storage::set_seen`]).
+    Seen(MessageId, bool),
 }
 
 /// How much one transaction takes at most.
@@ -200,6 +202,8 @@ pub enum Action {
     Inboxes(Vec<InboxRecord>, Vec<Ack>),
     /// Apply what other nodes committed ([`Storage::catch_up`]), then [`Writer::handle_caught_up`].
     CatchUp,
+    /// Write these seen flags ([`Storage::set_seen`]).
+    Seen(Vec<(MessageId, bool)>),
 }
 
 /// The writer's policy: what goes in the next transaction, and when to write,
@@ -232,6 +236,8 @@ pub struct Writer {
     settle_until: Option<Instant>,
     /// The inboxes to write, and who waits for them.
     inboxes: Option<(Vec<InboxRecord>, Vec<Ack>)>,
+    /// Seen flags to write (one per message: a later change replaces an earlier one).
+    seen: std::collections::BTreeMap<MessageId, bool>,
     /// A catch-up was asked for (or one failed and is due again at `failed_at` + [`RETRY`]).
     catch_up: bool,
     /// The last step was a catch-up: a write waiting goes next, so that
@@ -260,6 +266,7 @@ impl Writer {
             busy_at: now,
             settle_until: None,
             inboxes: None,
+            seen: std::collections::BTreeMap::new(),
             catch_up: false,
             caught_up_last: false,
         }
@@ -287,6 +294,10 @@ impl Writer {
             }
             Job::Stop(done) => self.stops.push(done),
             Job::CatchUp => self.catch_up = true,
+            Job::Seen(id, seen) => {
+                // Bounded by the stored messages: one entry each.
+                self.seen.insert(id, seen);
+            }
             Job::Inboxes(records, ack) => {
                 let mut acks = self
                     .inboxes
@@ -315,6 +326,10 @@ impl Writer {
         // Inboxes first, before a stop too: a few rows, and an admin waits.
         if let Some((records, acks)) = self.inboxes.take() {
             return Action::Inboxes(records, acks);
+        }
+        // They name messages in the core, so committed: never one queued here.
+        if !self.seen.is_empty() {
+            return Action::Seen(std::mem::take(&mut self.seen).into_iter().collect());
         }
         let retry_due = self
             .failed_at
@@ -520,6 +535,12 @@ pub fn run(
                     let _ = ack.send(written.clone());
                 }
             }
+            Action::Seen(changes) => {
+                if let Err(e) = storage.set_seen(&changes) {
+                    // A flag, not mail: logged, and the next change writes again.
+                    tracing::warn!("writing {} seen flags: {e}", changes.len());
+                }
+            }
             Action::Tidy => writer.handle_tidied(storage.tidy(), Instant::now()),
             Action::Size => {
                 let size = storage.size();
@@ -589,7 +610,11 @@ fn catch_up(
         let remote = storage.catch_up(mode)?;
         if !remote.rows.is_empty() {
             let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-            let emails = super::parse_all(remote.rows, threads);
+            // Seen flags are not shared between nodes (see the README).
+            let emails = super::parse_all(remote.rows, threads)
+                .into_iter()
+                .map(|(email, _)| email)
+                .collect();
             // What they evict here was evicted (and logged) where they were committed.
             (core.committed)(emails);
         }
@@ -716,6 +741,29 @@ mod tests {
         for (reply, id) in replies.iter_mut().zip(&sent) {
             assert_eq!(reply.try_recv().unwrap(), Ok(*id));
         }
+    }
+
+    #[test]
+    fn seen_flags_coalesce_per_message_and_are_written_before_a_stop() {
+        let mut api = Api::<()>::new(ApiConfig::default());
+        let now = Instant::now();
+        let mut writer = settled(Limits::default(), now);
+        let (a, b) = (api.assign(1, [0; 10]).id, api.assign(1, [0; 10]).id);
+        let (job, _, _reply) = message(&mut api, 10);
+        writer.handle_job(job, now);
+        writer.handle_job(Job::Seen(a, true), now);
+        writer.handle_job(Job::Seen(b, true), now);
+        writer.handle_job(Job::Seen(a, false), now);
+        let (stop, _stopped) = oneshot::channel();
+        writer.handle_job(Job::Stop(stop), now);
+        // A queued message does not hold them back, and the last change of each wins.
+        match writer.poll(now) {
+            Action::Seen(changes) => assert_eq!(changes, [(a, false), (b, true)]),
+            _ => panic!("the seen flags first"),
+        }
+        let transaction = next_write(&mut writer, now);
+        writer.handle_written(transaction, Ok(()), now);
+        assert!(matches!(writer.poll(now), Action::Stop(_)));
     }
 
     #[test]

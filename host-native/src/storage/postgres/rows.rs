@@ -112,6 +112,8 @@ pub(super) fn decode(row: &postgres::Row) -> Result<Loaded, String> {
     let uid: i64 = row.try_get(7).map_err(|e| bad(&e.to_string()))?;
     Ok(Loaded {
         uid: u32::try_from(uid).map_err(|_| bad("a UID out of range"))?,
+        // Kept in this node's memory only (see the README).
+        seen: false,
         id,
         received_at_ms: u64::try_from(received).unwrap_or(0),
         incoming: Incoming {

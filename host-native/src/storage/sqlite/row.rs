@@ -10,7 +10,7 @@ use crate::storage::Loaded;
 
 /// The columns of a row, in the order [`Fields::read`] reads them.
 pub(super) const COLUMNS: &str = "seq, id, received_ms, sender, recipients, helo, remote_addr, tls_version, \
-                       tls_cipher, auth_mechanism, auth_username, raw, checksum, transcript, uid";
+                       tls_cipher, auth_mechanism, auth_username, raw, checksum, transcript, uid, seen";
 
 pub(super) fn id_bytes(id: MessageId) -> [u8; 16] {
     id.as_u128().to_be_bytes()
@@ -169,8 +169,9 @@ impl<'r> Fields<'r> {
                     }
                 },
             },
-            // Not covered by the checksum: the engine reads it beside the fields.
+            // Not covered by the checksum: the engine reads them beside the fields.
             uid: 0,
+            seen: false,
         })
     }
 }

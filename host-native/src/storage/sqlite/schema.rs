@@ -13,7 +13,7 @@ use super::row::{COLUMNS, Fields};
 use crate::storage::StorageError;
 
 /// The schema this build writes (`PRAGMA user_version`).
-pub(super) const SCHEMA_VERSION: i64 = 6;
+pub(super) const SCHEMA_VERSION: i64 = 7;
 
 /// Pages of 16 KiB: a 2 KiB message and its metadata share a page instead of
 /// spilling into overflow pages (measured: twice the rows per second, 40% less disk).
@@ -88,6 +88,10 @@ pub(super) const MIGRATIONS: &[&str] = &[
         (SELECT seq, row_number() OVER (ORDER BY seq) AS n FROM messages) AS numbered
         WHERE messages.seq = numbered.seq;
      INSERT INTO meta (key, value) VALUES ('uid_validity', 1 + abs(random() % 4294967295));",
+    // 6 to 7: whether a reader (IMAP, POP3, the UI) has seen each message;
+    // not covered by the row's checksum, since it changes.
+    "ALTER TABLE messages ADD COLUMN seen INTEGER NOT NULL DEFAULT 0;
+     ALTER TABLE damaged ADD COLUMN seen INTEGER;",
 ];
 
 /// Whether SQLite's error is a verdict on the file's content (not a
