@@ -23,7 +23,7 @@ use std::time::Duration;
 use mailjar_core::api::{Request, Scope};
 use mailjar_core::id::MessageId;
 use mailjar_core::imap::{self, Entry, Output, Session};
-use mailjar_core::store::Email;
+use mailjar_core::store::{Email, Snapshot};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, watch};
@@ -178,8 +178,16 @@ impl Connection {
                         .call(|api| api.inboxes().mailbox_email(scope, id));
                     self.session.handle_message(email);
                 }
-                // TODO(mailbox identity): set the shared seen flag.
-                Output::Seen { .. } => {}
+                // One short call a message: a STORE over the whole mailbox
+                // does not hold the lock for all of it.
+                Output::Seen { ids, seen } => {
+                    let scope = self.scope;
+                    for id in ids {
+                        self.context
+                            .shared
+                            .call(|api| api.set_seen(scope, id, seen));
+                    }
+                }
                 Output::Delete(ids) => {
                     let ok = self.delete(&ids).await;
                     self.session.handle_deleted(ok);
@@ -230,7 +238,12 @@ impl Connection {
         let snapshot = shared.call(|api| api.inboxes().mailbox(scope));
         self.scope = scope;
         // Listed outside the lock.
-        Some(snapshot.iter().map(|email| entry(email)).collect())
+        Some(
+            snapshot
+                .iter()
+                .map(|email| entry(email, &snapshot))
+                .collect(),
+        )
     }
 
     /// The store moved: what the session knows is walked beside a new
@@ -253,7 +266,7 @@ impl Connection {
         let new: Vec<Entry> = snapshot
             .iter()
             .filter(|e| last_known.is_none_or(|last| e.id > last))
-            .map(|e| entry(e))
+            .map(|e| entry(e, &snapshot))
             .collect();
         if !gone.is_empty() {
             self.session.handle_removed(gone);
@@ -280,15 +293,15 @@ impl Connection {
     }
 }
 
-/// A message as the session lists it: the store's UID, its size and date.
-fn entry(email: &Email) -> Entry {
+/// A message as the session lists it: the store's UID, its size, date and
+/// seen flag (as `snapshot` has it).
+fn entry(email: &Email, snapshot: &Snapshot) -> Entry {
     Entry {
         id: email.id,
         uid: email.uid(),
         size: email.raw().len() as u64,
         received_ms: email.received_at_ms,
-        // TODO(mailbox identity): the shared seen flag, once the store keeps it.
-        seen: false,
+        seen: snapshot.is_seen(email.id),
     }
 }
 

@@ -80,6 +80,7 @@ typ, part = m.fetch("2", "(BODY.PEEK[1] BODY.PEEK[HEADER.FIELDS (SUBJECT)])")
 m.store("1", "+FLAGS", "(\\Deleted)")
 typ, expunged = m.expunge()
 typ, after = m.search(None, "ALL")
+m.store("1", "+FLAGS", "(\\Seen)")
 m.logout()
 print(json.dumps({"count": count, "messages": messages, "subject": subject[0].decode(),
     "from": from_[0].decode(), "unseen": unseen[0].decode(), "seen": seen[0].decode(),
@@ -158,6 +159,13 @@ fn imaplib_reads_the_store_exactly_searches_and_expunges() {
     // EXPUNGE deleted the message from the store.
     let left = self::ids(&server);
     assert_eq!(left, ids[1..].to_vec());
+    // STORE \Seen set the flag every reader shares.
+    let seen: Vec<bool> = server
+        .emails("")
+        .iter()
+        .map(|e| e["seen"] == true)
+        .collect();
+    assert_eq!(seen, [true, false]);
 }
 
 fn base64_decode(text: &str) -> Vec<u8> {

@@ -8,7 +8,7 @@ use js_sys::Object;
 use mailjar_core::api::{self, Request, Scope};
 use mailjar_core::id::MessageId;
 use mailjar_core::imap::{self, Entry, Output};
-use mailjar_core::store::Email;
+use mailjar_core::store::{Email, Snapshot};
 use wasm_bindgen::prelude::*;
 
 use crate::api::{Api, DateClock};
@@ -99,8 +99,12 @@ impl ImapSession {
                     let email = self.api.borrow().inboxes().mailbox_email(self.scope, id);
                     self.inner.handle_message(email);
                 }
-                // TODO(mailbox identity): set the shared seen flag.
-                Output::Seen { .. } => {}
+                Output::Seen { ids, seen } => {
+                    let mut api = self.api.borrow_mut();
+                    for id in ids {
+                        api.set_seen(self.scope, id, seen);
+                    }
+                }
                 Output::Delete(ids) => {
                     let ok = ids.iter().all(|id| self.delete(&id.to_string()));
                     self.inner.handle_deleted(ok);
@@ -119,13 +123,8 @@ impl ImapSession {
             false => Scope::All,
             true => inboxes.mailbox_of_login(user, password)?,
         };
-        Some(
-            inboxes
-                .mailbox(self.scope)
-                .iter()
-                .map(|e| entry(e))
-                .collect(),
-        )
+        let snapshot = inboxes.mailbox(self.scope);
+        Some(snapshot.iter().map(|e| entry(e, &snapshot)).collect())
     }
 
     /// Compares what the session knows with the store (both in receive
@@ -148,7 +147,7 @@ impl ImapSession {
         let new: Vec<Entry> = snapshot
             .iter()
             .filter(|e| last_known.is_none_or(|last| e.id > last))
-            .map(|e| entry(e))
+            .map(|e| entry(e, &snapshot))
             .collect();
         if !gone.is_empty() {
             self.inner.handle_removed(gone);
@@ -171,13 +170,14 @@ impl ImapSession {
     }
 }
 
-/// A message as the session lists it.
-fn entry(email: &Email) -> Entry {
+/// A message as the session lists it: the store's UID, its size, date and
+/// seen flag (as `snapshot` has it).
+fn entry(email: &Email, snapshot: &Snapshot) -> Entry {
     Entry {
         id: email.id,
         uid: email.uid(),
         size: email.raw().len() as u64,
         received_ms: email.received_at_ms,
-        seen: false,
+        seen: snapshot.is_seen(email.id),
     }
 }
