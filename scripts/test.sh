@@ -18,6 +18,10 @@ rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup com
 rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy
 command -v swaks >/dev/null || apt_install swaks
 command -v curl >/dev/null || apt_install curl
+# IMAP: a strict sync client copies the mailbox to a Maildir (host-native/tests/imap.rs).
+command -v mbsync >/dev/null || apt_install isync
+# IMAP: ENVELOPE and BODYSTRUCTURE compared with Dovecot's (host-native/tests/imap_dovecot.rs).
+[ -x /usr/lib/dovecot/imap ] || apt_install dovecot-imapd
 # The spam check runs against a real spamd (host-native/tests/checks_spam.rs); Debian ships its rules.
 [ -x /usr/sbin/spamd ] || apt_install spamassassin spamd
 # A load balancer in front of SMTP for the PROXY protocol tests.

@@ -29,6 +29,7 @@ mod faults;
 mod filter;
 mod head;
 pub mod id;
+pub mod imap;
 mod inbox;
 mod job;
 mod json_text;

@@ -139,6 +139,18 @@ pub struct Settings {
     /// Port of an implicit-TLS POP3 listener (POP3S, on --smtp-host; 0 picks a free one); needs TLS configured.
     #[arg(long, env = "MAILJAR_POP3S_PORT")]
     pub pop3s_port: Option<u16>,
+    /// Port of an IMAP listener (on --smtp-host; 0 picks a free one; off by default): read captured mail with any mail client, IDLE included.
+    #[arg(long, env = "MAILJAR_IMAP_PORT")]
+    pub imap_port: Option<u16>,
+    /// Port of an implicit-TLS IMAP listener (IMAPS, on --smtp-host; 0 picks a free one); needs TLS configured.
+    #[arg(long, env = "MAILJAR_IMAPS_PORT")]
+    pub imaps_port: Option<u16>,
+    /// Largest IMAP command, literals included (a bigger literal is refused before it is sent).
+    #[arg(long, env = "MAILJAR_IMAP_MAX_COMMAND_BYTES", default_value = "64KiB", value_parser = parse_bytes)]
+    pub imap_max_command_bytes: usize,
+    /// Idle time after which an IMAP connection is closed (IDLE included: clients renew it within 29 minutes).
+    #[arg(long, env = "MAILJAR_IMAP_IDLE_TIMEOUT", default_value = "30m", value_parser = humantime::parse_duration)]
+    pub imap_idle_timeout: Duration,
     /// Answer MAIL before STARTTLS with 530 5.7.0; needs TLS configured.
     #[arg(long, env = "MAILJAR_REQUIRE_TLS")]
     pub require_tls: bool,
@@ -185,7 +197,7 @@ pub struct Settings {
         value_delimiter = ','
     )]
     pub proxy_protocol: Vec<String>,
-    /// Print one JSON line on stdout once both listeners are bound: {"smtp": "127.0.0.1:PORT", "http": "http://127.0.0.1:PORT"}, plus "smtps", "pop3" and "pop3s" with their flags.
+    /// Print one JSON line on stdout once both listeners are bound: {"smtp": "127.0.0.1:PORT", "http": "http://127.0.0.1:PORT"}, plus "smtps", "pop3", "pop3s", "imap" and "imaps" with their flags.
     #[arg(long)]
     pub ready_json: bool,
     /// Log filter (error, warn, info, debug, trace, or a tracing directive).
@@ -276,6 +288,12 @@ impl Settings {
         }
         if self.max_line_bytes < 512 {
             return Err("--max-line-bytes must be at least 512 (RFC 5321)".to_owned());
+        }
+        if !(1024..=u32::MAX as usize).contains(&self.imap_max_command_bytes) {
+            return Err("--imap-max-command-bytes must be between 1KiB and 4GiB".to_owned());
+        }
+        if self.imap_idle_timeout.is_zero() {
+            return Err("--imap-idle-timeout must be greater than 0".to_owned());
         }
         if self.max_message_bytes > self.max_store_bytes {
             return Err(format!(
@@ -405,6 +423,7 @@ impl Settings {
                 ("--require-tls", self.require_tls),
                 ("--smtps-port", self.smtps_port.is_some()),
                 ("--pop3s-port", self.pop3s_port.is_some()),
+                ("--imaps-port", self.imaps_port.is_some()),
                 ("--tls-cert-out", self.tls_cert_out.is_some()),
                 ("--http-tls", self.http_tls),
             ] {

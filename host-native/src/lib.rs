@@ -11,6 +11,7 @@ pub mod faults;
 pub mod http1;
 pub mod http_server;
 pub mod http_tls;
+pub mod imap_server;
 pub mod inbox_checks;
 pub mod metrics;
 pub mod pop3_server;
@@ -48,6 +49,8 @@ pub struct Server {
     smtps: Option<TcpListener>,
     /// `--pop3-port`, `--pop3s-port`.
     pop3: pop3_server::Listeners,
+    /// `--imap-port`, `--imaps-port`.
+    imap: imap_server::Listeners,
     /// TLS, when configured.
     tls: Option<tls::Tls>,
     shared: Arc<Shared>,
@@ -243,6 +246,10 @@ impl Server {
             pop3: listen_on("POP3", settings.smtp_host, settings.pop3_port)?,
             pop3s: listen_on("POP3S", settings.smtp_host, settings.pop3s_port)?,
         };
+        let imap = imap_server::Listeners {
+            imap: listen_on("IMAP", settings.smtp_host, settings.imap_port)?,
+            imaps: listen_on("IMAPS", settings.smtp_host, settings.imaps_port)?,
+        };
         let address = |a: SocketAddr| Address {
             host: a.ip().to_string(),
             port: a.port(),
@@ -253,6 +260,7 @@ impl Server {
             .map(|a| ("smtps", a))
             .into_iter()
             .chain(pop3.addresses())
+            .chain(imap.addresses())
             .map(|(key, a)| (key.to_owned(), address(a)))
             .collect();
         let smtp_load = Arc::new(smtp_load::SmtpLoad::new(settings.max_inflight_bytes));
@@ -346,6 +354,7 @@ impl Server {
             http,
             smtps,
             pop3,
+            imap,
             tls,
         })
     }
@@ -360,9 +369,11 @@ impl Server {
         self.smtps.as_ref().map(TcpListener::local_addr)
     }
 
-    /// The bound POP3 listeners' addresses, by their `--ready-json` keys.
+    /// The bound POP3 and IMAP listeners' addresses, by their `--ready-json` keys.
     pub fn mail_reader_addrs(&self) -> Vec<(&'static str, SocketAddr)> {
-        self.pop3.addresses()
+        let mut addresses = self.pop3.addresses();
+        addresses.extend(self.imap.addresses());
+        addresses
     }
 
     /// The bound HTTP address.
@@ -397,6 +408,25 @@ impl Server {
                 stls: self.tls.is_some(),
                 max_line_bytes: self.settings.max_line_bytes,
                 idle_timeout_ms: ms(self.settings.idle_timeout),
+            },
+            shared: self.shared.clone(),
+            access: self.access.clone(),
+            tls: self.tls.clone(),
+            implicit_tls: false,
+            shutdown,
+        }
+    }
+
+    /// What every IMAP connection needs.
+    fn imap_context(&self, shutdown: watch::Receiver<bool>) -> imap_server::ImapContext {
+        imap_server::ImapContext {
+            config: mailjar_core::imap::Config {
+                starttls: self.tls.is_some(),
+                max_command_bytes: u32::try_from(self.settings.imap_max_command_bytes)
+                    .unwrap_or(u32::MAX),
+                idle_timeout_ms: ms(self.settings.imap_idle_timeout),
+                // Each connection reads the store's own when it opens.
+                uid_validity: 1,
             },
             shared: self.shared.clone(),
             access: self.access.clone(),
@@ -480,13 +510,15 @@ impl Server {
             .into_iter()
             .chain(self.smtps.as_ref().map(TcpListener::local_addr))
             .filter_map(Result::ok)
-            .chain(self.pop3.addresses().into_iter().map(|(_, a)| a))
+            .chain(self.mail_reader_addrs().into_iter().map(|(_, a)| a))
             .collect();
         let smtp_context = self.smtp_context(shutdown_rx.clone());
         let http_context = self.http_context(shutdown_rx, &listening);
         // The SMTP listener's slots: POP3 connections count against --max-connections.
         let pop3_context = self.pop3_context(smtp_context.shutdown.clone());
-        let pop3_tasks = std::mem::take(&mut self.pop3).spawn(&slots, &pop3_context);
+        let mut reader_tasks = std::mem::take(&mut self.pop3).spawn(&slots, &pop3_context);
+        let imap_context = self.imap_context(smtp_context.shutdown.clone());
+        reader_tasks.extend(std::mem::take(&mut self.imap).spawn(&slots, &imap_context));
         let smtps_task = self.smtps.map(|listener| {
             let context = smtp_server::SmtpContext {
                 implicit_tls: true,
@@ -524,7 +556,7 @@ impl Server {
         if let Some(task) = smtps_task {
             let _ = task.await;
         }
-        for task in pop3_tasks {
+        for task in reader_tasks {
             let _ = task.await;
         }
         let _ = http_task.await;

@@ -47,6 +47,10 @@ pub struct Shared {
     workers: Semaphore,
     /// The event log's head as published to event streams: idle streams wait for it to move.
     event_head: watch::Sender<u64>,
+    /// The store's size and newest id, which move whenever mail arrives or
+    /// leaves: IMAP sessions watch them for new mail and deletions (the
+    /// event log only records while an event stream is open).
+    store_mark: watch::Sender<(usize, Option<MessageId>)>,
     /// The event log's head as the core has it (the pump publishes it).
     logged_head: AtomicU64,
     /// Wakes the event pump when the log moved.
@@ -178,6 +182,7 @@ impl Shared {
             inner: Mutex::new(api),
             workers: Semaphore::new(workers.max(1)),
             event_head: watch::Sender::new(0),
+            store_mark: watch::Sender::new((0, None)),
             logged_head: AtomicU64::new(0),
             logged: Notify::new(),
             ended_subscriptions: watch::Sender::new(0),
@@ -207,7 +212,7 @@ impl Shared {
     /// carries the outputs out (answers sent, jobs started, what left the
     /// store freed and written to disk).
     pub(crate) fn call<T>(self: &Arc<Self>, f: impl FnOnce(&mut ClientApi) -> T) -> T {
-        let (value, outputs, head, deadline) = {
+        let (value, outputs, head, deadline, mark) = {
             let mut api = self.lock();
             let value = f(&mut api);
             // Still under the lock: no change of the rules slips in between.
@@ -216,8 +221,14 @@ impl Shared {
             self.any_inboxes
                 .store(api.inboxes().any(), Ordering::Release);
             let outputs: Vec<Output<Client>> = std::iter::from_fn(|| api.poll_output()).collect();
-            (value, outputs, api.event_head(), api.poll_timeout())
+            let mark = (api.store().len(), api.store().newest());
+            (value, outputs, api.event_head(), api.poll_timeout(), mark)
         };
+        self.store_mark.send_if_modified(|known| {
+            let changed = *known != mark;
+            *known = mark;
+            changed
+        });
         self.deadline.send_if_modified(|armed| {
             let changed = *armed != deadline;
             *armed = deadline;
@@ -638,6 +649,11 @@ impl Shared {
     /// Watches the event log's head: it moves when there are events to fetch.
     pub fn event_head(&self) -> watch::Receiver<u64> {
         self.event_head.subscribe()
+    }
+
+    /// Watches the store: it changes when mail arrives or leaves.
+    pub fn store_changes(&self) -> watch::Receiver<(usize, Option<MessageId>)> {
+        self.store_mark.subscribe()
     }
 
     /// Tells every event stream to look whether its subscription still

@@ -84,6 +84,21 @@ export interface FiredFault {
 }
 
 /** One SMTP connection without a socket. */
+/** One IMAP connection without a socket (`MailServer.imap()`). */
+export class ImapConnection {
+  private constructor();
+  /** The `* OK` greeting. */
+  readonly greeting: string;
+  /** Feeds client bytes (a string as UTF-8); what the server writes back, as text. */
+  send(data: string | Uint8Array): string;
+  /** Feeds client bytes; what the server writes back, as bytes. */
+  sendBytes(data: string | Uint8Array): Uint8Array;
+  /** What the server writes now of mail that arrived or left (to an IDLE or selected client). */
+  poll(): string;
+  /** Whether the server side closed the connection. */
+  readonly closed: boolean;
+}
+
 /** One POP3 connection without a socket (`MailServer.pop3()`). */
 export class Pop3Connection {
   private constructor();
@@ -134,6 +149,8 @@ export class MailServer extends MailjarMethods {
   connect(options?: ConnectOptions): SmtpConnection;
   /** Opens a POP3 connection over the stored mail, without a socket. */
   pop3(): Pop3Connection;
+  /** Opens an IMAP connection over the stored mail, without a socket. */
+  imap(): ImapConnection;
   /** Stores a raw message, with the `smtp` facts it reports; returns its id. */
   deliverRaw(raw: string | Uint8Array, envelope?: { from?: string; to?: string | string[] }, smtp?: SmtpFacts): string;
   /** Like the HTTP API: waits resolve on delivery or at their deadline (408). */

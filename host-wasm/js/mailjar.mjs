@@ -252,6 +252,48 @@ export class Pop3Connection {
 }
 
 /**
+ * One IMAP connection without a socket, reading the server's mail:
+ * `greeting` is what the server wrote on connect, `send()` feeds client
+ * bytes (a string is sent as UTF-8) and returns what the server writes back
+ * as text, `sendBytes()` the same as bytes, and `poll()` what an IDLE (or
+ * selected) client hears of mail that arrived or left since.
+ */
+export class ImapConnection {
+  #session;
+  #now;
+
+  /** Use `MailServer.imap()`. */
+  constructor(session, now) {
+    this.#session = session;
+    this.#now = now;
+    /** The `* OK` greeting. */
+    this.greeting = decoder.decode(session.greeting());
+  }
+
+  /** Feeds client bytes; the server's answer as text (UTF-8). */
+  send(data) {
+    return decoder.decode(this.sendBytes(data));
+  }
+
+  /** Feeds client bytes; the server's answer as bytes. */
+  sendBytes(data) {
+    const bytes = typeof data === "string" ? encoder.encode(data) : data;
+    if (!(bytes instanceof Uint8Array)) throw new TypeError("data must be a string or a Uint8Array");
+    return this.#session.receive(bytes, this.#now());
+  }
+
+  /** What the server writes now of mail that arrived or left (`* N EXISTS`, `* N EXPUNGE`). */
+  poll() {
+    return decoder.decode(this.#session.poll());
+  }
+
+  /** Whether the server side closed the connection (LOGOUT, too many errors, idle). */
+  get closed() {
+    return this.#session.closed;
+  }
+}
+
+/**
  * A mail server for tests, without sockets: SMTP sessions, deliveries and
  * the HTTP API, all in memory.
  *
@@ -346,6 +388,16 @@ export class MailServer extends MailjarMethods {
   pop3() {
     this.#open();
     return new Pop3Connection(new this.#bindings.Pop3Session(this.#api, this.#now()), this.#now);
+  }
+
+  /**
+   * Opens an IMAP connection over the stored mail (one mailbox, INBOX),
+   * without a socket. Without inboxes any user name and password log in;
+   * EXPUNGE removes `\Deleted` mail from the server, as a DELETE of the API does.
+   */
+  imap() {
+    this.#open();
+    return new ImapConnection(new this.#bindings.ImapSession(this.#api, this.#now()), this.#now);
   }
 
   /**

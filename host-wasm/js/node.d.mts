@@ -1,7 +1,7 @@
 // Types of node.mjs: mailjar for Node.
 // The bindings' classes are disposable (`[Symbol.dispose]`): no need for `lib: esnext` in the project.
 /// <reference lib="esnext.disposable" />
-import { FakeClock, MailServer as BoundMailServer, MailServerOptions, Pop3Connection, SmtpConnection } from "./mailjar.mjs";
+import { FakeClock, ImapConnection, MailServer as BoundMailServer, MailServerOptions, Pop3Connection, SmtpConnection } from "./mailjar.mjs";
 
 /** An in-process mail server: `new MailServer(options?)`. */
 export class MailServer extends BoundMailServer {
@@ -12,7 +12,7 @@ export class MailServer extends BoundMailServer {
 export const bindings: typeof import("../pkg-web/mailjar_wasm.js");
 /** A new in-memory mail server. */
 export function createMailServer(options?: MailServerOptions): MailServer;
-export { FakeClock, Pop3Connection, SmtpConnection };
+export { FakeClock, ImapConnection, Pop3Connection, SmtpConnection };
 export { MailjarClient } from "./client.mjs";
 export type { CreatedInbox, InboxLimits, Inboxes, ListedInbox, MailjarClientOptions, NewInbox } from "./client.mjs";
 export { Inbox, MailjarError, filterQuery } from "./methods.mjs";

@@ -3,7 +3,7 @@
 // browsers share one .wasm, and creates socket-free mail servers.
 import { readFileSync } from "node:fs";
 import * as web from "../pkg-web/mailjar_wasm.js";
-import { FakeClock, MailServer as BoundMailServer, Pop3Connection, SmtpConnection } from "./mailjar.mjs";
+import { FakeClock, ImapConnection, MailServer as BoundMailServer, Pop3Connection, SmtpConnection } from "./mailjar.mjs";
 
 web.initSync({ module: readFileSync(new URL("../pkg-web/mailjar_wasm_bg.wasm", import.meta.url)) });
 
@@ -25,4 +25,4 @@ export function createMailServer(options = {}) {
 
 export { MailjarClient } from "./client.mjs";
 export { Inbox, MailjarError, filterQuery } from "./methods.mjs";
-export { FakeClock, Pop3Connection, SmtpConnection };
+export { FakeClock, ImapConnection, Pop3Connection, SmtpConnection };

@@ -1,7 +1,7 @@
 // Types of web.mjs: mailjar for browsers.
 // The bindings' classes are disposable (`[Symbol.dispose]`): no need for `lib: esnext` in the project.
 /// <reference lib="esnext.disposable" />
-import { FakeClock, MailServer as BoundMailServer, MailServerOptions, Pop3Connection, SmtpConnection } from "./mailjar.mjs";
+import { FakeClock, ImapConnection, MailServer as BoundMailServer, MailServerOptions, Pop3Connection, SmtpConnection } from "./mailjar.mjs";
 
 /** An in-process mail server: `new MailServer(options?)`. */
 export class MailServer extends BoundMailServer {
@@ -12,7 +12,7 @@ export class MailServer extends BoundMailServer {
 export function load(wasm?: URL | string | Response | BufferSource | WebAssembly.Module): Promise<typeof import("../pkg-web/mailjar_wasm.js")>;
 /** A new in-memory mail server, once the wasm is loaded. */
 export function createMailServer(options?: MailServerOptions & { wasm?: URL | string }): Promise<MailServer>;
-export { FakeClock, Pop3Connection, SmtpConnection };
+export { FakeClock, ImapConnection, Pop3Connection, SmtpConnection };
 export { MailjarClient } from "./client.mjs";
 export type { CreatedInbox, InboxLimits, Inboxes, ListedInbox, MailjarClientOptions, NewInbox } from "./client.mjs";
 export { Inbox, MailjarError, filterQuery } from "./methods.mjs";

@@ -1,7 +1,7 @@
 // mailjar for browsers: loads the `--target web` build from ../pkg-web
 // (scripts/test-wasm.sh makes it) and creates socket-free mail servers.
 import init, * as bindings from "../pkg-web/mailjar_wasm.js";
-import { FakeClock, MailServer as BoundMailServer, Pop3Connection, SmtpConnection } from "./mailjar.mjs";
+import { FakeClock, ImapConnection, MailServer as BoundMailServer, Pop3Connection, SmtpConnection } from "./mailjar.mjs";
 
 let ready;
 let loaded = false;
@@ -34,4 +34,4 @@ export async function createMailServer(options = {}) {
 
 export { MailjarClient } from "./client.mjs";
 export { Inbox, MailjarError, filterQuery } from "./methods.mjs";
-export { FakeClock, Pop3Connection, SmtpConnection };
+export { FakeClock, ImapConnection, Pop3Connection, SmtpConnection };

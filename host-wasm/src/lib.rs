@@ -26,6 +26,7 @@ mod config;
 mod entropy;
 mod events;
 mod faults;
+mod imap;
 mod inputs;
 mod js;
 mod outputs;
@@ -37,6 +38,7 @@ mod types;
 mod waits;
 
 pub use api::Api;
+pub use imap::ImapSession;
 pub use pop3::Pop3Session;
 pub use session::Session;
 

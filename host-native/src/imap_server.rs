@@ -1,0 +1,351 @@
+//! The IMAP listeners (`--imap-port`, and `--imaps-port` for implicit TLS):
+//! one core [`imap::Session`] per TCP connection, sharing the SMTP
+//! listener's connection slots, TLS configuration and shutdown, like the
+//! POP3 listeners.
+//!
+//! The connection writes what the session transmits (a FETCH message by
+//! message, each written before the next is rendered, so a client that does
+//! not read holds one), answers its requests through the API (a login's
+//! mailbox is an O(1) snapshot taken under the lock and listed outside it; a
+//! message is looked up by id in the live store; EXPUNGE's and CLOSE's
+//! deletions are `DELETE /api/emails/:id` requests in the login's scope, so
+//! events, storage and inboxes see them as they see any other delete). After
+//! a login it watches the store's size and newest id (a watch channel the
+//! state moves as the event log's head is moved for event streams): when they
+//! move, a new snapshot is compared with what the session knows, in one
+//! walk (both are in receive order), and the session hears of new mail and
+//! of messages gone.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use mailjar_core::api::{Request, Scope};
+use mailjar_core::id::MessageId;
+use mailjar_core::imap::{self, Entry, Output, Session};
+use mailjar_core::store::{Email, Snapshot};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Semaphore, watch};
+use tokio::time::Instant;
+
+use crate::accept::{self, Accepted};
+use crate::access::Access;
+use crate::sessions::Holder;
+use crate::state::{Answer, Shared};
+use crate::tls::{SmtpStream, Tls};
+
+/// The most bytes read at once (an IDLE connection's buffer).
+const READ_BYTES: usize = 4096;
+
+/// What every IMAP connection needs.
+#[derive(Clone)]
+pub struct ImapContext {
+    /// STARTTLS, the command limit, the idle timeout.
+    pub config: imap::Config,
+    /// The store, through the API.
+    pub shared: Arc<Shared>,
+    /// `--admin-token`: logins are inboxes' SMTP credentials, or the admin
+    /// token as the password; without it any login opens every message.
+    pub access: Option<Arc<Access>>,
+    /// TLS, when configured.
+    pub tls: Option<Tls>,
+    /// This listener is implicit TLS (`--imaps-port`).
+    pub implicit_tls: bool,
+    /// Becomes true when the server shuts down.
+    pub shutdown: watch::Receiver<bool>,
+}
+
+/// Accepts connections until shutdown; each holds a permit of `slots` (the SMTP listener's) while open.
+pub async fn serve(listener: TcpListener, slots: Arc<Semaphore>, context: ImapContext) {
+    let mut shutdown = context.shutdown.clone();
+    while let Some(accepted) = accept::next(&listener, &slots, &mut shutdown, "IMAP").await {
+        match accepted {
+            Accepted::Open(stream, peer, permit) => {
+                let context = context.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = Connection::run(stream, context).await {
+                        tracing::debug!(%peer, "IMAP connection ended: {e}");
+                    }
+                    drop(permit);
+                });
+            }
+            Accepted::Refused(stream, _) => {
+                accept::refuse(stream, b"* BYE too many connections\r\n".to_vec());
+            }
+        }
+    }
+}
+
+/// One open IMAP connection.
+struct Connection {
+    session: Session,
+    stream: SmtpStream,
+    context: ImapContext,
+    /// Time zero of the session's milliseconds.
+    opened: Instant,
+    /// Whose mailbox the login opened.
+    scope: Scope,
+    /// Moves when the store changed (new mail, deletions).
+    head: watch::Receiver<(usize, Option<MessageId>)>,
+    out: Vec<u8>,
+    buffer: Vec<u8>,
+}
+
+impl Connection {
+    async fn run(tcp: TcpStream, context: ImapContext) -> std::io::Result<()> {
+        let config = imap::Config {
+            uid_validity: context.shared.call(|api| api.uid_validity()),
+            ..context.config.clone()
+        };
+        let mut session = Session::new(config, 0);
+        let stream = match (&context.tls, context.implicit_tls) {
+            (Some(tls), true) => {
+                session.set_tls();
+                tls.accept(tcp).await?.0
+            }
+            _ => SmtpStream::Plain(tcp),
+        };
+        let head = context.shared.store_changes();
+        let mut connection = Connection {
+            session,
+            stream,
+            context,
+            opened: Instant::now(),
+            scope: Scope::All,
+            head,
+            out: Vec::new(),
+            buffer: Vec::with_capacity(READ_BYTES),
+        };
+        let result = connection.serve().await;
+        let _ = connection.stream.shutdown().await;
+        result
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.opened.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Writes, answers and reads until the session closes or the server shuts down.
+    async fn serve(&mut self) -> std::io::Result<()> {
+        loop {
+            if !self.drain().await? {
+                return Ok(());
+            }
+            let deadline = self
+                .session
+                .poll_timeout()
+                .map(|ms| self.opened + Duration::from_millis(ms));
+            let watching = self.session.logged_in();
+            self.buffer.clear();
+            tokio::select! {
+                read = self.stream.read_buf(&mut self.buffer) => {
+                    if read? == 0 {
+                        return Ok(());
+                    }
+                    let now = self.now_ms();
+                    self.session.handle_input(&self.buffer, now);
+                }
+                changed = self.head.changed(), if watching => {
+                    if changed.is_err() {
+                        return Ok(());
+                    }
+                    self.refresh();
+                }
+                () = sleep_until(deadline) => self.session.handle_timeout(self.now_ms()),
+                _ = self.context.shutdown.changed() => return Ok(()),
+            }
+        }
+    }
+
+    /// Writes what the session transmits and answers its requests; false once it closed.
+    async fn drain(&mut self) -> std::io::Result<bool> {
+        loop {
+            self.flush().await?;
+            let Some(output) = self.session.poll_output() else {
+                return Ok(true);
+            };
+            match output {
+                Output::Login { user, password } => {
+                    let mailbox = self.login(&user, &password);
+                    self.session.handle_login(mailbox);
+                }
+                Output::Message(id) => {
+                    let scope = self.scope;
+                    let email = self
+                        .context
+                        .shared
+                        .call(|api| api.inboxes().mailbox_email(scope, id));
+                    self.session.handle_message(email);
+                }
+                // One short call a message: a STORE over the whole mailbox
+                // does not hold the lock for all of it.
+                Output::Seen { ids, seen } => {
+                    let scope = self.scope;
+                    for id in ids {
+                        self.context
+                            .shared
+                            .call(|api| api.set_seen(scope, id, seen));
+                    }
+                }
+                Output::Delete(ids) => {
+                    let ok = self.delete(&ids).await;
+                    self.session.handle_deleted(ok);
+                }
+                Output::StartTls => {
+                    self.flush().await?;
+                    let Some(tls) = &self.context.tls else {
+                        return Err(std::io::Error::other("STARTTLS without TLS configured"));
+                    };
+                    let plain = std::mem::replace(&mut self.stream, SmtpStream::Gone);
+                    self.stream = tls.upgrade(plain).await?.0;
+                    self.session.tls_started();
+                }
+                Output::Close => {
+                    self.flush().await?;
+                    return Ok(false);
+                }
+            }
+        }
+    }
+
+    /// Writes everything transmitted, a piece at a time.
+    async fn flush(&mut self) -> std::io::Result<()> {
+        loop {
+            self.out.clear();
+            if !self.session.poll_transmit(&mut self.out) {
+                // An idle connection keeps no large buffer (a FETCH response grew it).
+                if self.out.capacity() > READ_BYTES {
+                    self.out = Vec::new();
+                }
+                return Ok(());
+            }
+            self.stream.write_all(&self.out).await?;
+        }
+    }
+
+    /// The mailbox these credentials open, or None.
+    fn login(&mut self, user: &str, password: &str) -> Option<Vec<Entry>> {
+        let shared = &self.context.shared;
+        let scope = match &self.context.access {
+            None => Scope::All,
+            Some(access) => match access.holder_of(shared, password) {
+                Some(Holder::Admin) => Scope::All,
+                _ => shared.call(|api| api.inboxes().mailbox_of_login(user, password))?,
+            },
+        };
+        self.head.mark_unchanged();
+        let snapshot = shared.call(|api| api.inboxes().mailbox(scope));
+        self.scope = scope;
+        // Listed outside the lock.
+        Some(
+            snapshot
+                .iter()
+                .map(|email| entry(email, &snapshot))
+                .collect(),
+        )
+    }
+
+    /// The store moved: what the session knows is walked beside a new
+    /// snapshot (both in receive order); ids it knows that the snapshot
+    /// lacks have gone, and what follows its last known id is new.
+    fn refresh(&mut self) {
+        self.head.mark_unchanged();
+        let scope = self.scope;
+        let snapshot = self.context.shared.call(|api| api.inboxes().mailbox(scope));
+        let mut store = snapshot.iter().peekable();
+        let mut gone: Vec<MessageId> = Vec::new();
+        let mut last_known = None;
+        for id in self.session.known_ids() {
+            last_known = Some(id);
+            while store.next_if(|e| e.id < id).is_some() {}
+            if store.next_if(|e| e.id == id).is_none() {
+                gone.push(id);
+            }
+        }
+        let new: Vec<Entry> = snapshot
+            .iter()
+            .filter(|e| last_known.is_none_or(|last| e.id > last))
+            .map(|e| entry(e, &snapshot))
+            .collect();
+        if !gone.is_empty() {
+            self.session.handle_removed(gone);
+        }
+        if !new.is_empty() {
+            self.session.handle_new_mail(new);
+        }
+    }
+
+    /// Deletes these in the login's scope, as `DELETE /api/emails/:id` does;
+    /// true when each is gone (already gone counts).
+    async fn delete(&self, ids: &[MessageId]) -> bool {
+        let mut all = true;
+        for id in ids {
+            let mut request = Request::new("DELETE", &format!("/api/emails/{id}"));
+            request.scope = self.scope;
+            let status = match self.context.shared.handle(&request).await {
+                Answer::Response(response) => response.status,
+                Answer::Subscribe(_) => 500,
+            };
+            all &= status == 200 || status == 404;
+        }
+        all
+    }
+}
+
+/// A message as the session lists it: the store's UID, its size, date and
+/// seen flag (as `snapshot` has it).
+fn entry(email: &Email, snapshot: &Snapshot) -> Entry {
+    Entry {
+        id: email.id,
+        uid: email.uid(),
+        size: email.raw().len() as u64,
+        received_ms: email.received_at_ms,
+        seen: snapshot.is_seen(email.id),
+    }
+}
+
+/// Sleeps until `deadline`; forever without one.
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The bound IMAP listeners (`--imap-port`, `--imaps-port`), before they serve.
+#[derive(Default)]
+pub struct Listeners {
+    /// The plain listener (STARTTLS when TLS is configured).
+    pub imap: Option<TcpListener>,
+    /// The implicit-TLS listener.
+    pub imaps: Option<TcpListener>,
+}
+
+impl Listeners {
+    /// The bound addresses by the key `/health` and `--ready-json` name them.
+    pub fn addresses(&self) -> Vec<(&'static str, SocketAddr)> {
+        [("imap", &self.imap), ("imaps", &self.imaps)]
+            .into_iter()
+            .filter_map(|(key, l)| Some((key, l.as_ref()?.local_addr().ok()?)))
+            .collect()
+    }
+
+    /// Serves both until shutdown; the tasks to await.
+    pub fn spawn(
+        self,
+        slots: &Arc<Semaphore>,
+        context: &ImapContext,
+    ) -> Vec<tokio::task::JoinHandle<()>> {
+        [(self.imap, false), (self.imaps, true)]
+            .into_iter()
+            .filter_map(|(listener, implicit_tls)| {
+                let context = ImapContext {
+                    implicit_tls,
+                    ..context.clone()
+                };
+                Some(tokio::spawn(serve(listener?, slots.clone(), context)))
+            })
+            .collect()
+    }
+}
