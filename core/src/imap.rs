@@ -30,7 +30,6 @@
 
 mod commands;
 mod fetch;
-mod jobs;
 mod mailbox;
 mod search;
 mod sequence;

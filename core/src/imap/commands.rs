@@ -14,9 +14,9 @@ use imap_codec::imap_types::status::{StatusDataItem, StatusDataItemName};
 
 use super::Output;
 use super::fetch;
-use super::jobs::Job;
 use super::search::{self, Largest};
 use super::sequence::Ranges;
+use super::session::Job;
 use super::session::{Awaiting, Reading, Session, State};
 use crate::id::MessageId;
 

@@ -3,6 +3,8 @@
 //! drive. The commands themselves are in [`super::commands`], the FETCH,
 //! STORE and SEARCH work that spans several writes in [`super::jobs`].
 
+mod jobs;
+
 use std::collections::VecDeque;
 use std::sync::Arc;
 
@@ -19,11 +21,11 @@ use imap_codec::{
     AuthenticateDataCodec, CommandCodec, GreetingCodec, IdleDoneCodec, ResponseCodec,
 };
 
-use super::jobs::Job;
 use super::mailbox::Mailbox;
 use super::{CHUNK, Config, Entry, Output};
 use crate::email::Email;
 use crate::id::MessageId;
+pub(crate) use jobs::Job;
 
 /// Commands in a row that fail before the session closes the connection.
 const MAX_ERRORS: usize = 20;

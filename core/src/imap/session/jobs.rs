@@ -9,13 +9,13 @@ use imap_codec::imap_types::core::Tag;
 use imap_codec::imap_types::fetch::MessageDataItemName;
 use imap_codec::imap_types::response::Data;
 
-use super::Output;
-use super::fetch;
-use super::search::Criterion;
-use super::sequence::Ranges;
-use super::session::{Awaiting, Session};
+use super::{Awaiting, Session};
 use crate::email::Email;
 use crate::id::MessageId;
+use crate::imap::Output;
+use crate::imap::fetch;
+use crate::imap::search::Criterion;
+use crate::imap::sequence::Ranges;
 
 /// Messages a SEARCH step tests before it lets the host write.
 const SEARCH_STEP: usize = 4096;
@@ -221,7 +221,7 @@ impl SearchJob {
         };
         let seq = (self.next + 1) as u32;
         self.next += 1;
-        let parsed = email.and_then(|e| super::structure::parse(e.raw()));
+        let parsed = email.and_then(|e| crate::imap::structure::parse(e.raw()));
         if email.is_some() && self.criterion.matches(seq, &message, parsed.as_ref()) {
             self.hit(seq, message.entry.uid);
         }
