@@ -441,14 +441,22 @@ impl Shared {
     }
 
     /// With `--data-dir`: has the writer finish what is queued and close the
-    /// database and its lock; returns once it has. Later deliveries get 452.
-    pub async fn stop_writer(&self) {
+    /// database and its lock; returns once it has, or after `grace` when it
+    /// has not (nothing it had not committed was acknowledged). Later deliveries get 452.
+    pub async fn stop_writer(&self, grace: std::time::Duration) {
         let Some(writer) = self.writer.get() else {
             return;
         };
         let (done, stopped) = oneshot::channel();
         if writer.send(writer::Job::Stop(done)).is_ok() {
-            let _ = stopped.await;
+            // A database that hangs (its host partitioned or frozen) never answers the
+            // write in progress: its messages were not acknowledged, so give up on it.
+            if tokio::time::timeout(grace, stopped).await.is_err() {
+                tracing::warn!(
+                    "the storage's last write did not end within {} ms; stopping without it",
+                    grace.as_millis()
+                );
+            }
         }
     }
 
