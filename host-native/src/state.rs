@@ -469,6 +469,7 @@ impl Shared {
             .store(storage.shared(), Ordering::Release);
         let (inserting, removing) = (Arc::downgrade(self), Arc::downgrade(self));
         let (reading, changing) = (Arc::downgrade(self), Arc::downgrade(self));
+        let hearing = Arc::downgrade(self);
         let sender = storage.spawn(writer::Hooks {
             committed: Box::new(move |batch| {
                 // What the messages evict reaches the writer's queue as its own removal.
@@ -488,6 +489,11 @@ impl Shared {
             changed: Box::new(move |inboxes, faults| {
                 if let Some(shared) = changing.upgrade() {
                     shared.apply_remote_config(inboxes, faults);
+                }
+            }),
+            seen: Box::new(move |flags| {
+                if let Some(shared) = hearing.upgrade() {
+                    shared.call(|api| api.hear_seen(flags));
                 }
             }),
         })?;
