@@ -572,7 +572,7 @@ impl Server {
         }
         // Parked waits see the shutdown and answer 503; give them a moment to be written.
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        self.shared.stop_writer().await;
+        self.shared.stop_writer(self.settings.shutdown_grace).await;
         timers.abort();
         pump.abort();
     }

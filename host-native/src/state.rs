@@ -441,14 +441,22 @@ impl Shared {
     }
 
     /// With `--data-dir`: has the writer finish what is queued and close the
-    /// database and its lock; returns once it has. Later deliveries get 452.
-    pub async fn stop_writer(&self) {
+    /// database and its lock; returns once it has, or after `grace` when it
+    /// has not (nothing it had not committed was acknowledged). Later deliveries get 452.
+    pub async fn stop_writer(&self, grace: std::time::Duration) {
         let Some(writer) = self.writer.get() else {
             return;
         };
         let (done, stopped) = oneshot::channel();
         if writer.send(writer::Job::Stop(done)).is_ok() {
-            let _ = stopped.await;
+            // A database that hangs (its host partitioned or frozen) never answers the
+            // write in progress: its messages were not acknowledged, so give up on it.
+            if tokio::time::timeout(grace, stopped).await.is_err() {
+                tracing::warn!(
+                    "the storage's last write did not end within {} ms; stopping without it",
+                    grace.as_millis()
+                );
+            }
         }
     }
 
@@ -461,6 +469,7 @@ impl Shared {
             .store(storage.shared(), Ordering::Release);
         let (inserting, removing) = (Arc::downgrade(self), Arc::downgrade(self));
         let (reading, changing) = (Arc::downgrade(self), Arc::downgrade(self));
+        let hearing = Arc::downgrade(self);
         let sender = storage.spawn(writer::Hooks {
             committed: Box::new(move |batch| {
                 // What the messages evict reaches the writer's queue as its own removal.
@@ -480,6 +489,11 @@ impl Shared {
             changed: Box::new(move |inboxes, faults| {
                 if let Some(shared) = changing.upgrade() {
                     shared.apply_remote_config(inboxes, faults);
+                }
+            }),
+            seen: Box::new(move |flags| {
+                if let Some(shared) = hearing.upgrade() {
+                    shared.call(|api| api.hear_seen(flags));
                 }
             }),
         })?;

@@ -35,7 +35,7 @@ fn nodes_starting_together_migrate_once_and_a_newer_schema_is_refused() {
     });
     assert_eq!(
         pg.psql("SELECT count(*), max(version) FROM mailjar_schema"),
-        "1|3"
+        "1|4"
     );
     assert_eq!(pg.psql("SELECT count(*) FROM mailjar_head"), "1");
     assert_eq!(a.health()["storage"]["ok"], true);
@@ -46,7 +46,7 @@ fn nodes_starting_together_migrate_once_and_a_newer_schema_is_refused() {
     let (code, stderr) = refused(&["--database", &url]);
     assert_eq!(code, Some(1), "{stderr}");
     assert!(
-        stderr.contains("schema 99") && stderr.contains("up to schema 3"),
+        stderr.contains("schema 99") && stderr.contains("up to schema 4"),
         "names both versions: {stderr}"
     );
     assert!(

@@ -115,7 +115,7 @@ fn postgres_uids_are_one_sequence_across_nodes_and_older_rows_are_numbered() {
     stop(b);
     // As the schema before UIDs left it: the rows there are numbered in id order.
     pg.psql(
-        "ALTER TABLE mailjar_messages DROP COLUMN uid; \
+        "ALTER TABLE mailjar_messages DROP COLUMN uid, DROP COLUMN seen, DROP COLUMN seen_seq; \
          ALTER TABLE mailjar_head DROP COLUMN uid, DROP COLUMN uid_validity, \
              DROP COLUMN config_seq; \
          DROP TABLE mailjar_faults; \

@@ -41,9 +41,24 @@ impl<W> Api<W> {
         Some(email)
     }
 
+    /// Applies seen flags another node's readers set (a shared database):
+    /// like [`Api::set_seen`] for every reader, but not written back (no
+    /// [`Output::Seen`]: the change is stored already). Unknown ids are skipped.
+    pub fn hear_seen(&mut self, flags: Vec<(MessageId, bool)>) {
+        for (id, seen) in flags {
+            if let Some(email) = self.inboxes().mailbox_email(Scope::All, id) {
+                self.mark(&email, seen, false);
+            }
+        }
+    }
+
     /// Marks a stored message seen or not in the store and in each inbox
     /// that holds it, and has a host that keeps messages on disk write it.
     pub(super) fn mark_seen(&mut self, email: &Email, seen: bool) {
+        self.mark(email, seen, true);
+    }
+
+    fn mark(&mut self, email: &Email, seen: bool, write: bool) {
         let id = email.id;
         let changed = self.store.is_seen(id) != seen;
         self.store.set_seen(id, seen);
@@ -52,7 +67,7 @@ impl<W> Api<W> {
                 held.store.set_seen(id, seen);
             }
         }
-        if changed && self.config.durable {
+        if changed && write && self.config.durable {
             self.outputs.push_back(Output::Seen(id, seen));
         }
     }

@@ -138,6 +138,8 @@ pub struct Remote {
     pub inboxes: Vec<Change<InboxRecord>>,
     /// What they changed of the fault rules.
     pub faults: Vec<Change<FaultRecord>>,
+    /// The seen flags readers on other nodes set (applied after the rows, never written back).
+    pub seen: Vec<(MessageId, bool)>,
     /// There is more: ask again.
     pub more: bool,
 }

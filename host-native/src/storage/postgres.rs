@@ -26,6 +26,7 @@ mod listen;
 pub mod order;
 mod rows;
 mod schema;
+mod seen;
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -510,7 +511,7 @@ impl Postgres {
                 .query_one("SELECT config_seq FROM mailjar_head", &[])?
                 .get(0);
             let shared = if seq > known_seq {
-                Some(config::load(&mut tx)?)
+                Some((config::load(&mut tx)?, seen::since(&mut tx, known_seq)?))
             } else {
                 None
             };
@@ -521,8 +522,8 @@ impl Postgres {
             more: more || log.len() as i64 == BATCH_ROWS * 10,
             ..Remote::default()
         };
-        if let Some(shared) = shared {
-            self.learn(shared.map_err(failed)?, &mut remote);
+        if let Some((shared, seen)) = shared {
+            self.learn(shared.map_err(failed)?, seen, &mut remote);
         }
         if changes && pruned > self.applied_seq {
             tracing::warn!(
@@ -554,7 +555,8 @@ impl Postgres {
 
     /// Takes what the database holds of the inboxes and rules now, and hands
     /// the core (through `remote`) what changed since this node last knew.
-    fn learn(&mut self, now: config::Known, remote: &mut Remote) {
+    fn learn(&mut self, now: config::Known, seen: Vec<(MessageId, bool)>, remote: &mut Remote) {
+        remote.seen = seen;
         remote.inboxes = config::inbox_changes(&self.known.inboxes, &now.inboxes);
         remote.faults = config::fault_changes(&self.known.faults, &now.faults);
         self.config_seen = self.config_seen.max(now.seq);
@@ -566,6 +568,7 @@ impl Postgres {
         if self.config_seen <= self.known.seq {
             return Ok(());
         }
+        let known_seq = self.known.seq;
         let now = self.with(|client, _| {
             let mut tx = client
                 .build_transaction()
@@ -573,10 +576,11 @@ impl Postgres {
                 .read_only(true)
                 .start()?;
             let now = config::load(&mut tx)?;
+            let seen = seen::since(&mut tx, known_seq)?;
             tx.commit()?;
-            Ok(now)
+            Ok((now, seen))
         })?;
-        self.learn(now.map_err(failed)?, remote);
+        self.learn(now.0.map_err(failed)?, now.1, remote);
         Ok(())
     }
 
@@ -656,6 +660,7 @@ impl Storage for Postgres {
                 remote.more = self.gap.is_some();
                 remote.inboxes = config.inboxes;
                 remote.faults = config.faults;
+                remote.seen = config.seen;
                 Ok(remote)
             }
             CatchUp::Past(id) => {
@@ -731,6 +736,13 @@ impl Storage for Postgres {
         self.with(|client, node| config::save_inboxes(client, node, &changes))?;
         self.known.inboxes = records.to_vec();
         Ok(())
+    }
+
+    fn set_seen(&mut self, changes: &[(MessageId, bool)]) -> Result<(), StorageError> {
+        if changes.is_empty() {
+            return Ok(());
+        }
+        self.with(|client, node| seen::save(client, node, changes))
     }
 
     fn save_faults(&mut self, records: &[FaultRecord]) -> Result<(), StorageError> {

@@ -140,6 +140,9 @@ pub type Current = dyn FnMut() -> (Vec<InboxRecord>, Vec<FaultRecord>) + Send;
 /// Applies in the core what other nodes changed of the inboxes and fault rules.
 pub type Changed = dyn FnMut(Vec<Change<InboxRecord>>, Vec<Change<FaultRecord>>) + Send;
 
+/// Applies in the core the seen flags readers on other nodes set, without writing them back.
+pub type SeenHeard = dyn FnMut(Vec<(MessageId, bool)>) + Send;
+
 /// Where the writer hands what it commits and what it catches up with.
 pub struct Core<'a> {
     /// Committed messages, in id order ([`Committed`]).
@@ -150,6 +153,8 @@ pub struct Core<'a> {
     pub current: &'a mut dyn FnMut() -> (Vec<InboxRecord>, Vec<FaultRecord>),
     /// What other nodes changed of them ([`Changed`]).
     pub changed: &'a mut dyn FnMut(Vec<Change<InboxRecord>>, Vec<Change<FaultRecord>>),
+    /// The seen flags other nodes set ([`SeenHeard`]).
+    pub seen: &'a mut dyn FnMut(Vec<(MessageId, bool)>),
 }
 
 /// How long the writer idles between two reclaiming steps.
@@ -657,15 +662,25 @@ fn catch_up(
         if !remote.inboxes.is_empty() || !remote.faults.is_empty() {
             (core.changed)(remote.inboxes, remote.faults);
         }
+        let mut seen = Vec::new();
         if !remote.rows.is_empty() {
             let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-            // Seen flags are not shared between nodes (see the README).
             let emails = super::parse_all(remote.rows, threads)
                 .into_iter()
-                .map(|(email, _)| email)
+                .map(|(email, flag)| {
+                    if flag {
+                        seen.push((email.id, true));
+                    }
+                    email
+                })
                 .collect();
             // What they evict here was evicted (and logged) where they were committed.
             (core.committed)(emails);
+        }
+        // After the rows: a flag set since a row was read is applied to it.
+        seen.extend(remote.seen);
+        if !seen.is_empty() {
+            (core.seen)(seen);
         }
         if !remote.removed.is_empty() {
             (core.removed)(remote.removed);
@@ -686,6 +701,8 @@ pub struct Hooks {
     pub current: Box<Current>,
     /// What other nodes changed of them.
     pub changed: Box<Changed>,
+    /// The seen flags other nodes set.
+    pub seen: Box<SeenHeard>,
 }
 
 /// Starts the writer thread; the sender queues jobs for it.
@@ -704,6 +721,7 @@ pub fn spawn(
                 removed: hooks.removed.as_mut(),
                 current: hooks.current.as_mut(),
                 changed: hooks.changed.as_mut(),
+                seen: hooks.seen.as_mut(),
             };
             let stops = run(storage.as_mut(), jobs, limits, &status, &mut core);
             // The connection and the directory's lock go before anyone hears of the stop.
@@ -1097,6 +1115,7 @@ mod tests {
                 removed: &mut |_| {},
                 current: &mut || (Vec::new(), Vec::new()),
                 changed: &mut |_, _| {},
+                seen: &mut |_| {},
             },
         );
         let sent: Vec<MessageId> = replies.iter().map(|(id, _)| *id).collect();
@@ -1139,6 +1158,7 @@ mod tests {
                 removed: &mut |_| {},
                 current: &mut || (Vec::new(), Vec::new()),
                 changed: &mut |_, _| {},
+                seen: &mut |_| {},
             },
         );
         let heard = helper.join().unwrap();

@@ -135,6 +135,31 @@ impl Postgres {
         );
     }
 
+    /// Sends `signal` (`STOP`, `CONT`) to the server and every one of its
+    /// processes: `STOP` makes a database that holds its connections open
+    /// and never answers, as a partitioned or hung host does.
+    pub fn signal(&self, signal: &str) {
+        let pid = std::fs::read_to_string(self.data().join("postmaster.pid"))
+            .expect("postmaster.pid")
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .trim()
+            .to_owned();
+        let mut pids = vec![pid.clone()];
+        for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+            let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+            // The parent's pid is the second field after the command's closing parenthesis.
+            let parent = stat
+                .rsplit_once(") ")
+                .and_then(|(_, rest)| rest.split(' ').nth(1));
+            if parent == Some(pid.as_str()) {
+                pids.push(entry.file_name().to_string_lossy().into_owned());
+            }
+        }
+        run(Command::new("kill").arg(format!("-{signal}")).args(&pids));
+    }
+
     /// The URL of database `postgres` (with a password mailjar must not show).
     pub fn url(&self) -> String {
         format!(

@@ -13,7 +13,8 @@ use serde_json::{Value, json};
 use crate::storage::{Loaded, Record};
 
 /// The columns [`decode`] reads, in its order.
-pub(super) const COLUMNS: &str = "id, received_ms, sender, recipients, smtp, raw, transcript, uid";
+pub(super) const COLUMNS: &str =
+    "id, received_ms, sender, recipients, smtp, raw, transcript, uid, seen";
 
 /// Inserts a batch as arrays, one statement: `$1` ids, `$2` receive times,
 /// `$3` senders, `$4` recipients, `$5` SMTP facts, `$6` raw, `$7` transcripts,
@@ -166,8 +167,7 @@ pub(super) fn decode(row: &postgres::Row) -> Result<Loaded, String> {
     let uid: i64 = row.try_get(7).map_err(|e| bad(&e.to_string()))?;
     Ok(Loaded {
         uid: u32::try_from(uid).map_err(|_| bad("a UID out of range"))?,
-        // Kept in this node's memory only (see the README).
-        seen: false,
+        seen: row.try_get(8).map_err(|e| bad(&e.to_string()))?,
         id,
         received_at_ms: u64::try_from(received).unwrap_or(0),
         incoming: Incoming {

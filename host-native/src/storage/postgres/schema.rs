@@ -69,6 +69,11 @@ const MIGRATIONS: &[&str] = &[
         id text PRIMARY KEY,
         rule text NOT NULL
     );",
+    // The seen flag every reader shares; seen_seq is the config_seq of the
+    // change that last set it (other nodes read the rows stamped since they last read).
+    "ALTER TABLE mailjar_messages ADD COLUMN seen boolean NOT NULL DEFAULT false,
+        ADD COLUMN seen_seq bigint NOT NULL DEFAULT 0;
+    CREATE INDEX mailjar_messages_seen_seq ON mailjar_messages (seen_seq) WHERE seen_seq > 0;",
 ];
 
 /// The schema this build writes.
