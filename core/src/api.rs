@@ -231,7 +231,7 @@ pub enum Output<W> {
     /// host that keeps them on disk, delete them there.
     Removed(Removed),
     /// A message's seen flag changed ([`Api::set_seen`]): a host that keeps
-    /// messages on disk writes it there (only such a host, [`ApiConfig::durable`], gets it).
+    /// messages on disk writes it there, and open IMAP sessions hear of it.
     Seen(MessageId, bool),
 }
 

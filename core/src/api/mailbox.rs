@@ -34,7 +34,8 @@ impl<W> Api<W> {
     /// Marks message `id` seen (or not) for every reader, as `scope` may:
     /// the message, or None when the scope does not see it (an inbox token
     /// touches only its own mail). The store and each inbox that holds it
-    /// hear it; a host that keeps messages on disk gets [`Output::Seen`]. O(log n).
+    /// hear it; when it changed the host gets [`Output::Seen`] (to write it to
+    /// disk, and to tell open IMAP sessions). O(log n).
     pub fn set_seen(&mut self, scope: Scope, id: MessageId, seen: bool) -> Option<Arc<Email>> {
         let email = self.inboxes().mailbox_email(scope, id)?;
         self.mark_seen(&email, seen);
@@ -42,7 +43,7 @@ impl<W> Api<W> {
     }
 
     /// Marks a stored message seen or not in the store and in each inbox
-    /// that holds it, and has a host that keeps messages on disk write it.
+    /// that holds it, and tells the host when it changed.
     pub(super) fn mark_seen(&mut self, email: &Email, seen: bool) {
         let id = email.id;
         let changed = self.store.is_seen(id) != seen;
@@ -52,7 +53,7 @@ impl<W> Api<W> {
                 held.store.set_seen(id, seen);
             }
         }
-        if changed && self.config.durable {
+        if changed {
             self.outputs.push_back(Output::Seen(id, seen));
         }
     }
