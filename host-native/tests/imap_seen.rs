@@ -133,3 +133,65 @@ print(json.dumps({"quiet": quiet, "told": told, "ok": ok, "again": again, "told_
     assert_eq!(out["again"], serde_json::json!([]), "{out}");
     assert_eq!(out["told_b"], serde_json::json!([]), "{out}");
 }
+
+/// A session busy writing a FETCH to a client that does not read misses more
+/// changes than the shared ring holds: it still tells each one afterwards.
+#[test]
+fn a_session_that_falls_behind_the_ring_rescans_its_flags() {
+    let server = Server::start_with(&["--imap-port", "0", "--max-store-bytes", "512MiB"]);
+    let script = r#"
+import smtplib, socket
+sh, sp = sys.argv[2].rsplit(":", 1)
+big, small = 8, int(sys.argv[3])
+s = smtplib.SMTP(sh, int(sp), timeout=30)
+for i in range(big):
+    s.sendmail("a@x.test", ["u@x.test"], b"Subject: big\r\n\r\n" + (b"x" * 998 + b"\r\n") * 1024)
+for i in range(small):
+    s.sendmail("a@x.test", ["u@x.test"], f"Subject: {i}\r\n\r\nx\r\n".encode())
+s.quit()
+a = socket.socket()
+a.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+a.settimeout(30)
+a.connect((host, port))
+a.sendall(b"a LOGIN u p\r\nb SELECT INBOX\r\nc FETCH 1:8 BODY.PEEK[]\r\n")
+time.sleep(0.5)
+b = imaplib.IMAP4(host, port, timeout=30)
+b.login("u", "p")
+b.select("INBOX")
+b.store(f"{big + 1}:*", "+FLAGS.SILENT", "(\\Seen)")
+b.logout()
+f = a.makefile("rb")
+while not f.readline().startswith(b"c OK"):
+    pass
+a.sendall(b"d NOOP\r\n")
+told = []
+while True:
+    line = f.readline().decode()
+    if line.startswith("d "):
+        break
+    told.append(line)
+print(json.dumps({"told": told}))
+"#;
+    let small = mailjar::state::SEEN_CHANGES + 76;
+    let smtp = server.smtp.to_string();
+    let out = python(
+        script,
+        &[&listener(&server, "imap"), &smtp, &small.to_string()],
+    );
+    let told: Vec<String> = out["told"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_str().unwrap().to_owned())
+        .collect();
+    let expected: Vec<String> = (9..9 + small)
+        .map(|n| format!("* {n} FETCH (FLAGS (\\Seen))\r\n"))
+        .collect();
+    assert_eq!(
+        told.len(),
+        expected.len(),
+        "{:?}",
+        &told[..told.len().min(5)]
+    );
+    assert_eq!(told, expected);
+}
