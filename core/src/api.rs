@@ -230,9 +230,17 @@ pub enum Output<W> {
     /// Messages left the store: free them after releasing the lock and, on a
     /// host that keeps them on disk, delete them there.
     Removed(Removed),
-    /// A message's seen flag changed ([`Api::set_seen`]): a host that keeps
-    /// messages on disk writes it there (only such a host, [`ApiConfig::durable`], gets it).
-    Seen(MessageId, bool),
+    /// A message's seen flag changed ([`Api::set_seen`], [`Api::hear_seen`]):
+    /// open IMAP sessions hear of it, and a host that keeps messages on disk
+    /// writes it there unless it is `stored` already.
+    Seen {
+        /// The message.
+        id: MessageId,
+        /// Seen (true) or unseen.
+        seen: bool,
+        /// It came from the shared database ([`Api::hear_seen`]): not to be written again.
+        stored: bool,
+    },
 }
 
 /// Messages that left the store, and the request whose answer waits for their deletion from disk.

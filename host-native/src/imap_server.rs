@@ -26,7 +26,8 @@ use mailjar_core::imap::{self, Entry, Output, Session};
 use mailjar_core::store::{Email, Snapshot};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::{Semaphore, broadcast, watch};
 use tokio::time::Instant;
 
 use crate::accept::{self, Accepted};
@@ -88,6 +89,9 @@ struct Connection {
     scope: Scope,
     /// Moves when the store changed (new mail, deletions).
     head: watch::Receiver<(usize, Option<MessageId>)>,
+    /// Seen flags changed by any reader (this session's own changes come
+    /// back too and change nothing).
+    seen: broadcast::Receiver<(MessageId, bool)>,
     out: Vec<u8>,
     buffer: Vec<u8>,
 }
@@ -107,6 +111,7 @@ impl Connection {
             _ => SmtpStream::Plain(tcp),
         };
         let head = context.shared.store_changes();
+        let seen = context.shared.seen_changes();
         let mut connection = Connection {
             session,
             stream,
@@ -114,6 +119,7 @@ impl Connection {
             opened: Instant::now(),
             scope: Scope::All,
             head,
+            seen,
             out: Vec::new(),
             buffer: Vec::with_capacity(READ_BYTES),
         };
@@ -152,6 +158,11 @@ impl Connection {
                     }
                     self.refresh();
                 }
+                change = self.seen.recv(), if watching => match change {
+                    Ok((id, seen)) => self.session.handle_seen(id, seen),
+                    Err(RecvError::Lagged(_)) => self.rescan_seen(),
+                    Err(RecvError::Closed) => return Ok(()),
+                },
                 () = sleep_until(deadline) => self.session.handle_timeout(self.now_ms()),
                 _ = self.context.shutdown.changed() => return Ok(()),
             }
@@ -273,6 +284,22 @@ impl Connection {
         }
         if !new.is_empty() {
             self.session.handle_new_mail(new);
+        }
+    }
+
+    /// More seen flags changed than the ring holds while this session was
+    /// busy: each message it knows takes its flag from a new snapshot
+    /// (taken in O(1) under the lock, read outside it).
+    fn rescan_seen(&mut self) {
+        let scope = self.scope;
+        let snapshot = self.context.shared.call(|api| api.inboxes().mailbox(scope));
+        let flags: Vec<(MessageId, bool)> = self
+            .session
+            .known_ids()
+            .map(|id| (id, snapshot.is_seen(id)))
+            .collect();
+        for (id, seen) in flags {
+            self.session.handle_seen(id, seen);
         }
     }
 

@@ -19,7 +19,7 @@ use mailjar_core::budget::Clock;
 use mailjar_core::id::{Entropy, MessageId};
 use mailjar_core::smtp::{FaultEvent, Fired, Incoming};
 use mailjar_core::store::{Email, Prepared};
-use tokio::sync::{Notify, Semaphore, oneshot, watch};
+use tokio::sync::{Notify, Semaphore, broadcast, oneshot, watch};
 
 use crate::storage::{self, StorageError, writer};
 
@@ -37,6 +37,10 @@ pub enum Answer {
 /// Where the core sends a request's answer.
 type Client = oneshot::Sender<Answer>;
 
+/// How many seen-flag changes the IMAP sessions' shared ring holds (a fixed
+/// 24 bytes each, about 24 KiB): a session further behind rescans its flags.
+pub const SEEN_CHANGES: usize = 1024;
+
 /// The API, which keeps each request's client until it is answered.
 type ClientApi = Api<Client>;
 
@@ -51,6 +55,10 @@ pub struct Shared {
     /// leaves: IMAP sessions watch them for new mail and deletions (the
     /// event log only records while an event stream is open).
     store_mark: watch::Sender<(usize, Option<MessageId>)>,
+    /// Each change of a message's seen flag (UI, POP3, IMAP), for the IMAP
+    /// sessions that have it selected: a ring of [`SEEN_CHANGES`]; a session
+    /// that falls behind it rescans its flags instead.
+    seen_changes: broadcast::Sender<(MessageId, bool)>,
     /// The event log's head as the core has it (the pump publishes it).
     logged_head: AtomicU64,
     /// Wakes the event pump when the log moved.
@@ -183,6 +191,7 @@ impl Shared {
             workers: Semaphore::new(workers.max(1)),
             event_head: watch::Sender::new(0),
             store_mark: watch::Sender::new((0, None)),
+            seen_changes: broadcast::Sender::new(SEEN_CHANGES),
             logged_head: AtomicU64::new(0),
             logged: Notify::new(),
             ended_subscriptions: watch::Sender::new(0),
@@ -258,8 +267,9 @@ impl Shared {
                 async move { shared.match_batch(batch).await }
             }),
             Output::Removed(removed) => self.remove(removed),
-            Output::Seen(id, seen) => {
-                if let Some(writer) = self.writer.get() {
+            Output::Seen { id, seen, stored } => {
+                let _ = self.seen_changes.send((id, seen));
+                if !stored && let Some(writer) = self.writer.get() {
                     let _ = writer.send(writer::Job::Seen(id, seen));
                 }
             }
@@ -668,6 +678,11 @@ impl Shared {
     /// Watches the store: it changes when mail arrives or leaves.
     pub fn store_changes(&self) -> watch::Receiver<(usize, Option<MessageId>)> {
         self.store_mark.subscribe()
+    }
+
+    /// Hears each change of a seen flag (see [`SEEN_CHANGES`] for lagging).
+    pub fn seen_changes(&self) -> broadcast::Receiver<(MessageId, bool)> {
+        self.seen_changes.subscribe()
     }
 
     /// Tells every event stream to look whether its subscription still

@@ -249,7 +249,7 @@ impl CoreRun {
                     let matches = batch.run(&StoppedClock);
                     self.api.handle_matches(matches);
                 }
-                ApiOutput::Subscribed(..) | ApiOutput::Removed(_) | ApiOutput::Seen(..) => {}
+                ApiOutput::Subscribed(..) | ApiOutput::Removed(_) | ApiOutput::Seen { .. } => {}
             }
         }
     }

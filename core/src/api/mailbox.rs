@@ -34,7 +34,8 @@ impl<W> Api<W> {
     /// Marks message `id` seen (or not) for every reader, as `scope` may:
     /// the message, or None when the scope does not see it (an inbox token
     /// touches only its own mail). The store and each inbox that holds it
-    /// hear it; a host that keeps messages on disk gets [`Output::Seen`]. O(log n).
+    /// hear it; when it changed the host gets [`Output::Seen`] (to write it to
+    /// disk, and to tell open IMAP sessions). O(log n).
     pub fn set_seen(&mut self, scope: Scope, id: MessageId, seen: bool) -> Option<Arc<Email>> {
         let email = self.inboxes().mailbox_email(scope, id)?;
         self.mark_seen(&email, seen);
@@ -42,8 +43,9 @@ impl<W> Api<W> {
     }
 
     /// Applies seen flags another node's readers set (a shared database):
-    /// like [`Api::set_seen`] for every reader, but not written back (no
-    /// [`Output::Seen`]: the change is stored already). Unknown ids are skipped.
+    /// like [`Api::set_seen`] for every reader, but not written back (its
+    /// [`Output::Seen`] says `stored`: open IMAP sessions still hear of it).
+    /// Unknown ids are skipped.
     pub fn hear_seen(&mut self, flags: Vec<(MessageId, bool)>) {
         for (id, seen) in flags {
             if let Some(email) = self.inboxes().mailbox_email(Scope::All, id) {
@@ -53,7 +55,7 @@ impl<W> Api<W> {
     }
 
     /// Marks a stored message seen or not in the store and in each inbox
-    /// that holds it, and has a host that keeps messages on disk write it.
+    /// that holds it, and tells the host when it changed.
     pub(super) fn mark_seen(&mut self, email: &Email, seen: bool) {
         self.mark(email, seen, true);
     }
@@ -67,8 +69,12 @@ impl<W> Api<W> {
                 held.store.set_seen(id, seen);
             }
         }
-        if changed && write && self.config.durable {
-            self.outputs.push_back(Output::Seen(id, seen));
+        if changed {
+            self.outputs.push_back(Output::Seen {
+                id,
+                seen,
+                stored: !write,
+            });
         }
     }
 

@@ -174,7 +174,11 @@ fn a_durable_host_is_told_of_each_change_and_nothing_else() {
     api.set_seen(Scope::All, a, false);
     let outputs: Vec<(MessageId, bool)> = std::iter::from_fn(|| api.poll_output())
         .filter_map(|o| match o {
-            Output::Seen(id, seen) => Some((id, seen)),
+            Output::Seen {
+                id,
+                seen,
+                stored: false,
+            } => Some((id, seen)),
             _ => None,
         })
         .collect();
@@ -183,4 +187,27 @@ fn a_durable_host_is_told_of_each_change_and_nothing_else() {
         [(a, true), (a, false)],
         "no output for what did not change"
     );
+}
+
+#[test]
+fn a_change_heard_from_the_database_is_told_as_stored() {
+    let mut api: Api<()> = Api::new(ApiConfig {
+        durable: true,
+        ..ApiConfig::default()
+    });
+    let a = api.deliver(prepared("a@x.test", "a"), 1_000, [0; 10]);
+    while api.poll_output().is_some() {}
+    api.hear_seen(vec![(a, true), (a, true)]);
+    let outputs: Vec<(MessageId, bool, bool)> = std::iter::from_fn(|| api.poll_output())
+        .filter_map(|o| match o {
+            Output::Seen { id, seen, stored } => Some((id, seen, stored)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        outputs,
+        [(a, true, true)],
+        "heard once, not to be written again"
+    );
+    assert!(api.is_seen(a));
 }

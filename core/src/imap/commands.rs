@@ -293,6 +293,9 @@ impl Session {
             } => {
                 let items = fetch::item_names(&macro_or_item_names, uid);
                 let ranges = Ranges::new(&sequence_set, self.largest(uid));
+                if !uid && !ranges.within(self.mailbox.len()) {
+                    return self.bad(Some(tag), "Error in IMAP command FETCH: Invalid messageset");
+                }
                 let seen = !read_only && fetch::marks_seen(&items);
                 self.job = Some(Job::fetch(tag, ranges, uid, items, seen, "FETCH completed"));
             }
@@ -321,6 +324,9 @@ impl Session {
                 ..
             } => {
                 let ranges = Ranges::new(&sequence_set, self.largest(uid));
+                if !uid && !ranges.within(self.mailbox.len()) {
+                    return self.bad(Some(tag), "Error in IMAP command STORE: Invalid messageset");
+                }
                 self.store(tag, &ranges, uid, &kind, &flags, response);
             }
             CommandBody::Expunge => self.expunge(tag, None, false),

@@ -29,6 +29,9 @@ pub(crate) struct Mailbox {
     removed: HashSet<MessageId>,
     /// The highest UID the session has seen.
     last_uid: u32,
+    /// Messages whose seen flag another reader changed since the client was
+    /// last told (each once: at most one per message).
+    flags_changed: HashSet<MessageId>,
 }
 
 /// What telling the client the changes produced.
@@ -38,6 +41,8 @@ pub(crate) struct Changes {
     pub(crate) expunged: Vec<u32>,
     /// The new `EXISTS` count, when it grew.
     pub(crate) exists: Option<u32>,
+    /// Messages whose flags changed elsewhere, to send as `FETCH (FLAGS)`.
+    pub(crate) flags: Vec<(u32, Message)>,
 }
 
 impl Mailbox {
@@ -126,13 +131,21 @@ impl Mailbox {
 
     /// Whether there is anything to tell.
     pub(crate) fn has_changes(&self) -> bool {
-        !self.arrived.is_empty() || !self.removed.is_empty()
+        !self.arrived.is_empty() || !self.removed.is_empty() || !self.flags_changed.is_empty()
     }
 
-    /// Sets the seen flag of the message with this id, if the client numbers it.
+    /// Sets the seen flag of the message with this id, if the session knows
+    /// it; a change to a message the client numbers is told later. The
+    /// messages are in id order, so this is a binary search.
     pub(crate) fn set_seen(&mut self, id: MessageId, seen: bool) {
-        if let Some(m) = self.messages.iter_mut().find(|m| m.entry.id == id) {
-            m.entry.seen = seen;
+        if let Ok(at) = self.messages.binary_search_by_key(&id, |m| m.entry.id) {
+            let message = &mut self.messages[at];
+            if message.entry.seen != seen {
+                message.entry.seen = seen;
+                self.flags_changed.insert(id);
+            }
+        } else if let Ok(at) = self.arrived.binary_search_by_key(&id, |e| e.id) {
+            self.arrived[at].seen = seen;
         }
     }
 
@@ -154,6 +167,13 @@ impl Mailbox {
                 }));
             changes.exists = Some(self.len());
         }
+        for id in std::mem::take(&mut self.flags_changed) {
+            if let Ok(at) = self.messages.binary_search_by_key(&id, |m| m.entry.id) {
+                let seq = u32::try_from(at + 1).unwrap_or(u32::MAX);
+                changes.flags.push((seq, self.messages[at]));
+            }
+        }
+        changes.flags.sort_unstable_by_key(|&(seq, _)| seq);
         changes
     }
 

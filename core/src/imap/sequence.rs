@@ -38,6 +38,14 @@ impl Ranges {
         Ranges(merged)
     }
 
+    /// Whether every number in the set is between 1 and `largest`: a
+    /// sequence set naming a message that does not exist is an error
+    /// (Dovecot's `Invalid messageset`; `*` in an empty mailbox included).
+    pub(crate) fn within(&self, largest: u32) -> bool {
+        self.0.first().is_some_and(|&(start, _)| start >= 1)
+            && self.0.last().is_some_and(|&(_, end)| end <= largest)
+    }
+
     /// Whether `n` is in the set.
     pub(crate) fn contains(&self, n: u32) -> bool {
         let at = self.0.partition_point(|&(start, _)| start <= n);
@@ -62,5 +70,14 @@ mod tests {
         let set = ranges("20:*", 12);
         assert!(set.contains(12) && !set.contains(11));
         assert!(!ranges("*", 0).contains(1));
+    }
+
+    #[test]
+    fn within_the_mailbox() {
+        assert!(ranges("1:*", 3).within(3));
+        assert!(ranges("2,3", 3).within(3));
+        assert!(!ranges("1:4", 3).within(3));
+        assert!(!ranges("5:*", 3).within(3));
+        assert!(!ranges("*", 0).within(0));
     }
 }

@@ -211,9 +211,11 @@ impl Session {
         matches!(self.state, State::Authenticated | State::Selected { .. })
     }
 
-    /// Another reader changed a message's seen flag.
+    /// Another reader changed a message's seen flag; the client hears of it
+    /// as `* N FETCH (FLAGS (...))` when IMAP allows (at once while IDLE).
     pub fn handle_seen(&mut self, id: MessageId, seen: bool) {
         self.mailbox.set_seen(id, seen);
+        self.tell_if_idle();
     }
 
     /// The TLS handshake of STARTTLS finished: the session goes on under TLS.
@@ -399,6 +401,13 @@ impl Session {
         }
         if let Some(exists) = changes.exists {
             self.data(Data::Exists(exists));
+        }
+        let flags = [imap_codec::imap_types::fetch::MessageDataItemName::Flags];
+        for (seq, message) in changes.flags {
+            if let Some(seq) = std::num::NonZeroU32::new(seq) {
+                let bytes = super::fetch::render(seq, &message, None, &flags);
+                self.transmit.extend_from_slice(&bytes);
+            }
         }
     }
 

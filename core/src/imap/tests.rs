@@ -441,12 +441,39 @@ fn status_counts_new_mail_without_renumbering_a_selected_client() {
     session.handle_input(b"b SELECT INBOX\r\n", 2);
     host.drive(&mut session);
     session.handle_new_mail(vec![second]);
+    // Until told, the client knows one message: 2 is past its end.
     let input =
         b"c STATUS INBOX (MESSAGES UIDNEXT)\r\nd FETCH 2 UID\r\ne NOOP\r\nf FETCH 2 UID\r\n";
     session.handle_input(input, 3);
     let wire = String::from_utf8_lossy(&host.drive(&mut session)).into_owned();
     assert_eq!(
         wire,
-        "* STATUS INBOX (MESSAGES 2 UIDNEXT 3)\r\nc OK STATUS completed\r\n* 2 EXISTS\r\nd OK FETCH completed\r\ne OK done\r\n* 2 FETCH (UID 2)\r\nf OK FETCH completed\r\n"
+        "* STATUS INBOX (MESSAGES 2 UIDNEXT 3)\r\nc OK STATUS completed\r\nd BAD Error in IMAP command FETCH: Invalid messageset\r\n* 2 EXISTS\r\ne OK done\r\n* 2 FETCH (UID 2)\r\nf OK FETCH completed\r\n"
     );
+}
+
+#[test]
+fn a_seen_change_elsewhere_is_told_once_at_the_next_point_allowed() {
+    let mut host = Host::new();
+    let mut session = Session::new(Config::default(), 0);
+    let (one, two) = (host.emails[0].id, host.emails[1].id);
+    host.drive(&mut session);
+    session.handle_input(b"a LOGIN u \"p w\"\r\nb SELECT INBOX\r\n", 1);
+    host.drive(&mut session);
+    // Not told in the middle of nothing; the same value again is no change.
+    session.handle_seen(two, true);
+    session.handle_seen(one, false);
+    assert!(host.drive(&mut session).is_empty());
+    session.handle_input(b"c NOOP\r\nd NOOP\r\n", 2);
+    let wire = String::from_utf8_lossy(&host.drive(&mut session)).into_owned();
+    assert_eq!(
+        wire,
+        "* 2 FETCH (FLAGS (\\Seen))\r\nc OK done\r\nd OK done\r\n"
+    );
+    // While IDLE: at once.
+    session.handle_input(b"e IDLE\r\n", 3);
+    host.drive(&mut session);
+    session.handle_seen(two, false);
+    let wire = String::from_utf8_lossy(&host.drive(&mut session)).into_owned();
+    assert_eq!(wire, "* 2 FETCH (FLAGS ())\r\n");
 }
