@@ -16,11 +16,10 @@
 //! walk (both are in receive order), and the session hears of new mail and
 //! of messages gone.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use mailjar_core::api::{Request, Scope};
+use mailjar_core::api::Scope;
 use mailjar_core::id::MessageId;
 use mailjar_core::imap::{self, Entry, Output, Session};
 use mailjar_core::store::{Email, Snapshot};
@@ -30,52 +29,20 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::{Semaphore, broadcast, watch};
 use tokio::time::Instant;
 
-use crate::accept::{self, Accepted};
-use crate::access::Access;
-use crate::sessions::Holder;
-use crate::state::{Answer, Shared};
-use crate::tls::{SmtpStream, Tls};
+pub use crate::readers::Listeners;
+use crate::readers::{self, ReaderContext};
+use crate::tls::SmtpStream;
 
 /// The most bytes read at once (an IDLE connection's buffer).
 const READ_BYTES: usize = 4096;
 
 /// What every IMAP connection needs.
-#[derive(Clone)]
-pub struct ImapContext {
-    /// STARTTLS, the command limit, the idle timeout.
-    pub config: imap::Config,
-    /// The store, through the API.
-    pub shared: Arc<Shared>,
-    /// `--admin-token`: logins are inboxes' SMTP credentials, or the admin
-    /// token as the password; without it any login opens every message.
-    pub access: Option<Arc<Access>>,
-    /// TLS, when configured.
-    pub tls: Option<Tls>,
-    /// This listener is implicit TLS (`--imaps-port`).
-    pub implicit_tls: bool,
-    /// Becomes true when the server shuts down.
-    pub shutdown: watch::Receiver<bool>,
-}
+pub type ImapContext = ReaderContext<imap::Config>;
 
 /// Accepts connections until shutdown; each holds a permit of `slots` (the SMTP listener's) while open.
 pub async fn serve(listener: TcpListener, slots: Arc<Semaphore>, context: ImapContext) {
-    let mut shutdown = context.shutdown.clone();
-    while let Some(accepted) = accept::next(&listener, &slots, &mut shutdown, "IMAP").await {
-        match accepted {
-            Accepted::Open(stream, peer, permit) => {
-                let context = context.clone();
-                tokio::spawn(async move {
-                    if let Err(e) = Connection::run(stream, context).await {
-                        tracing::debug!(%peer, "IMAP connection ended: {e}");
-                    }
-                    drop(permit);
-                });
-            }
-            Accepted::Refused(stream, _) => {
-                accept::refuse(stream, b"* BYE too many connections\r\n".to_vec());
-            }
-        }
-    }
+    let busy: &[u8] = b"* BYE too many connections\r\n";
+    readers::serve(listener, slots, context, ("IMAP", busy), Connection::run).await;
 }
 
 /// One open IMAP connection.
@@ -103,13 +70,10 @@ impl Connection {
             ..context.config.clone()
         };
         let mut session = Session::new(config, 0);
-        let stream = match (&context.tls, context.implicit_tls) {
-            (Some(tls), true) => {
-                session.set_tls();
-                tls.accept(tcp).await?.0
-            }
-            _ => SmtpStream::Plain(tcp),
-        };
+        let (stream, tls) = readers::open(tcp, &context).await?;
+        if tls {
+            session.set_tls();
+        }
         let head = context.shared.store_changes();
         let seen = context.shared.seen_changes();
         let mut connection = Connection {
@@ -163,7 +127,7 @@ impl Connection {
                     Err(RecvError::Lagged(_)) => self.rescan_seen(),
                     Err(RecvError::Closed) => return Ok(()),
                 },
-                () = sleep_until(deadline) => self.session.handle_timeout(self.now_ms()),
+                () = readers::sleep_until(deadline) => self.session.handle_timeout(self.now_ms()),
                 _ = self.context.shutdown.changed() => return Ok(()),
             }
         }
@@ -237,14 +201,8 @@ impl Connection {
 
     /// The mailbox these credentials open, or None.
     fn login(&mut self, user: &str, password: &str) -> Option<Vec<Entry>> {
+        let scope = readers::login_scope(&self.context, user, password)?;
         let shared = &self.context.shared;
-        let scope = match &self.context.access {
-            None => Scope::All,
-            Some(access) => match access.holder_of(shared, password) {
-                Some(Holder::Admin) => Scope::All,
-                _ => shared.call(|api| api.inboxes().mailbox_of_login(user, password))?,
-            },
-        };
         self.head.mark_unchanged();
         let snapshot = shared.call(|api| api.inboxes().mailbox(scope));
         self.scope = scope;
@@ -303,20 +261,9 @@ impl Connection {
         }
     }
 
-    /// Deletes these in the login's scope, as `DELETE /api/emails/:id` does;
-    /// true when each is gone (already gone counts).
+    /// Deletes these in the login's scope (see [`readers::delete`]).
     async fn delete(&self, ids: &[MessageId]) -> bool {
-        let mut all = true;
-        for id in ids {
-            let mut request = Request::new("DELETE", &format!("/api/emails/{id}"));
-            request.scope = self.scope;
-            let status = match self.context.shared.handle(&request).await {
-                Answer::Response(response) => response.status,
-                Answer::Subscribe(_) => 500,
-            };
-            all &= status == 200 || status == 404;
-        }
-        all
+        readers::delete(&self.context.shared, self.scope, ids).await
     }
 }
 
@@ -332,47 +279,7 @@ fn entry(email: &Email, snapshot: &Snapshot) -> Entry {
     }
 }
 
-/// Sleeps until `deadline`; forever without one.
-async fn sleep_until(deadline: Option<Instant>) {
-    match deadline {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
-}
-
-/// The bound IMAP listeners (`--imap-port`, `--imaps-port`), before they serve.
-#[derive(Default)]
-pub struct Listeners {
-    /// The plain listener (STARTTLS when TLS is configured).
-    pub imap: Option<TcpListener>,
-    /// The implicit-TLS listener.
-    pub imaps: Option<TcpListener>,
-}
-
-impl Listeners {
-    /// The bound addresses by the key `/health` and `--ready-json` name them.
-    pub fn addresses(&self) -> Vec<(&'static str, SocketAddr)> {
-        [("imap", &self.imap), ("imaps", &self.imaps)]
-            .into_iter()
-            .filter_map(|(key, l)| Some((key, l.as_ref()?.local_addr().ok()?)))
-            .collect()
-    }
-
-    /// Serves both until shutdown; the tasks to await.
-    pub fn spawn(
-        self,
-        slots: &Arc<Semaphore>,
-        context: &ImapContext,
-    ) -> Vec<tokio::task::JoinHandle<()>> {
-        [(self.imap, false), (self.imaps, true)]
-            .into_iter()
-            .filter_map(|(listener, implicit_tls)| {
-                let context = ImapContext {
-                    implicit_tls,
-                    ..context.clone()
-                };
-                Some(tokio::spawn(serve(listener?, slots.clone(), context)))
-            })
-            .collect()
-    }
+/// The bound IMAP listeners (`--imap-port`, `--imaps-port`).
+pub fn listeners(plain: Option<TcpListener>, implicit_tls: Option<TcpListener>) -> Listeners {
+    Listeners::new(["imap", "imaps"], plain, implicit_tls)
 }

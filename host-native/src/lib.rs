@@ -16,6 +16,7 @@ pub mod inbox_checks;
 pub mod metrics;
 pub mod pop3_server;
 pub mod proxy_protocol;
+pub mod readers;
 pub mod relay_auto;
 pub mod release;
 pub mod send;
@@ -242,14 +243,14 @@ impl Server {
             Some(port) => Some(listen("SMTPS", SocketAddr::new(settings.smtp_host, port))?),
             None => None,
         };
-        let pop3 = pop3_server::Listeners {
-            pop3: listen_on("POP3", settings.smtp_host, settings.pop3_port)?,
-            pop3s: listen_on("POP3S", settings.smtp_host, settings.pop3s_port)?,
-        };
-        let imap = imap_server::Listeners {
-            imap: listen_on("IMAP", settings.smtp_host, settings.imap_port)?,
-            imaps: listen_on("IMAPS", settings.smtp_host, settings.imaps_port)?,
-        };
+        let pop3 = pop3_server::listeners(
+            listen_on("POP3", settings.smtp_host, settings.pop3_port)?,
+            listen_on("POP3S", settings.smtp_host, settings.pop3s_port)?,
+        );
+        let imap = imap_server::listeners(
+            listen_on("IMAP", settings.smtp_host, settings.imap_port)?,
+            listen_on("IMAPS", settings.smtp_host, settings.imaps_port)?,
+        );
         let address = |a: SocketAddr| Address {
             host: a.ip().to_string(),
             port: a.port(),
@@ -516,9 +517,14 @@ impl Server {
         let http_context = self.http_context(shutdown_rx, &listening);
         // The SMTP listener's slots: POP3 connections count against --max-connections.
         let pop3_context = self.pop3_context(smtp_context.shutdown.clone());
-        let mut reader_tasks = std::mem::take(&mut self.pop3).spawn(&slots, &pop3_context);
+        let mut reader_tasks =
+            std::mem::take(&mut self.pop3).spawn(&slots, &pop3_context, pop3_server::serve);
         let imap_context = self.imap_context(smtp_context.shutdown.clone());
-        reader_tasks.extend(std::mem::take(&mut self.imap).spawn(&slots, &imap_context));
+        reader_tasks.extend(std::mem::take(&mut self.imap).spawn(
+            &slots,
+            &imap_context,
+            imap_server::serve,
+        ));
         let smtps_task = self.smtps.map(|listener| {
             let context = smtp_server::SmtpContext {
                 implicit_tls: true,

@@ -11,60 +11,28 @@
 //! storage and inboxes see them as they see any other delete), and sleeps
 //! until the session's idle deadline when no bytes come.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use mailjar_core::api::{Request, Scope};
+use mailjar_core::api::Scope;
+use mailjar_core::id::MessageId;
 use mailjar_core::pop3::{self, Entry, Output, Session};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
-use crate::accept::{self, Accepted};
-use crate::access::Access;
-use crate::sessions::Holder;
-use crate::state::{Answer, Shared};
-use crate::tls::{SmtpStream, Tls};
+pub use crate::readers::Listeners;
+use crate::readers::{self, ReaderContext};
+use crate::tls::SmtpStream;
 
 /// What every POP3 connection needs.
-#[derive(Clone)]
-pub struct Pop3Context {
-    /// Line length, STLS, idle timeout.
-    pub config: pop3::Config,
-    /// The store, through the API.
-    pub shared: Arc<Shared>,
-    /// `--admin-token`: logins are inboxes' SMTP credentials, or the admin
-    /// token as the password; without it any login opens every message.
-    pub access: Option<Arc<Access>>,
-    /// TLS, when configured.
-    pub tls: Option<Tls>,
-    /// This listener is implicit TLS (`--pop3s-port`).
-    pub implicit_tls: bool,
-    /// Becomes true when the server shuts down.
-    pub shutdown: watch::Receiver<bool>,
-}
+pub type Pop3Context = ReaderContext<pop3::Config>;
 
 /// Accepts connections until shutdown; each holds a permit of `slots` (the SMTP listener's) while open.
 pub async fn serve(listener: TcpListener, slots: Arc<Semaphore>, context: Pop3Context) {
-    let mut shutdown = context.shutdown.clone();
-    while let Some(accepted) = accept::next(&listener, &slots, &mut shutdown, "POP3").await {
-        match accepted {
-            Accepted::Open(stream, peer, permit) => {
-                let context = context.clone();
-                tokio::spawn(async move {
-                    if let Err(e) = Connection::run(stream, context).await {
-                        tracing::debug!(%peer, "POP3 connection ended: {e}");
-                    }
-                    drop(permit);
-                });
-            }
-            Accepted::Refused(stream, _) => {
-                accept::refuse(stream, b"-ERR [SYS/TEMP] too many connections\r\n".to_vec());
-            }
-        }
-    }
+    let busy: &[u8] = b"-ERR [SYS/TEMP] too many connections\r\n";
+    readers::serve(listener, slots, context, ("POP3", busy), Connection::run).await;
 }
 
 /// One open POP3 connection.
@@ -83,13 +51,10 @@ struct Connection {
 impl Connection {
     async fn run(tcp: TcpStream, context: Pop3Context) -> std::io::Result<()> {
         let mut session = Session::new(context.config.clone(), 0);
-        let stream = match (&context.tls, context.implicit_tls) {
-            (Some(tls), true) => {
-                session.set_tls();
-                tls.accept(tcp).await?.0
-            }
-            _ => SmtpStream::Plain(tcp),
-        };
+        let (stream, tls) = readers::open(tcp, &context).await?;
+        if tls {
+            session.set_tls();
+        }
         let mut connection = Connection {
             session,
             stream,
@@ -127,7 +92,7 @@ impl Connection {
                     let now = self.now_ms();
                     self.session.handle_input(&self.buffer, now);
                 }
-                () = sleep_until(deadline) => self.session.handle_timeout(self.now_ms()),
+                () = readers::sleep_until(deadline) => self.session.handle_timeout(self.now_ms()),
                 _ = self.context.shutdown.changed() => return Ok(()),
             }
         }
@@ -193,14 +158,8 @@ impl Connection {
 
     /// The maildrop these credentials open, or None.
     fn login(&mut self, user: &str, password: &str) -> Option<Vec<Entry>> {
+        let scope = readers::login_scope(&self.context, user, password)?;
         let shared = &self.context.shared;
-        let scope = match &self.context.access {
-            None => Scope::All,
-            Some(access) => match access.holder_of(shared, password) {
-                Some(Holder::Admin) => Scope::All,
-                _ => shared.call(|api| api.inboxes().mailbox_of_login(user, password))?,
-            },
-        };
         let snapshot = shared.call(|api| api.inboxes().mailbox(scope));
         self.scope = scope;
         // Listed outside the lock.
@@ -215,64 +174,13 @@ impl Connection {
         )
     }
 
-    /// Deletes these in the login's scope, as `DELETE /api/emails/:id` does;
-    /// true when each is gone (already gone counts).
-    async fn delete(&self, ids: &[mailjar_core::id::MessageId]) -> bool {
-        let mut all = true;
-        for id in ids {
-            let mut request = Request::new("DELETE", &format!("/api/emails/{id}"));
-            request.scope = self.scope;
-            let status = match self.context.shared.handle(&request).await {
-                Answer::Response(response) => response.status,
-                Answer::Subscribe(_) => 500,
-            };
-            all &= status == 200 || status == 404;
-        }
-        all
+    /// Deletes these in the login's scope (see [`readers::delete`]).
+    async fn delete(&self, ids: &[MessageId]) -> bool {
+        readers::delete(&self.context.shared, self.scope, ids).await
     }
 }
 
-/// Sleeps until `deadline`; forever without one.
-async fn sleep_until(deadline: Option<Instant>) {
-    match deadline {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
-}
-
-/// The bound POP3 listeners (`--pop3-port`, `--pop3s-port`), before they serve.
-#[derive(Default)]
-pub struct Listeners {
-    /// The plain listener (STLS when TLS is configured).
-    pub pop3: Option<TcpListener>,
-    /// The implicit-TLS listener.
-    pub pop3s: Option<TcpListener>,
-}
-
-impl Listeners {
-    /// The bound addresses by the key `/health` and `--ready-json` name them.
-    pub fn addresses(&self) -> Vec<(&'static str, SocketAddr)> {
-        [("pop3", &self.pop3), ("pop3s", &self.pop3s)]
-            .into_iter()
-            .filter_map(|(key, l)| Some((key, l.as_ref()?.local_addr().ok()?)))
-            .collect()
-    }
-
-    /// Serves both until shutdown; the tasks to await.
-    pub fn spawn(
-        self,
-        slots: &Arc<Semaphore>,
-        context: &Pop3Context,
-    ) -> Vec<tokio::task::JoinHandle<()>> {
-        [(self.pop3, false), (self.pop3s, true)]
-            .into_iter()
-            .filter_map(|(listener, implicit_tls)| {
-                let context = Pop3Context {
-                    implicit_tls,
-                    ..context.clone()
-                };
-                Some(tokio::spawn(serve(listener?, slots.clone(), context)))
-            })
-            .collect()
-    }
+/// The bound POP3 listeners (`--pop3-port`, `--pop3s-port`).
+pub fn listeners(plain: Option<TcpListener>, implicit_tls: Option<TcpListener>) -> Listeners {
+    Listeners::new(["pop3", "pop3s"], plain, implicit_tls)
 }
