@@ -1,6 +1,8 @@
 //! The commands (DESIGN's list: RFC 3501 as clients use it, IDLE, UIDPLUS,
 //! STARTTLS, UNSELECT) in each state; anything else is a tagged BAD or NO
-//! that says why.
+//! that says why. They arrive parsed by imap-codec and their answers are
+//! imap-codec's types: what is kept here is what each command does to the
+//! session and the mailbox, which no crate has.
 
 use std::num::NonZeroU32;
 

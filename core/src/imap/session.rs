@@ -1,7 +1,7 @@
 //! The session: what it reads (commands, AUTHENTICATE's response, IDLE's
 //! DONE), what it waits for from the host, and the public face the hosts
 //! drive. The commands themselves are in [`super::commands`], the FETCH,
-//! STORE and SEARCH work that spans several writes in [`super::jobs`].
+//! STORE and SEARCH work that spans several writes in [`jobs`].
 
 mod jobs;
 
