@@ -35,7 +35,7 @@ fn nodes_starting_together_migrate_once_and_a_newer_schema_is_refused() {
     });
     assert_eq!(
         pg.psql("SELECT count(*), max(version) FROM mailjar_schema"),
-        "1|4"
+        "1|5"
     );
     assert_eq!(pg.psql("SELECT count(*) FROM mailjar_head"), "1");
     assert_eq!(a.health()["storage"]["ok"], true);
@@ -46,7 +46,7 @@ fn nodes_starting_together_migrate_once_and_a_newer_schema_is_refused() {
     let (code, stderr) = refused(&["--database", &url]);
     assert_eq!(code, Some(1), "{stderr}");
     assert!(
-        stderr.contains("schema 99") && stderr.contains("up to schema 4"),
+        stderr.contains("schema 99") && stderr.contains("up to schema 5"),
         "names both versions: {stderr}"
     );
     assert!(
@@ -131,4 +131,93 @@ fn every_node_restarted_finds_every_message_and_new_ids_sort_after_them() {
     );
     let later = a.get_ok(&format!("/api/emails/wait?afterId={newest}&timeoutMs=5000"));
     assert_eq!(later["email"]["subject"], "later");
+}
+
+/// The database numbers a batch after the head with `mailjar_after`, the
+/// SQL twin of `order::after`: both agree on ids at every carry (the 62
+/// random bits full, the 12 above them full too) and on random ones.
+#[test]
+fn the_database_counts_ids_up_as_the_node_does() {
+    use mailjar::storage::postgres::order::after;
+    use mailjar_core::id::{IdGenerator, MessageId};
+    let pg = Postgres::start();
+    drop(pg.node(&[]));
+    let mut ids = Vec::new();
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    for n in 0..300u64 {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        let mut generator = IdGenerator::new();
+        let mut entropy = [0u8; 10];
+        for (i, b) in entropy.iter_mut().enumerate() {
+            *b = (state >> (i * 6)) as u8;
+        }
+        // Every carry: the low random bits all ones, then the high ones too.
+        match n % 3 {
+            0 => entropy[2..].fill(0xff),
+            1 => entropy.fill(0xff),
+            _ => {}
+        }
+        ids.push(generator.next(1_700_000_000_000 + state % 1_000_000_000, entropy));
+    }
+    let hex = |id: MessageId| format!("{:032x}", id.as_u128());
+    let list: Vec<String> = ids.iter().map(|&id| format!("'{}'", hex(id))).collect();
+    let sql = format!(
+        "SELECT encode(mailjar_after(decode(x, 'hex')), 'hex') FROM unnest(ARRAY[{}]) WITH ORDINALITY AS t(x, n) ORDER BY n",
+        list.join(", ")
+    );
+    let database: Vec<String> = pg.psql(&sql).lines().map(str::to_owned).collect();
+    let node: Vec<String> = ids.iter().map(|&id| hex(after(id))).collect();
+    assert_eq!(database, node);
+}
+
+/// `mailjar_write` numbers a batch as `order::assign` does (the ordering
+/// logic tested against a model): proposals that sort after the head keep
+/// their ids, the others count up from the one before them.
+#[test]
+fn the_database_numbers_a_batch_as_the_ordering_logic_does() {
+    use mailjar::storage::postgres::order::assign;
+    use mailjar_core::id::MessageId;
+    let pg = Postgres::start();
+    drop(pg.node(&[]));
+    let hex = |id: MessageId| format!("{:032x}", id.as_u128());
+    let id = |ms: u128, n: u128| MessageId::from_u128((ms << 80) | (0x7 << 76) | (0b10 << 62) | n);
+    let cases: [(MessageId, Vec<MessageId>); 4] = [
+        // Every proposal after the head: kept.
+        (id(5, 0), vec![id(6, 1), id(7, 0)]),
+        // All at or before the head: counted up from it.
+        (id(9, 4), vec![id(9, 4), id(3, 0), id(9, 2)]),
+        // Some before, some after: the later ones kept once past.
+        (id(8, 0), vec![id(7, 0), id(8, 5), id(8, 1), id(12, 0)]),
+        // A proposal at the end of its millisecond's counter.
+        (id(4, (1 << 62) - 1), vec![id(4, 7)]),
+    ];
+    for (head, proposed) in cases {
+        let list = |f: &dyn Fn(&MessageId) -> String| {
+            proposed.iter().map(f).collect::<Vec<_>>().join(", ")
+        };
+        let sql = format!(
+            "BEGIN; UPDATE mailjar_head SET id = decode('{}', 'hex'); \
+             SELECT encode(x, 'hex') FROM mailjar_write(ARRAY[{}], ARRAY[{}]::int8[], \
+             ARRAY[{}], ARRAY[{}], ARRAY[{}], ARRAY[{}]::bytea[], ARRAY[{}]::bytea[], \
+             'test', false, '{{}}', '{{}}') w, unnest(w.o_ids) WITH ORDINALITY AS t(x, n) \
+             ORDER BY n; ROLLBACK",
+            hex(head),
+            list(&|p| format!("decode('{}', 'hex')", hex(*p))),
+            list(&|_| "0".to_owned()),
+            list(&|_| "'\"\"'".to_owned()),
+            list(&|_| "'[]'".to_owned()),
+            list(&|_| "'{}'".to_owned()),
+            list(&|_| "''".to_owned()),
+            list(&|_| "NULL".to_owned()),
+        );
+        let output = pg.psql(&sql);
+        let database: Vec<&str> = output
+            .lines()
+            .filter(|l| l.len() == 32 && l.bytes().all(|b| b.is_ascii_hexdigit()))
+            .collect();
+        let expected: Vec<String> = assign(Some(head), &proposed).into_iter().map(hex).collect();
+        assert_eq!(database, expected, "head {head:?}, proposed {proposed:?}");
+    }
 }

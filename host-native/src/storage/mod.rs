@@ -295,6 +295,9 @@ fn load_into<W>(
     Ok(load)
 }
 
+/// Fewer rows than this are parsed on the calling thread alone.
+const PARALLEL_ROWS: usize = 64;
+
 /// Parses loaded messages into stored ones (with whether they were seen)
 /// on up to `threads` threads, keeping their order.
 fn parse_all(rows: Vec<Loaded>, threads: usize) -> Vec<(Email, bool)> {
@@ -304,7 +307,7 @@ fn parse_all(rows: Vec<Loaded>, threads: usize) -> Vec<(Email, bool)> {
         (email, row.seen)
     };
     let threads = threads.clamp(1, 16);
-    if threads == 1 || rows.len() < 64 {
+    if threads == 1 || rows.len() < PARALLEL_ROWS {
         return rows.into_iter().map(parse).collect();
     }
     let per = rows.len().div_ceil(threads);

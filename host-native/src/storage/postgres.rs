@@ -6,9 +6,10 @@
 //! advisory lock are PostgreSQL's own.
 //!
 //! Every node given the same database is one service. A write transaction
+//! is one call of the server-side function `mailjar_write` ([`write`]): it
 //! takes one advisory lock first ([`schema::ORDER_LOCK`]), reads the
-//! service's head (the greatest id ever committed), numbers its messages
-//! after it ([`order::assign`]), inserts them, deletes what this node
+//! service's head (the greatest id ever committed), numbers the messages
+//! after it (as [`order::assign`] does), inserts them, deletes what this node
 //! removed (logging in `mailjar_changes` only what it did delete), moves the
 //! head, sends `NOTIFY mailjar` with this node's id, and commits. So id order
 //! is commit order, and a reader that sees an id sees every id below it.
@@ -27,6 +28,7 @@ pub mod order;
 mod rows;
 mod schema;
 mod seen;
+mod write;
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -35,7 +37,7 @@ use std::time::{Duration, Instant};
 use mailjar_core::api::{Api, Change, FaultRecord, InboxRecord, Removal};
 use mailjar_core::id::MessageId;
 use mailjar_core::store::Email;
-use postgres::{Client, IsolationLevel, NoTls};
+use postgres::{Client, IsolationLevel, NoTls, Statement};
 
 use super::{CatchUp, LoadReport, Loaded, Opened, Record, Remote, Storage, StorageError, writer};
 use rows::{COLUMNS, decode, id_bytes, id_of};
@@ -49,11 +51,6 @@ const BATCH_BYTES: i64 = 8 * 1024 * 1024;
 /// Change-log entries kept: older ones are pruned (a node that fell further
 /// behind compares the ids it holds with the database's).
 const KEEP_CHANGES: i64 = 100_000;
-
-/// The most bytes (raw and transcripts) a batch written as one simple
-/// query's text may have: larger ones are bound as parameters, so that no
-/// large batch is held again as base64 text (4/3 of it) in memory.
-const LITERAL_BYTES: usize = 1024 * 1024;
 
 /// How often, in write transactions, the change log is pruned.
 const PRUNE_EVERY: u32 = 1000;
@@ -72,7 +69,8 @@ pub struct Postgres {
     url: String,
     /// This node's id: its commits' `NOTIFY` payload and change-log entries.
     node: String,
-    client: Option<Client>,
+    /// The connection and its prepared statements.
+    connection: Option<Connection>,
     tried_at: Option<Instant>,
     /// The greatest id this node's core has applied.
     applied: Option<MessageId>,
@@ -139,11 +137,12 @@ impl Postgres {
             .connect(NoTls)
             .map_err(|e| StorageError(format!("cannot connect to the database {shown}: {e}")))?;
         schema::migrate(&mut client, &shown)?;
+        let connection = Connection::prepare(client).map_err(pg)?;
         Ok(Postgres {
             config,
             url: shown,
             node: node_id(),
-            client: Some(client),
+            connection: Some(connection),
             tried_at: None,
             applied: None,
             applied_seq: 0,
@@ -159,11 +158,15 @@ impl Postgres {
     }
 
     /// The connection, reconnecting (at most every [`RECONNECT_PAUSE`]) after a failure.
-    fn client(&mut self) -> Result<&mut Client, StorageError> {
-        if self.client.as_ref().is_some_and(Client::is_closed) {
-            self.client = None;
+    fn connection(&mut self) -> Result<&mut Connection, StorageError> {
+        if self
+            .connection
+            .as_ref()
+            .is_some_and(|c| c.client.is_closed())
+        {
+            self.connection = None;
         }
-        if self.client.is_none() {
+        if self.connection.is_none() {
             if self
                 .tried_at
                 .is_some_and(|at| at.elapsed() < RECONNECT_PAUSE)
@@ -172,78 +175,54 @@ impl Postgres {
             }
             self.tried_at = Some(Instant::now());
             let client = self.config.connect(NoTls).map_err(pg)?;
+            let connection = Connection::prepare(client).map_err(pg)?;
             tracing::info!("{}: connected again", self.url);
-            self.client = Some(client);
+            self.connection = Some(connection);
         }
-        self.client.as_mut().ok_or_else(|| failed("no connection"))
+        self.connection
+            .as_mut()
+            .ok_or_else(|| failed("no connection"))
     }
 
     /// Runs `f` on the connection; a failure that closed it drops it (the next call reconnects).
     fn with<T>(
         &mut self,
-        f: impl FnOnce(&mut Client, &str) -> Result<T, postgres::Error>,
+        f: impl FnOnce(&mut Client, &Statements, &str) -> Result<T, postgres::Error>,
     ) -> Result<T, StorageError> {
         let node = self.node.clone();
-        let client = self.client()?;
-        let result = f(client, &node);
-        if result.is_err() && client.is_closed() {
-            self.client = None;
+        let connection = self.connection()?;
+        let result = f(&mut connection.client, &connection.statements, &node);
+        if result.is_err() && connection.client.is_closed() {
+            self.connection = None;
         }
         result.map_err(pg)
     }
 }
 
-/// The service's head as a write transaction reads it under the order lock.
-struct Head {
-    /// The greatest id ever committed.
-    id: Option<MessageId>,
-    /// Its receive time.
-    received_ms: i64,
-    /// The greatest UID ever given.
-    uid: u32,
-    /// How many changes of inboxes and fault rules were ever written.
-    config_seq: i64,
+/// A connection to the database and the statements prepared on it.
+struct Connection {
+    client: Client,
+    statements: Statements,
 }
 
-/// Opens a transaction, takes the order lock and reads the head (id,
-/// receive time, UID, `config_seq`), in one round trip: three statements of one simple query,
-/// each with its own snapshot, so the head is read after the lock is held.
-fn begin_locked(client: &mut Client) -> Result<Head, StorageError> {
-    let messages = client
-        .simple_query(&format!(
-            "BEGIN; SELECT pg_advisory_xact_lock({}); \
-             SELECT encode(id, 'hex'), received_ms, uid, config_seq FROM mailjar_head",
-            schema::ORDER_LOCK
-        ))
-        .map_err(pg)?;
-    let row = messages
-        .iter()
-        .find_map(|m| match m {
-            postgres::SimpleQueryMessage::Row(row) if row.len() == 4 => Some(row),
-            _ => None,
-        })
-        .ok_or_else(|| failed("mailjar_head has no row"))?;
-    let id = match row.get(0) {
-        None => None,
-        Some(hex) => Some(
-            hex_id(hex).ok_or_else(|| failed("mailjar_head holds an id that is not 16 bytes"))?,
-        ),
-    };
-    let received_ms = row
-        .get(1)
-        .and_then(|ms| ms.parse().ok())
-        .ok_or_else(|| failed("mailjar_head holds no receive time"))?;
-    let uid = row
-        .get(2)
-        .and_then(|uid| uid.parse().ok())
-        .ok_or_else(|| failed("mailjar_head holds no UID"))?;
-    let config_seq = row.get(3).and_then(|s| s.parse().ok()).unwrap_or(0);
-    Ok(Head {
-        id,
-        received_ms,
-        uid,
-        config_seq,
-    })
+/// The statements a node runs most, prepared once per connection (so the
+/// server parses and plans them once).
+struct Statements {
+    /// A write transaction ([`write::batch`]).
+    write: Statement,
+    /// The next rows of a catch-up ([`next_rows`]).
+    next_rows: Statement,
+}
+
+impl Connection {
+    /// Prepares the statements on a new connection.
+    fn prepare(mut client: Client) -> Result<Connection, postgres::Error> {
+        let statements = Statements {
+            write: write::prepare(&mut client)?,
+            next_rows: client.prepare(&NEXT_ROWS)?,
+        };
+        Ok(Connection { client, statements })
+    }
 }
 
 /// An id from its 32 hex digits.
@@ -254,120 +233,33 @@ fn hex_id(hex: &str) -> Option<MessageId> {
         .map(MessageId::from_u128)
 }
 
-/// Inserts `records`, deletes `removals` (logging what it deleted), moves
-/// the head, notifies the other nodes and commits, inside `tx`. Without
-/// removals the rows, the head, the notification and the commit are one
-/// round trip (a simple query: every value in it is base64, see [`rows::insert_literal`]).
-fn apply(
-    tx: &mut Client,
-    node: &str,
-    records: &[Record<'_>],
-    removals: &[Removal],
-) -> Result<(), postgres::Error> {
-    if let Some(last) = records.last() {
-        // Messages alone: the others may skip a catch-up once they hold its last id.
-        let payload = listen::payload(node, removals.is_empty().then_some(last.id));
-        let bytes: usize = records
-            .iter()
-            .map(|r| r.raw.len() + r.transcript.len())
-            .sum();
-        if bytes > LITERAL_BYTES {
-            insert_bound(tx, node, records, &payload)?;
-        } else {
-            let mut sql = rows::insert_literal(records, node, &payload);
-            if removals.is_empty() {
-                sql.push_str("; COMMIT");
-                tx.simple_query(&sql)?;
-                return Ok(());
-            }
-            tx.simple_query(&sql)?;
-        }
-    }
-    if !removals.is_empty() {
-        let (firsts, lasts): (Vec<Vec<u8>>, Vec<Vec<u8>>) = removals
-            .iter()
-            .map(|removal| match *removal {
-                Removal::One(id) => (id_bytes(id), id_bytes(id)),
-                Removal::Range { first, last } => (id_bytes(first), id_bytes(last)),
-            })
-            .unzip();
-        // One statement for them all. Deletes are idempotent: only what this
-        // one deleted is logged, each range as the first and last id it removed.
-        tx.execute(
-            "WITH r AS (SELECT * FROM unnest($1::bytea[], $2::bytea[]) AS r(first_id, last_id)), \
-             gone AS (DELETE FROM mailjar_messages m USING r \
-                      WHERE m.id BETWEEN r.first_id AND r.last_id RETURNING m.id, r.first_id) \
-             INSERT INTO mailjar_changes (first_id, last_id, node) \
-             SELECT (array_agg(id ORDER BY id))[1], (array_agg(id ORDER BY id DESC))[1], $3 \
-             FROM gone GROUP BY first_id ORDER BY first_id",
-            &[&firsts, &lasts, &node],
-        )?;
-    }
-    if records.is_empty() {
-        tx.execute("SELECT pg_notify('mailjar', $1)", &[&node])?;
-    }
-    tx.batch_execute("COMMIT")
-}
+/// The rows after `$1` (up to `$2` if not NULL), in id order: at most
+/// `$3` (the statement's [`BATCH_ROWS`]), and at most `$4` ([`BATCH_BYTES`])
+/// of raw bytes unless the first alone is more; each with how many rows
+/// the first bound allowed (`n`). The byte bound is counted on the stored
+/// sizes (TOAST headers only), so the raw bytes of the rows past it are never read.
+static NEXT_ROWS: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "SELECT {COLUMNS}, n FROM ( \
+           SELECT m.*, count(*) OVER () AS n, row_number() OVER w AS rn, \
+             sum(pg_column_size(m.raw)) OVER w AS running \
+           FROM (SELECT * FROM mailjar_messages WHERE id > $1 \
+                 AND ($2::bytea IS NULL OR id <= $2) ORDER BY id LIMIT $3) m \
+           WINDOW w AS (ORDER BY m.id)) t \
+         WHERE rn = 1 OR running <= $4 ORDER BY id"
+    )
+});
 
-/// Inserts a large batch as bound arrays (its bytes are sent once, not
-/// as base64 text), moves the head and notifies: one statement, two round trips.
-fn insert_bound(
-    tx: &mut Client,
-    node: &str,
-    records: &[Record<'_>],
-    payload: &str,
-) -> Result<(), postgres::Error> {
-    let Some(last) = records.last() else {
-        return Ok(());
-    };
-    let c = rows::Columns::of(records);
-    let received = i64::try_from(last.received_at_ms).unwrap_or(i64::MAX);
-    tx.execute(
-        &format!(
-            "WITH inserted AS ({}), \
-             head AS (UPDATE mailjar_head SET id = $10, received_ms = $11, uid = $12) \
-             SELECT pg_notify('mailjar', $13)",
-            rows::INSERT
-        ),
-        &[
-            &c.ids,
-            &c.received,
-            &c.senders,
-            &c.recipients,
-            &c.smtp,
-            &c.raw,
-            &c.transcripts,
-            &node,
-            &c.uids,
-            &id_bytes(last.id),
-            &received,
-            &i64::from(last.uid),
-            &payload,
-        ],
-    )?;
-    Ok(())
-}
-
-/// The rows after `applied` (up to `upto`), in id order: at most
-/// [`BATCH_ROWS`], and at most [`BATCH_BYTES`] of raw bytes unless the first
-/// alone is more; and whether more rows may follow. One query: the byte
-/// bound is counted on the stored sizes (TOAST headers only), so the raw
-/// bytes of the rows past it are never read.
+/// The rows after `applied` (up to `upto`), in id order (see [`NEXT_ROWS`]);
+/// and whether more rows may follow. One statement, prepared.
 fn next_rows(
     client: &mut impl postgres::GenericClient,
+    statements: &Statements,
     applied: &[u8],
     upto: Option<&[u8]>,
 ) -> Result<(Vec<postgres::Row>, bool), postgres::Error> {
     let rows = client.query(
-        &format!(
-            "SELECT {COLUMNS}, n FROM ( \
-               SELECT m.*, count(*) OVER () AS n, row_number() OVER w AS rn, \
-                 sum(pg_column_size(m.raw)) OVER w AS running \
-               FROM (SELECT * FROM mailjar_messages WHERE id > $1 \
-                     AND ($2::bytea IS NULL OR id <= $2) ORDER BY id LIMIT $3) m \
-               WINDOW w AS (ORDER BY m.id)) t \
-             WHERE rn = 1 OR running <= $4 ORDER BY id"
-        ),
+        &statements.next_rows,
         &[&applied, &upto, &BATCH_ROWS, &BATCH_BYTES],
     )?;
     let seen: i64 = rows.first().map_or(0, |r| r.get("n"));
@@ -396,9 +288,8 @@ fn prune(client: &mut Client) -> Result<(), postgres::Error> {
 }
 
 impl Postgres {
-    /// One write transaction: takes the lock, reads the head, lets `number`
-    /// give the batch its ids, writes it and the removals, commits. Returns
-    /// the head it read.
+    /// One write transaction ([`write::batch`]): `records` keep their ids,
+    /// or else `emails` are numbered after the head. Returns the head it read.
     fn transact(
         &mut self,
         emails: &mut [&mut Email],
@@ -406,60 +297,33 @@ impl Postgres {
         removals: &[Removal],
     ) -> Result<Option<MessageId>, StorageError> {
         let node = self.node.clone();
-        let client = self.client()?;
-        let result = (|| -> Result<(Option<MessageId>, i64), StorageError> {
-            let Head {
-                id: head,
-                received_ms: head_ms,
-                uid: head_uid,
-                config_seq,
-            } = begin_locked(client)?;
-            // UIDs follow the head's, in id order, on every node alike.
-            let uids = (1..).map(|n| head_uid.saturating_add(n));
-            let numbered: Vec<Record<'_>> = if emails.is_empty() {
-                if records
-                    .first()
-                    .is_some_and(|r| head.is_some_and(|h| r.id <= h))
-                {
-                    return Err(failed("these messages would not sort after the head"));
-                }
-                records
-                    .iter()
-                    .zip(uids)
-                    .map(|(r, uid)| Record { uid, ..*r })
-                    .collect()
-            } else {
-                let proposed: Vec<MessageId> = emails.iter().map(|e| e.id).collect();
-                let head_ms = u64::try_from(head_ms).unwrap_or(0);
-                let assigned = order::assign(head, &proposed);
-                for ((email, id), uid) in emails.iter_mut().zip(assigned).zip(uids) {
-                    email.id = id;
-                    email.received_at_ms = email.received_at_ms.max(head_ms);
-                    email.set_uid(uid);
-                }
-                emails.iter().map(|e| Record::of(e)).collect()
-            };
-            let records = &numbered;
-            apply(client, &node, records, removals).map_err(pg)?;
-            Ok((head, config_seq))
-        })();
-        if result.is_err() {
-            // Ends the transaction (if the connection still works); the next write begins anew.
-            let _ = client.batch_execute("ROLLBACK");
+        let exact = emails.is_empty();
+        let Connection { client, statements } = self.connection()?;
+        let call = &statements.write;
+        let result = if exact {
+            write::batch(client, call, &node, records, removals, true)
+        } else {
+            let proposed: Vec<Record<'_>> = emails.iter().map(|e| Record::of(e)).collect();
+            write::batch(client, call, &node, &proposed, removals, false)
+        };
+        if result.is_err() && client.is_closed() {
+            self.connection = None;
         }
-        let closed = client.is_closed();
-        if result.is_err() && closed {
-            self.client = None;
+        let written = result.map_err(|e| match e {
+            write::WriteError::Database(e) => pg(e),
+            write::WriteError::Returned(e) => failed(e),
+        })?;
+        if !exact {
+            written.number(emails).map_err(failed)?;
         }
-        let (head, config_seq) = result?;
-        self.config_seen = self.config_seen.max(config_seq);
+        self.config_seen = self.config_seen.max(written.config_seq);
         self.writes = self.writes.wrapping_add(1);
         if self.writes.is_multiple_of(PRUNE_EVERY)
-            && let Err(e) = self.with(|client, _| prune(client))
+            && let Err(e) = self.with(|client, _, _| prune(client))
         {
             tracing::warn!("{}: pruning the change log: {e}", self.url);
         }
-        Ok(head)
+        Ok(written.head)
     }
 
     /// After a committed batch whose last id is `own` and whose transaction
@@ -484,10 +348,10 @@ impl Postgres {
         let upto = upto.map(id_bytes);
         let applied_seq = self.applied_seq;
         let known_seq = self.known.seq;
-        let ((rows, more), log, pruned, shared) = self.with(|client, node| {
+        let ((rows, more), log, pruned, shared) = self.with(|client, statements, node| {
             if !changes {
                 // Rows alone: one statement is one snapshot.
-                let rows = next_rows(client, &applied, upto.as_deref())?;
+                let rows = next_rows(client, statements, &applied, upto.as_deref())?;
                 return Ok((rows, Vec::new(), 0, None));
             }
             // The rows and the change log in one snapshot.
@@ -496,7 +360,7 @@ impl Postgres {
                 .isolation_level(IsolationLevel::RepeatableRead)
                 .read_only(true)
                 .start()?;
-            let rows = next_rows(&mut tx, &applied, upto.as_deref())?;
+            let rows = next_rows(&mut tx, statements, &applied, upto.as_deref())?;
             // Entries are pruned only beyond the last 100,000: while some
             // were, there are rows here to carry the floor.
             let log = tx.query(
@@ -569,7 +433,7 @@ impl Postgres {
             return Ok(());
         }
         let known_seq = self.known.seq;
-        let now = self.with(|client, _| {
+        let now = self.with(|client, _, _| {
             let mut tx = client
                 .build_transaction()
                 .isolation_level(IsolationLevel::RepeatableRead)
@@ -589,7 +453,7 @@ impl Postgres {
     /// pruned change log removes (ranges of ids it does not hold remove nothing).
     fn missing(&mut self) -> Result<Vec<Removal>, StorageError> {
         let applied = self.applied.map(id_bytes).unwrap_or_default();
-        let held = self.with(|client, _| {
+        let held = self.with(|client, _, _| {
             client.query(
                 "SELECT id FROM mailjar_messages WHERE id <= $1 ORDER BY id",
                 &[&applied],
@@ -674,7 +538,7 @@ impl Storage for Postgres {
     }
 
     fn load(&mut self, each: &mut dyn FnMut(Vec<Loaded>)) -> Result<LoadReport, StorageError> {
-        let (seq, head, uid, uid_validity) = self.with(|client, _| {
+        let (seq, head, uid, uid_validity) = self.with(|client, _, _| {
             let row = client.query_one(
                 "SELECT (SELECT coalesce(max(seq), 0) FROM mailjar_changes), id, uid, uid_validity \
                  FROM mailjar_head",
@@ -733,7 +597,7 @@ impl Storage for Postgres {
         if changes.is_empty() {
             return Ok(());
         }
-        self.with(|client, node| config::save_inboxes(client, node, &changes))?;
+        self.with(|client, _, node| config::save_inboxes(client, node, &changes))?;
         self.known.inboxes = records.to_vec();
         Ok(())
     }
@@ -742,7 +606,7 @@ impl Storage for Postgres {
         if changes.is_empty() {
             return Ok(());
         }
-        self.with(|client, node| seen::save(client, node, changes))
+        self.with(|client, _, node| seen::save(client, node, changes))
     }
 
     fn save_faults(&mut self, records: &[FaultRecord]) -> Result<(), StorageError> {
@@ -750,14 +614,14 @@ impl Storage for Postgres {
         if changes.is_empty() {
             return Ok(());
         }
-        self.with(|client, node| config::save_faults(client, node, &changes))?;
+        self.with(|client, _, node| config::save_faults(client, node, &changes))?;
         self.known.faults = records.to_vec();
         Ok(())
     }
 
     fn load_inboxes(&mut self) -> Result<Vec<InboxRecord>, StorageError> {
         let known = self
-            .with(|client, _| config::load(client))?
+            .with(|client, _, _| config::load(client))?
             .map_err(failed)?;
         self.config_seen = known.seq;
         self.known = known;

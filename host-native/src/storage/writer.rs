@@ -664,7 +664,12 @@ fn catch_up(
         }
         let mut seen = Vec::new();
         if !remote.rows.is_empty() {
-            let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+            // Asking the system for its cores reads cgroup files: only when they would be used.
+            let threads = if remote.rows.len() < super::PARALLEL_ROWS {
+                1
+            } else {
+                std::thread::available_parallelism().map_or(1, |n| n.get())
+            };
             let emails = super::parse_all(remote.rows, threads)
                 .into_iter()
                 .map(|(email, flag)| {

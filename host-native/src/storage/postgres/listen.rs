@@ -7,7 +7,6 @@
 use std::sync::mpsc::Sender;
 use std::time::Duration;
 
-use mailjar_core::id::MessageId;
 use postgres::NoTls;
 use postgres::fallible_iterator::FallibleIterator;
 
@@ -19,15 +18,6 @@ const SAFETY: Duration = Duration::from_secs(30);
 /// The first pause before a reconnect; it doubles up to [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
-
-/// The payload of a commit's `NOTIFY mailjar`: the node's id, and after a
-/// colon the last id it committed when it committed messages and nothing else.
-pub(super) fn payload(node: &str, last: Option<MessageId>) -> String {
-    match last {
-        Some(id) => format!("{node}:{:032x}", id.as_u128()),
-        None => node.to_owned(),
-    }
-}
 
 /// What a payload asks of this node's writer: nothing for its own commit;
 /// a catch-up unless it holds the id named, or a whole catch-up.
@@ -114,6 +104,17 @@ fn listen(client: &mut postgres::Client, node: &str, url: &str, jobs: &Sender<Jo
 #[cfg(test)]
 mod tests {
     use super::*;
+    use mailjar_core::id::MessageId;
+
+    /// The payload of a commit's `NOTIFY mailjar` (as `mailjar_write` sends
+    /// it): the node's id, and after a colon the last id it committed when it
+    /// committed messages and nothing else.
+    fn payload(node: &str, last: Option<MessageId>) -> String {
+        match last {
+            Some(id) => format!("{node}:{:032x}", id.as_u128()),
+            None => node.to_owned(),
+        }
+    }
 
     #[test]
     fn a_payload_names_the_node_and_the_last_id_of_messages_alone() {

@@ -1,7 +1,9 @@
 //! The order of a shared database, as plain logic: which ids a batch gets
 //! under the service's lock, and what a node must fetch before it applies
-//! its own batch. No database here; `postgres.rs` runs it inside the
-//! transaction, and the tests below check it against a model.
+//! its own batch. No database here: `mailjar_write` (schema 5, see
+//! `write.rs`) numbers a batch in SQL as [`assign`] does, the tests below
+//! check [`assign`] against a model, and a test on a real PostgreSQL checks
+//! that the SQL numbers as [`assign`] and [`after`] do.
 //!
 //! Every write transaction takes one advisory lock first and holds it to
 //! its commit, and PostgreSQL makes a commit visible before it lets go of

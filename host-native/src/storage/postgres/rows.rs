@@ -4,10 +4,7 @@
 
 use mailjar_core::id::MessageId;
 use mailjar_core::smtp::{AuthInfo, Envelope, Incoming, SessionFacts, TlsInfo, Transcript};
-use std::fmt::Write;
 
-use base64::Engine;
-use base64::engine::general_purpose::STANDARD as BASE64;
 use serde_json::{Value, json};
 
 use crate::storage::{Loaded, Record};
@@ -15,64 +12,6 @@ use crate::storage::{Loaded, Record};
 /// The columns [`decode`] reads, in its order.
 pub(super) const COLUMNS: &str =
     "id, received_ms, sender, recipients, smtp, raw, transcript, uid, seen";
-
-/// Inserts a batch as arrays, one statement: `$1` ids, `$2` receive times,
-/// `$3` senders, `$4` recipients, `$5` SMTP facts, `$6` raw, `$7` transcripts,
-/// `$8` the node, `$9` UIDs.
-pub(super) const INSERT: &str = "INSERT INTO mailjar_messages \
-     (id, received_ms, sender, recipients, smtp, raw, transcript, uid, node) \
-     SELECT u.*, $8::text FROM unnest($1::bytea[], $2::int8[], $3::text[], $4::text[], \
-     $5::text[], $6::bytea[], $7::bytea[], $9::int8[]) AS u";
-
-/// `INSERT` of a batch with its values written into the statement, the
-/// head moved to its last message and `NOTIFY mailjar, payload`, for a
-/// simple query (which can carry the `COMMIT` in the same round trip).
-/// Every value that is not a number is base64 inside quotes and decoded by
-/// the server (`decode(..., 'base64')`), so no text a client sent is ever
-/// quoted by hand: base64 has no quote or backslash.
-pub(super) fn insert_literal(records: &[Record<'_>], node: &str, payload: &str) -> String {
-    let bytes = |b: &[u8]| format!("decode('{}', 'base64')", BASE64.encode(b));
-    let text = |t: &str| format!("convert_from({}, 'UTF8')", bytes(t.as_bytes()));
-    let raw: usize = records
-        .iter()
-        .map(|r| r.raw.len() + r.transcript.len())
-        .sum();
-    let mut sql = String::with_capacity(raw / 3 * 4 + records.len() * 400 + 400);
-    sql.push_str(
-        "WITH inserted AS (INSERT INTO mailjar_messages \
-         (id, received_ms, sender, recipients, smtp, raw, transcript, uid, node) VALUES ",
-    );
-    let node_text = text(node);
-    let c = Columns::of(records);
-    for i in 0..records.len() {
-        if i > 0 {
-            sql.push_str(", ");
-        }
-        let _ = write!(
-            sql,
-            "({}, {}, {}, {}, {}, {}, {}, {}, {node_text})",
-            bytes(&c.ids[i]),
-            c.received[i],
-            text(&c.senders[i]),
-            text(&c.recipients[i]),
-            text(&c.smtp[i]),
-            bytes(c.raw[i]),
-            bytes(c.transcripts[i]),
-            c.uids[i],
-        );
-    }
-    if let (Some(id), Some(received), Some(uid)) = (c.ids.last(), c.received.last(), c.uids.last())
-    {
-        let _ = write!(
-            sql,
-            "), head AS (UPDATE mailjar_head SET id = {}, received_ms = {received}, uid = {uid}) \
-             SELECT pg_notify('mailjar', {})",
-            bytes(id),
-            text(payload)
-        );
-    }
-    sql
-}
 
 /// An id as the database holds it: 16 bytes, big-endian, so bytes sort as ids do.
 pub(super) fn id_bytes(id: MessageId) -> Vec<u8> {
@@ -85,7 +24,7 @@ pub(super) fn id_of(bytes: &[u8]) -> Option<MessageId> {
     Some(MessageId::from_u128(u128::from_be_bytes(bytes)))
 }
 
-/// A batch's columns, as [`INSERT`] takes them and [`insert_literal`] writes them.
+/// A batch's columns, as `mailjar_write` takes them.
 #[derive(Default)]
 pub(super) struct Columns<'a> {
     pub(super) ids: Vec<Vec<u8>>,
@@ -95,7 +34,6 @@ pub(super) struct Columns<'a> {
     pub(super) smtp: Vec<String>,
     pub(super) raw: Vec<&'a [u8]>,
     pub(super) transcripts: Vec<&'a [u8]>,
-    pub(super) uids: Vec<i64>,
 }
 
 impl<'a> Columns<'a> {
@@ -121,7 +59,6 @@ impl<'a> Columns<'a> {
             );
             c.raw.push(r.raw);
             c.transcripts.push(r.transcript);
-            c.uids.push(i64::from(r.uid));
         }
         c
     }

@@ -74,6 +74,81 @@ const MIGRATIONS: &[&str] = &[
     "ALTER TABLE mailjar_messages ADD COLUMN seen boolean NOT NULL DEFAULT false,
         ADD COLUMN seen_seq bigint NOT NULL DEFAULT 0;
     CREATE INDEX mailjar_messages_seen_seq ON mailjar_messages (seen_seq) WHERE seen_seq > 0;",
+    // A write transaction (a batch of messages, removals) as one statement
+    // that takes the order lock itself, so the lock is held for the server's
+    // work alone and never across a round trip to the node (see `write.rs`). mailjar_after is
+    // `order::after` (the next id of a UUIDv7's 122-bit sequence); a test
+    // checks the two agree. The lock's key is `ORDER_LOCK`.
+    "CREATE FUNCTION mailjar_after(id bytea) RETURNS bytea
+    LANGUAGE plpgsql IMMUTABLE STRICT AS $$
+    DECLARE
+        hi bigint := ('x' || encode(substring(id FROM 1 FOR 8), 'hex'))::bit(64)::bigint;
+        lo bigint := ('x' || encode(substring(id FROM 9 FOR 8), 'hex'))::bit(64)::bigint;
+        rand_b_max constant bigint := 4611686018427387903;
+    BEGIN
+        IF (lo & rand_b_max) < rand_b_max THEN
+            lo := lo + 1;
+        ELSE
+            lo := lo & ~rand_b_max;
+            IF (hi & 4095) < 4095 THEN
+                hi := hi + 1;
+            ELSE
+                hi := (((hi >> 16) + 1) << 16) | 28672;
+            END IF;
+        END IF;
+        RETURN decode(lpad(to_hex(hi), 16, '0') || lpad(to_hex(lo), 16, '0'), 'hex');
+    END $$;
+    CREATE FUNCTION mailjar_write(p_ids bytea[], p_received bigint[], p_senders text[],
+        p_recipients text[], p_smtp text[], p_raw bytea[], p_transcripts bytea[],
+        p_node text, p_exact boolean, p_first_ids bytea[], p_last_ids bytea[])
+    RETURNS TABLE (o_head bytea, o_config_seq bigint, o_ids bytea[], o_received_floor bigint,
+        o_uid_floor bigint)
+    LANGUAGE plpgsql AS $$
+    DECLARE
+        h record;
+        previous bytea;
+        assigned bytea[] := '{}';
+        n integer := coalesce(array_length(p_ids, 1), 0);
+    BEGIN
+        PERFORM pg_advisory_xact_lock(7881696737237234177);
+        SELECT id, received_ms, uid, config_seq INTO h FROM mailjar_head;
+        previous := h.id;
+        FOR i IN 1 .. n LOOP
+            IF previous IS NOT NULL AND p_ids[i] <= previous THEN
+                IF p_exact THEN
+                    RAISE EXCEPTION 'these messages would not sort after the head';
+                END IF;
+                previous := mailjar_after(previous);
+            ELSE
+                previous := p_ids[i];
+            END IF;
+            assigned := assigned || previous;
+        END LOOP;
+        INSERT INTO mailjar_messages
+            (id, received_ms, sender, recipients, smtp, raw, transcript, uid, node)
+        SELECT b.id, greatest(b.received, h.received_ms), b.sender, b.recipients, b.smtp,
+            b.raw, b.transcript, h.uid + b.n, p_node
+        FROM unnest(assigned, p_received, p_senders, p_recipients, p_smtp, p_raw, p_transcripts)
+            WITH ORDINALITY AS b(id, received, sender, recipients, smtp, raw, transcript, n);
+        IF n > 0 THEN
+            UPDATE mailjar_head SET id = previous,
+                received_ms = greatest(p_received[n], h.received_ms), uid = h.uid + n;
+        END IF;
+        -- Deletes are idempotent: only what this one deleted is logged, each
+        -- range as the first and last id it removed.
+        WITH r AS (SELECT * FROM unnest(p_first_ids, p_last_ids) AS r(first_id, last_id)),
+        gone AS (DELETE FROM mailjar_messages m USING r
+            WHERE m.id BETWEEN r.first_id AND r.last_id RETURNING m.id, r.first_id)
+        INSERT INTO mailjar_changes (first_id, last_id, node)
+        SELECT (array_agg(gone.id ORDER BY gone.id))[1],
+            (array_agg(gone.id ORDER BY gone.id DESC))[1], p_node
+        FROM gone GROUP BY gone.first_id ORDER BY gone.first_id;
+        -- Messages alone: the others may skip a catch-up once they hold the last id.
+        PERFORM pg_notify('mailjar', CASE
+            WHEN n > 0 AND coalesce(array_length(p_first_ids, 1), 0) = 0
+            THEN p_node || ':' || encode(previous, 'hex') ELSE p_node END);
+        RETURN QUERY SELECT h.id, h.config_seq, assigned, h.received_ms, h.uid;
+    END $$;",
 ];
 
 /// The schema this build writes.
@@ -117,4 +192,15 @@ pub(super) fn migrate(client: &mut postgres::Client, url: &str) -> Result<(), St
         );
     }
     tx.commit().map_err(failed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_write_function_takes_the_order_lock() {
+        let write = MIGRATIONS[4];
+        assert!(write.contains(&format!("pg_advisory_xact_lock({ORDER_LOCK})")));
+    }
 }
