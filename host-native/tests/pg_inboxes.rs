@@ -2,7 +2,8 @@
 //! made, rotated or deleted on node A is so on node B at once (a
 //! notification, not a restart): mail sent to B routes into it, its token
 //! reads on B, a rotation on A ends B's waits admitted by the old token, and
-//! a deletion on A takes the inbox and its mail off B.
+//! a deletion on A takes the inbox and its mail off B, and its fault rules
+//! out of the database.
 
 mod common;
 #[path = "inboxes_common/mod.rs"]
@@ -111,4 +112,30 @@ fn a_node_started_later_has_the_inboxes_and_changes_reach_it_too() {
         .filter_map(|i| i["name"].as_str())
         .collect();
     assert_eq!(names, ["first", "second"], "{listed}");
+}
+
+#[test]
+fn an_inbox_deleted_takes_its_fault_rules_out_of_the_database() {
+    let pg = Postgres::start();
+    let a = node(&pg);
+    let team = inbox(&a, "team", &["*@team.test"]);
+    let rule = serde_json::json!({
+        "match": {"to": "x@team.test"},
+        "stage": "rcpt",
+        "action": {"reply": {"code": 450, "text": "4.2.0 later"}},
+    });
+    let made = call(&a, "POST", "/api/faults", Some(&team.token), Some(&rule));
+    assert_eq!(made.status, 200, "{}", made.body);
+    assert_eq!(pg.psql("SELECT count(*) FROM mailjar_faults"), "1");
+    let deleted = call(&a, "DELETE", "/api/inboxes/team", Some(ADMIN), None);
+    assert_eq!(deleted.status, 200, "{}", deleted.body);
+    assert_eq!(
+        pg.psql("SELECT count(*) FROM mailjar_faults"),
+        "0",
+        "the rule of the deleted inbox is still in the database"
+    );
+    // A node started now starts without it.
+    let b = node(&pg);
+    let faults = get_ok(&b, "/api/faults", ADMIN);
+    assert_eq!(faults["faults"], serde_json::json!([]), "{faults}");
 }

@@ -571,7 +571,11 @@ pub fn run(
             }
             Action::Inboxes(acks) => {
                 // The core's newest: changes other nodes made since the job was queued are in it.
-                let written = storage.save_inboxes(&(core.current)().0);
+                let (inboxes, faults) = (core.current)();
+                // A deleted inbox took its fault rules out of the core: out of a shared database too.
+                let written = storage
+                    .save_inboxes(&inboxes)
+                    .and_then(|()| storage.save_faults(&faults));
                 status.set(written.as_ref().err());
                 for ack in acks {
                     let _ = ack.send(written.clone());
