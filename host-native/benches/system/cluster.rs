@@ -4,6 +4,8 @@
 //! - SMTP ingest through two nodes (smtp-source, 2 KiB messages, 5 reused
 //!   sessions on each, 10 in all) as a ratio to one memory-only node with 10
 //!   reused sessions in the same round; every message must be on both nodes.
+//!   One node alone on PostgreSQL (10 sessions) is measured beside them: what
+//!   the database costs, apart from what a second node costs.
 //! - Cross-node wait latency: a message acknowledged (250) on node A to the
 //!   wait parked on node B answered, p50 and p99 over `WAIT_SAMPLES` (default 200).
 //! - Catch-up after a 10 s database outage (`OUTAGE_SECS`): the database is
@@ -84,12 +86,26 @@ fn nodes(pg: &Postgres) -> (Mailjar, Mailjar) {
     (Mailjar::start(&flags), Mailjar::start(&flags))
 }
 
-/// One round of ingest: (ratio, two nodes' rate, memory-only rate).
-fn ingest(messages: usize) -> (f64, f64, f64) {
+/// One round of ingest's rates in messages a second.
+struct Round {
+    memory: f64,
+    one_node: f64,
+    two_nodes: f64,
+}
+
+/// One round of ingest: one memory-only node, one node on PostgreSQL, two nodes on it.
+fn ingest(messages: usize) -> Round {
+    let rate = |t: Duration| messages as f64 / t.as_secs_f64();
     let memory = Mailjar::start(&["--max-messages", "1000000"]);
     let memory_time = smtp_source(memory.smtp, 10, messages, true);
     assert_eq!(messages_on(&memory), messages, "LOSS (memory)");
     drop(memory);
+    let pg = Postgres::start();
+    let url = pg.url();
+    let alone = Mailjar::start(&["--database", url.as_str(), "--max-messages", "1000000"]);
+    let alone_time = smtp_source(alone.smtp, 10, messages, true);
+    assert_eq!(messages_on(&alone), messages, "LOSS (one node)");
+    drop((alone, pg));
     let pg = Postgres::start();
     let (a, b) = nodes(&pg);
     let started = Instant::now();
@@ -100,12 +116,11 @@ fn ingest(messages: usize) -> (f64, f64, f64) {
     let cluster_time = started.elapsed();
     until_holds(&a, messages, Duration::from_secs(30));
     until_holds(&b, messages, Duration::from_secs(30));
-    let rate = |t: Duration| messages as f64 / t.as_secs_f64();
-    (
-        memory_time.as_secs_f64() / cluster_time.as_secs_f64(),
-        rate(cluster_time),
-        rate(memory_time),
-    )
+    Round {
+        memory: rate(memory_time),
+        one_node: rate(alone_time),
+        two_nodes: rate(cluster_time),
+    }
 }
 
 /// Cross-node wait latencies in ms, sorted.
@@ -160,18 +175,30 @@ fn catch_up(outage: Duration) -> (f64, f64) {
 
 /// Runs every section and prints its figures.
 pub fn run(rounds: usize, messages: usize) {
-    let mut ratios = Vec::new();
+    let (mut ratios, mut alone) = (Vec::new(), Vec::new());
     for round in 0..rounds {
-        let (ratio, cluster, memory) = ingest(messages);
+        let Round {
+            memory,
+            one_node,
+            two_nodes,
+        } = ingest(messages);
         println!(
-            "round {round}: two nodes {cluster:.0} msg/s, one memory-only node {memory:.0} msg/s, ratio {ratio:.2}"
+            "round {round}: two nodes {two_nodes:.0} msg/s, one node on PostgreSQL {one_node:.0} msg/s, \
+             one memory-only node {memory:.0} msg/s, ratio {:.2}",
+            two_nodes / memory
         );
-        ratios.push(ratio);
+        ratios.push(two_nodes / memory);
+        alone.push(one_node / memory);
     }
     println!(
         "ingest through two nodes on PostgreSQL against memory-only: ratio per round {}; median {:.2} (target >= 0.5); no loss",
         show(&ratios, 2),
         median(&mut ratios)
+    );
+    println!(
+        "one node on PostgreSQL against memory-only: ratio per round {}; median {:.2}",
+        show(&alone, 2),
+        median(&mut alone)
     );
     let samples = env_usize("WAIT_SAMPLES", 200);
     let latencies = wait_latency(samples);
