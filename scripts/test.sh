@@ -48,6 +48,9 @@ python3 scripts/check-cycles.py core/src host-native/src host-wasm/src
 step "cargo clippy"
 cargo clippy --workspace --all-targets -- -D warnings
 
+step "cargo doc (links to private items and stray HTML in docs are errors)"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
+
 step "cargo test"
 cargo test --workspace
 

@@ -84,7 +84,7 @@ pub struct Email {
     text: Body,
     html: Body,
     raw: Box<[u8]>,
-    /// The inboxes it was routed to when it arrived (see [`crate::inbox`]).
+    /// The inboxes it was routed to when it arrived (see `crate::inbox`).
     pub(crate) inboxes: Box<[crate::inbox::InboxId]>,
 }
 
@@ -255,7 +255,7 @@ impl Email {
     }
 
     /// The inboxes it was routed to when it arrived; an inbox may have let
-    /// it go since (see [`crate::inbox`]).
+    /// it go since (see `crate::inbox`).
     pub fn inboxes(&self) -> &[crate::inbox::InboxId] {
         &self.inboxes
     }

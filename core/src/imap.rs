@@ -19,7 +19,7 @@
 //! so nothing of the grammar is kept by hand. `imap-next` (the same authors'
 //! server flow) was considered: it wants every response owned (`'static`),
 //! which would copy each message once more before it is encoded, and it
-//! brings `tracing`; its flow is the few lines of [`session`] that feed the
+//! brings `tracing`; its flow is the few lines of `session` that feed the
 //! fragmentizer.
 //!
 //! Memory per session: its mailbox (an [`Entry`] and two flags a message,

@@ -21,7 +21,7 @@
 //! - caps on head, URL, headers and body sizes (see [`reader`]), and on open
 //!   connections ([`HttpConnections`]: past it a new connection takes the
 //!   slot of the kept-alive connection that has been idle longest, at least
-//!   [`RECLAIM_GRACE`], which is closed; with none, it gets 503);
+//!   `RECLAIM_GRACE`, which is closed; with none, it gets 503);
 //! - `Expect: 100-continue` for HTTP/1.1 clients; HEAD is asked of the API as
 //!   GET and answered with GET's status and headers and no body;
 //! - a client that goes away while its request is in flight drops that
@@ -29,7 +29,7 @@
 //!   always written first;
 //! - an error that ends a connection before its request was read (413, 431,
 //!   408) is answered, then what the client still sends is read and dropped
-//!   for a while ([`LINGER_BYTES`], [`LINGER_TIME`]) before the socket
+//!   for a while (`LINGER_BYTES`, `LINGER_TIME`) before the socket
 //!   closes, so that a client still writing its body reads the answer
 //!   instead of a reset;
 //! - streamed bodies: a response that carries a [`StreamedBody`] extension is
@@ -87,7 +87,7 @@ const REFUSAL_LINGER: Duration = Duration::from_secs(1);
 /// reads) would see the reset, not the answer; nginx calls this a lingering
 /// close.
 const LINGER_BYTES: usize = 16 * 1024 * 1024;
-/// See [`LINGER_BYTES`].
+/// See `LINGER_BYTES`.
 const LINGER_TIME: Duration = Duration::from_secs(2);
 /// Room for a chunk-size line before a chunk: 16 hex digits and CRLF.
 const CHUNK_PREFIX: usize = 18;
@@ -155,7 +155,7 @@ impl HttpConnections {
     }
 
     /// For a new connection over the cap: the slot of the kept-alive
-    /// connection that has been idle longest (at least [`RECLAIM_GRACE`]),
+    /// connection that has been idle longest (at least `RECLAIM_GRACE`),
     /// which is asked to close; None when there is none, or its slot went
     /// to another new connection first.
     pub async fn reclaim(&self) -> Option<OwnedSemaphorePermit> {
@@ -542,7 +542,7 @@ where
 }
 
 /// Answers `refusal` (closing the writing side), then reads and drops what
-/// the client still sends, up to [`LINGER_BYTES`] and [`LINGER_TIME`],
+/// the client still sends, up to `LINGER_BYTES` and `LINGER_TIME`,
 /// before the connection closes.
 async fn refuse<T: AsyncRead + AsyncWrite + Unpin>(
     stream: &mut T,

@@ -1,6 +1,6 @@
 //! What the HTTP and SMTP sides ask the core about inboxes: whose token,
 //! session or login this is, and whether an address is routed. Each is one
-//! call into the core ([`Shared::call`]) through its
+//! call into the core (`Shared::call`) through its
 //! [`InboxQuery`](mailjar_core::api::InboxQuery), a hash lookup under the lock.
 
 use std::sync::Arc;

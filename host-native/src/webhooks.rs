@@ -1,5 +1,5 @@
-//! Webhooks (`--webhook URL`): a POST of `{"event": "stored", "email":
-//! <summary>}` to each URL for every stored message.
+//! Webhooks (`--webhook URL`): a POST of
+//! `{"event": "stored", "email": <summary>}` to each URL for every stored message.
 //!
 //! Never in the way of a 250: a stored message's summary (the JSON the store
 //! already keeps, shared, not copied) is handed to a bounded queue with
@@ -11,7 +11,7 @@
 //! `--webhook-queue` + [`MAX_IN_FLIGHT`] summaries, whatever the receivers do.
 //!
 //! The requests go out with the hyper client the link check uses
-//! ([`client`]: HTTP/1.1, TLS with the webpki roots for `https`), each
+//! (`client`: HTTP/1.1, TLS with the webpki roots for `https`), each
 //! worker keeping its connection to each URL for its next message; each
 //! request is bounded by `--webhook-timeout` from connect to the end of the
 //! response. The URL is the operator's: it is not filtered, only

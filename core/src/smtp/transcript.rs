@@ -53,7 +53,7 @@ pub struct Line<'a> {
     pub text: &'a [u8],
 }
 
-/// The dialogue of the session that delivered a message; see the [module documentation](self).
+/// The dialogue of the session that delivered a message; see the module documentation.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Transcript {
     bytes: Box<[u8]>,

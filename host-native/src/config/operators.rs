@@ -10,10 +10,10 @@ use url::Url;
 /// The webhook flags.
 #[derive(Debug, Clone, clap::Args)]
 pub struct WebhookSettings {
-    /// POST {"event": "stored", "email": <summary>} to this URL (http or https) for every stored message; repeatable.
+    /// POST `{"event": "stored", "email": <summary>}` to this URL (http or https) for every stored message; repeatable.
     #[arg(long = "webhook", env = "MAILJAR_WEBHOOK", value_name = "URL")]
     pub webhook: Vec<String>,
-    /// Sign each webhook body: X-Mailjar-Signature: sha256=<hex HMAC-SHA256 of the body with this key>.
+    /// Sign each webhook body: `X-Mailjar-Signature: sha256=<hex HMAC-SHA256 of the body with this key>`.
     #[arg(
         long,
         env = "MAILJAR_WEBHOOK_SECRET",

@@ -49,7 +49,7 @@ pub struct Record<'a> {
     pub smtp: &'a SmtpFacts,
     /// The message exactly as received.
     pub raw: &'a [u8],
-    /// The session's SMTP transcript ([`Transcript::as_bytes`]), empty when none was kept.
+    /// The session's SMTP transcript (`Transcript::as_bytes`), empty when none was kept.
     pub transcript: &'a [u8],
     /// Its UID ([`Email::uid`]); 0 lets the engine number it after every earlier one.
     pub uid: u32,

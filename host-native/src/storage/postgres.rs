@@ -6,8 +6,8 @@
 //! advisory lock are PostgreSQL's own.
 //!
 //! Every node given the same database is one service. A write transaction
-//! is one call of the server-side function `mailjar_write` ([`write`]): it
-//! takes one advisory lock first ([`schema::ORDER_LOCK`]), reads the
+//! is one call of the server-side function `mailjar_write` (`write.rs`): it
+//! takes one advisory lock first (`schema::ORDER_LOCK`), reads the
 //! service's head (the greatest id ever committed), numbers the messages
 //! after it (as [`order::assign`] does), inserts them, deletes what this node
 //! removed (logging in `mailjar_changes` only what it did delete), moves the
@@ -17,9 +17,9 @@
 //! Everything that enters this node's core from the database goes through
 //! the writer thread in id order: before its own batch, the messages other
 //! nodes committed between the last one it applied and the head its batch
-//! read ([`CatchUp::Gap`]); on a notification (heard by [`listen`]), what
+//! read ([`CatchUp::Gap`]); on a notification (heard by `listen`), what
 //! they committed and removed since ([`CatchUp::All`]). Change-log entries
-//! older than [`KEEP_CHANGES`] are pruned; a node whose cursor fell behind
+//! older than `KEEP_CHANGES` are pruned; a node whose cursor fell behind
 //! the pruned floor compares the ids it holds with the database's.
 
 mod config;
@@ -267,7 +267,7 @@ fn next_rows(
     Ok((rows, more))
 }
 
-/// Drops change-log entries beyond the last [`KEEP_CHANGES`], remembering how far.
+/// Drops change-log entries beyond the last `KEEP_CHANGES`, remembering how far.
 fn prune(client: &mut Client) -> Result<(), postgres::Error> {
     let mut tx = client.transaction()?;
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&schema::ORDER_LOCK])?;

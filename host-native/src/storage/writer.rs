@@ -247,7 +247,7 @@ pub struct Writer {
     done: bool,
     /// When the last write failed (None: it committed).
     failed_at: Option<Instant>,
-    /// A job came since the last write (a retry does not wait for [`RETRY`] then).
+    /// A job came since the last write (a retry does not wait for `RETRY` then).
     fresh: bool,
     /// Free pages are handed back a step at a time: when the next step is due.
     next_tidy: Option<Instant>,
@@ -264,7 +264,7 @@ pub struct Writer {
     inboxes: Option<Vec<Ack>>,
     /// The fault rules are to be written, and who waits for them.
     faults: Option<Vec<Ack>>,
-    /// A catch-up was asked for (or one failed and is due again at `failed_at` + [`RETRY`]).
+    /// A catch-up was asked for (or one failed and is due again at `failed_at` + `RETRY`).
     catch_up: bool,
     /// Only [`Job::Heard`] asked for it since the last one: up to this id.
     heard: Option<MessageId>,
@@ -480,7 +480,7 @@ impl Writer {
         Some(Done { emails, replies })
     }
 
-    /// A catch-up ran: a failed one is tried again after [`RETRY`].
+    /// A catch-up ran: a failed one is tried again after `RETRY`.
     pub fn handle_caught_up(&mut self, caught_up: Result<(), StorageError>, now: Instant) {
         self.busy_at = now;
         self.size_stale = true;
