@@ -126,7 +126,8 @@ const MIGRATIONS: &[&str] = &[
         END LOOP;
         INSERT INTO mailjar_messages
             (id, received_ms, sender, recipients, smtp, raw, transcript, uid, node)
-        SELECT b.id, greatest(b.received, h.received_ms), b.sender, b.recipients, b.smtp,
+        SELECT b.id, CASE WHEN p_exact THEN b.received ELSE greatest(b.received, h.received_ms) END,
+            b.sender, b.recipients, b.smtp,
             b.raw, b.transcript, h.uid + b.n, p_node
         FROM unnest(assigned, p_received, p_senders, p_recipients, p_smtp, p_raw, p_transcripts)
             WITH ORDINALITY AS b(id, received, sender, recipients, smtp, raw, transcript, n);

@@ -100,8 +100,8 @@ pub(super) enum WriteError {
 
 /// Writes `records` and deletes `removals` in one transaction (`call` is
 /// [`CALL`] prepared on `client`); what it returned. With `exact` the
-/// records keep their ids (the call fails if one would not sort after the
-/// head), else their ids are proposals.
+/// records keep their ids and receive times (the call fails if an id would
+/// not sort after the head), else their ids are proposals.
 pub(super) fn batch(
     client: &mut Client,
     call: &Statement,
