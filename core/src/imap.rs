@@ -31,6 +31,7 @@
 mod commands;
 mod fetch;
 mod mailbox;
+mod refresh;
 mod search;
 mod sequence;
 mod session;

@@ -31,6 +31,7 @@ mod head;
 pub mod id;
 pub mod imap;
 mod inbox;
+mod input;
 mod job;
 mod json_text;
 pub mod jsregex;

@@ -36,6 +36,7 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 
 use crate::email::Email;
 use crate::id::MessageId;
+use crate::input::{Input, TooLong};
 
 /// The most bytes of a message [`Session::poll_transmit`] adds at once (dot-stuffing
 /// adds at most one a line, so at most twice this goes out).
@@ -155,12 +156,9 @@ pub struct Session {
     state: State,
     awaiting: Awaiting,
     /// Bytes read and not yet a whole command (and commands after one that waits).
-    input: Vec<u8>,
-    /// A line is too long: skip to its end.
-    discarding: bool,
+    input: Input,
     tls: bool,
     errors: usize,
-    last_activity_ms: u64,
     transmit: Vec<u8>,
     sending: Option<Sending>,
     listing: Option<Listing>,
@@ -171,14 +169,12 @@ impl Session {
     /// A session whose greeting is ready to transmit; `now_ms` starts its idle timer.
     pub fn new(config: Config, now_ms: u64) -> Session {
         let mut session = Session {
+            input: Input::new(config.idle_timeout_ms, now_ms),
             config,
             state: State::Authorization { user: None },
             awaiting: Awaiting::Nothing,
-            input: Vec::new(),
-            discarding: false,
             tls: false,
             errors: 0,
-            last_activity_ms: now_ms,
             transmit: Vec::new(),
             sending: None,
             listing: None,
@@ -198,8 +194,7 @@ impl Session {
         if self.state == State::Done {
             return;
         }
-        self.last_activity_ms = now_ms;
-        self.input.extend_from_slice(bytes);
+        self.input.push(bytes, now_ms);
         self.run();
     }
 
@@ -279,10 +274,7 @@ impl Session {
 
     /// When [`Session::handle_timeout`] is due, in the host's milliseconds.
     pub fn poll_timeout(&self) -> Option<u64> {
-        (self.state != State::Done).then(|| {
-            self.last_activity_ms
-                .saturating_add(self.config.idle_timeout_ms)
-        })
+        (self.state != State::Done).then(|| self.input.idle_until())
     }
 
     /// Time has passed: past the idle timeout the session ends, deleting nothing.
@@ -322,19 +314,15 @@ impl Session {
             && self.listing.is_none()
             && self.state != State::Done
         {
-            let Some(end) = self.input.iter().position(|&b| b == b'\n') else {
-                if self.input.len() > self.config.max_line_bytes {
-                    self.input.clear();
-                    self.discarding = true;
+            let line = match self.input.line(self.config.max_line_bytes) {
+                None => return,
+                Some(Ok(line)) => line,
+                Some(Err(TooLong)) => {
+                    self.reply("-ERR line too long");
+                    self.failed();
+                    continue;
                 }
-                return;
             };
-            let line: Vec<u8> = self.input.drain(..=end).collect();
-            if std::mem::take(&mut self.discarding) || line.len() > self.config.max_line_bytes + 2 {
-                self.reply("-ERR line too long");
-                self.failed();
-                continue;
-            }
             let text = String::from_utf8_lossy(&line);
             self.command(text.trim_end_matches(['\r', '\n']));
         }

@@ -215,34 +215,13 @@ impl Connection {
         )
     }
 
-    /// The store moved: what the session knows is walked beside a new
-    /// snapshot (both in receive order); ids it knows that the snapshot
-    /// lacks have gone, and what follows its last known id is new.
+    /// The store moved: the session compares a new snapshot (taken in O(1)
+    /// under the lock) with what it knows, outside the lock.
     fn refresh(&mut self) {
         self.head.mark_unchanged();
         let scope = self.scope;
         let snapshot = self.context.shared.call(|api| api.inboxes().mailbox(scope));
-        let mut store = snapshot.iter().peekable();
-        let mut gone: Vec<MessageId> = Vec::new();
-        let mut last_known = None;
-        for id in self.session.known_ids() {
-            last_known = Some(id);
-            while store.next_if(|e| e.id < id).is_some() {}
-            if store.next_if(|e| e.id == id).is_none() {
-                gone.push(id);
-            }
-        }
-        let new: Vec<Entry> = snapshot
-            .iter()
-            .filter(|e| last_known.is_none_or(|last| e.id > last))
-            .map(|e| entry(e, &snapshot))
-            .collect();
-        if !gone.is_empty() {
-            self.session.handle_removed(gone);
-        }
-        if !new.is_empty() {
-            self.session.handle_new_mail(new);
-        }
+        self.session.refresh(&snapshot);
     }
 
     /// More seen flags changed than the ring holds while this session was

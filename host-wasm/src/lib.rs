@@ -23,6 +23,7 @@ use wasm_bindgen::prelude::*;
 mod answers;
 mod api;
 mod config;
+mod drive;
 mod entropy;
 mod events;
 mod faults;

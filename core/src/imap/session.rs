@@ -25,6 +25,7 @@ use super::mailbox::Mailbox;
 use super::{CHUNK, Config, Entry, Output};
 use crate::email::Email;
 use crate::id::MessageId;
+use crate::input::{Input, TooLong};
 pub(crate) use jobs::Job;
 
 /// Commands in a row that fail before the session closes the connection.
@@ -82,11 +83,8 @@ pub struct Session {
     pub(crate) tls: bool,
     fragmentizer: Fragmentizer,
     /// Bytes read and not yet handed to the fragmentizer.
-    input: VecDeque<u8>,
-    /// Bytes handed to the fragmentizer since it last found a fragment.
-    unframed: usize,
+    input: Input,
     errors: usize,
-    last_activity_ms: u64,
     pub(crate) transmit: Vec<u8>,
     pub(crate) outputs: VecDeque<Output>,
 }
@@ -95,6 +93,7 @@ impl Session {
     /// A session whose greeting is ready to transmit; `now_ms` starts its idle timer.
     pub fn new(config: Config, now_ms: u64) -> Session {
         let fragmentizer = Fragmentizer::new(config.max_command_bytes);
+        let input = Input::new(config.idle_timeout_ms, now_ms);
         let mut session = Session {
             config,
             state: State::NotAuthenticated,
@@ -104,10 +103,8 @@ impl Session {
             job: None,
             tls: false,
             fragmentizer,
-            input: VecDeque::new(),
-            unframed: 0,
+            input,
             errors: 0,
-            last_activity_ms: now_ms,
             transmit: Vec::new(),
             outputs: VecDeque::new(),
         };
@@ -129,8 +126,7 @@ impl Session {
         if self.state == State::Logout {
             return;
         }
-        self.last_activity_ms = now_ms;
-        self.input.extend(bytes);
+        self.input.push(bytes, now_ms);
         self.run();
     }
 
@@ -229,10 +225,7 @@ impl Session {
 
     /// When [`Session::handle_timeout`] is due, in the host's milliseconds.
     pub fn poll_timeout(&self) -> Option<u64> {
-        (self.state != State::Logout).then(|| {
-            self.last_activity_ms
-                .saturating_add(self.config.idle_timeout_ms)
-        })
+        (self.state != State::Logout).then(|| self.input.idle_until())
     }
 
     /// Time has passed: past the idle timeout the session ends.
@@ -278,23 +271,18 @@ impl Session {
             && self.state != State::Logout
         {
             let Some(fragment) = self.fragmentizer.progress() else {
-                if self.input.is_empty() {
-                    if self.input.capacity() > FEED {
-                        self.input = VecDeque::new();
+                let bound = self.config.max_command_bytes as usize + FEED;
+                match self.input.chunk(FEED, bound) {
+                    None => return,
+                    Some(Ok(chunk)) => self.fragmentizer.enqueue_bytes(&chunk),
+                    Some(Err(TooLong)) => {
+                        self.bye("line too long");
+                        self.close();
                     }
-                    return;
-                }
-                let take = self.input.len().min(FEED);
-                let chunk: Vec<u8> = self.input.drain(..take).collect();
-                self.unframed += chunk.len();
-                self.fragmentizer.enqueue_bytes(&chunk);
-                if self.unframed > self.config.max_command_bytes as usize + FEED {
-                    self.bye("line too long");
-                    self.close();
                 }
                 continue;
             };
-            self.unframed = 0;
+            self.input.framed();
             if let FragmentInfo::Line {
                 announcement: Some(announcement),
                 ..
