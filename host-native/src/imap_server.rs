@@ -1,7 +1,7 @@
 //! The IMAP listeners (`--imap-port`, and `--imaps-port` for implicit TLS):
 //! one core [`imap::Session`] per TCP connection, sharing the SMTP
-//! listener's connection slots, TLS configuration and shutdown, like the
-//! POP3 listeners.
+//! listener's connection slots, TLS configuration and shutdown, and the
+//! connection loop ([`Connection`]), with the POP3 listeners.
 //!
 //! The connection writes what the session transmits (a FETCH message by
 //! message, each written before the next is rendered, so a client that does
@@ -17,21 +17,19 @@
 //! of messages gone.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use mailjar_core::api::Scope;
 use mailjar_core::id::MessageId;
-use mailjar_core::imap::{self, Entry, Output, Session};
+use mailjar_core::imap::{self, Entry, Session};
 use mailjar_core::store::{Email, Snapshot};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::{Semaphore, broadcast, watch};
-use tokio::time::Instant;
 
 pub use crate::readers::Listeners;
+use crate::readers::connection::{Connection, Protocol, reader_session};
 use crate::readers::{self, ReaderContext};
-use crate::tls::SmtpStream;
+use crate::state::Shared;
 
 /// The most bytes read at once (an IDLE connection's buffer).
 const READ_BYTES: usize = 4096;
@@ -42,219 +40,122 @@ pub type ImapContext = ReaderContext<imap::Config>;
 /// Accepts connections until shutdown; each holds a permit of `slots` (the SMTP listener's) while open.
 pub async fn serve(listener: TcpListener, slots: Arc<Semaphore>, context: ImapContext) {
     let busy: &[u8] = b"* BYE too many connections\r\n";
-    readers::serve(listener, slots, context, ("IMAP", busy), Connection::run).await;
+    let run = Connection::<Imap>::run;
+    readers::serve(listener, slots, context, ("IMAP", busy), run).await;
 }
 
-/// One open IMAP connection.
-struct Connection {
-    session: Session,
-    stream: SmtpStream,
-    context: ImapContext,
-    /// Time zero of the session's milliseconds.
-    opened: Instant,
-    /// Whose mailbox the login opened.
-    scope: Scope,
+// The connection loop speaks IMAP's requests.
+reader_session!(Session, Entry, std::convert::identity);
+
+/// What an IMAP connection follows besides its client, once logged in.
+struct Imap {
     /// Moves when the store changed (new mail, deletions).
     head: watch::Receiver<(usize, Option<MessageId>)>,
     /// Seen flags changed by any reader (this session's own changes come
     /// back too and change nothing).
     seen: broadcast::Receiver<(MessageId, bool)>,
-    out: Vec<u8>,
-    buffer: Vec<u8>,
 }
 
-impl Connection {
-    async fn run(tcp: TcpStream, context: ImapContext) -> std::io::Result<()> {
+/// What an IMAP connection heard besides its client.
+enum Event {
+    /// The store moved.
+    Moved,
+    /// A message's seen flag changed.
+    Seen(MessageId, bool),
+    /// More seen flags changed than the ring holds.
+    Lagged,
+    /// The server is going away.
+    Closed,
+}
+
+impl Protocol for Imap {
+    type Session = Session;
+    type Config = imap::Config;
+    type Event = Event;
+    const READ_BYTES: usize = READ_BYTES;
+    const OUT_BYTES: usize = 0;
+    // An idle connection keeps no large buffer (a FETCH response grew it).
+    const OUT_KEPT: usize = READ_BYTES;
+    const STARTTLS: &'static str = "STARTTLS";
+
+    fn start(context: &ImapContext, tls: bool) -> (Session, Imap) {
         let config = imap::Config {
             uid_validity: context.shared.call(|api| api.uid_validity()),
             ..context.config.clone()
         };
         let mut session = Session::new(config, 0);
-        let (stream, tls) = readers::open(tcp, &context).await?;
         if tls {
             session.set_tls();
         }
         let head = context.shared.store_changes();
         let seen = context.shared.seen_changes();
-        let mut connection = Connection {
-            session,
-            stream,
-            context,
-            opened: Instant::now(),
-            scope: Scope::All,
-            head,
-            seen,
-            out: Vec::new(),
-            buffer: Vec::with_capacity(READ_BYTES),
-        };
-        let result = connection.serve().await;
-        let _ = connection.stream.shutdown().await;
-        result
+        (session, Imap { head, seen })
     }
 
-    fn now_ms(&self) -> u64 {
-        u64::try_from(self.opened.elapsed().as_millis()).unwrap_or(u64::MAX)
+    fn entry(email: &Email, snapshot: &Snapshot) -> Entry {
+        Entry::of(email, snapshot.is_seen(email.id))
     }
 
-    /// Writes, answers and reads until the session closes or the server shuts down.
-    async fn serve(&mut self) -> std::io::Result<()> {
-        loop {
-            if !self.drain().await? {
-                return Ok(());
-            }
-            let deadline = self
-                .session
-                .poll_timeout()
-                .map(|ms| self.opened + Duration::from_millis(ms));
-            let watching = self.session.logged_in();
-            self.buffer.clear();
-            tokio::select! {
-                read = self.stream.read_buf(&mut self.buffer) => {
-                    if read? == 0 {
-                        return Ok(());
-                    }
-                    let now = self.now_ms();
-                    self.session.handle_input(&self.buffer, now);
-                }
-                changed = self.head.changed(), if watching => {
-                    if changed.is_err() {
-                        return Ok(());
-                    }
-                    self.refresh();
-                }
-                change = self.seen.recv(), if watching => match change {
-                    Ok((id, seen)) => self.session.handle_seen(id, seen),
-                    Err(RecvError::Lagged(_)) => self.rescan_seen(),
-                    Err(RecvError::Closed) => return Ok(()),
-                },
-                () = readers::sleep_until(deadline) => self.session.handle_timeout(self.now_ms()),
-                _ = self.context.shutdown.changed() => return Ok(()),
-            }
-        }
-    }
-
-    /// Writes what the session transmits and answers its requests; false once it closed.
-    async fn drain(&mut self) -> std::io::Result<bool> {
-        loop {
-            self.flush().await?;
-            let Some(output) = self.session.poll_output() else {
-                return Ok(true);
-            };
-            match output {
-                Output::Login { user, password } => {
-                    let mailbox = self.login(&user, &password);
-                    self.session.handle_login(mailbox);
-                }
-                Output::Message(id) => {
-                    let scope = self.scope;
-                    let email = self
-                        .context
-                        .shared
-                        .call(|api| api.inboxes().mailbox_email(scope, id));
-                    self.session.handle_message(email);
-                }
-                // One short call a message: a STORE over the whole mailbox
-                // does not hold the lock for all of it.
-                Output::Seen { ids, seen } => {
-                    let scope = self.scope;
-                    for id in ids {
-                        self.context
-                            .shared
-                            .call(|api| api.set_seen(scope, id, seen));
-                    }
-                }
-                Output::Delete(ids) => {
-                    let ok = self.delete(&ids).await;
-                    self.session.handle_deleted(ok);
-                }
-                Output::StartTls => {
-                    self.flush().await?;
-                    let Some(tls) = &self.context.tls else {
-                        return Err(std::io::Error::other("STARTTLS without TLS configured"));
-                    };
-                    let plain = std::mem::replace(&mut self.stream, SmtpStream::Gone);
-                    self.stream = tls.upgrade(plain).await?.0;
-                    self.session.tls_started();
-                }
-                Output::Close => {
-                    self.flush().await?;
-                    return Ok(false);
-                }
-            }
-        }
-    }
-
-    /// Writes everything transmitted, a piece at a time.
-    async fn flush(&mut self) -> std::io::Result<()> {
-        loop {
-            self.out.clear();
-            if !self.session.poll_transmit(&mut self.out) {
-                // An idle connection keeps no large buffer (a FETCH response grew it).
-                if self.out.capacity() > READ_BYTES {
-                    self.out = Vec::new();
-                }
-                return Ok(());
-            }
-            self.stream.write_all(&self.out).await?;
-        }
-    }
-
-    /// The mailbox these credentials open, or None.
-    fn login(&mut self, user: &str, password: &str) -> Option<Vec<Entry>> {
-        let scope = readers::login_scope(&self.context, user, password)?;
-        let shared = &self.context.shared;
+    fn logging_in(&mut self) {
         self.head.mark_unchanged();
-        let snapshot = shared.call(|api| api.inboxes().mailbox(scope));
-        self.scope = scope;
-        // Listed outside the lock.
-        Some(
-            snapshot
-                .iter()
-                .map(|email| entry(email, &snapshot))
-                .collect(),
-        )
     }
 
-    /// The store moved: the session compares a new snapshot (taken in O(1)
-    /// under the lock) with what it knows, outside the lock.
-    fn refresh(&mut self) {
-        self.head.mark_unchanged();
-        let scope = self.scope;
-        let snapshot = self.context.shared.call(|api| api.inboxes().mailbox(scope));
-        self.session.refresh(&snapshot);
+    fn following(session: &Session) -> bool {
+        session.logged_in()
     }
 
-    /// More seen flags changed than the ring holds while this session was
-    /// busy: each message it knows takes its flag from a new snapshot
-    /// (taken in O(1) under the lock, read outside it).
-    fn rescan_seen(&mut self) {
-        let scope = self.scope;
-        let snapshot = self.context.shared.call(|api| api.inboxes().mailbox(scope));
-        let flags: Vec<(MessageId, bool)> = self
-            .session
-            .known_ids()
-            .map(|id| (id, snapshot.is_seen(id)))
-            .collect();
-        for (id, seen) in flags {
-            self.session.handle_seen(id, seen);
+    async fn next_event(&mut self) -> Event {
+        tokio::select! {
+            changed = self.head.changed() => match changed {
+                Ok(()) => Event::Moved,
+                Err(_) => Event::Closed,
+            },
+            change = self.seen.recv() => match change {
+                Ok((id, seen)) => Event::Seen(id, seen),
+                Err(RecvError::Lagged(_)) => Event::Lagged,
+                Err(RecvError::Closed) => Event::Closed,
+            },
         }
     }
 
-    /// Deletes these in the login's scope (see [`readers::delete`]).
-    async fn delete(&self, ids: &[MessageId]) -> bool {
-        readers::delete(&self.context.shared, self.scope, ids).await
+    fn handle_event(
+        &mut self,
+        event: Event,
+        session: &mut Session,
+        shared: &Arc<Shared>,
+        scope: Scope,
+    ) -> bool {
+        match event {
+            Event::Moved => self.refresh(session, shared, scope),
+            Event::Seen(id, seen) => session.handle_seen(id, seen),
+            Event::Lagged => rescan_seen(session, shared, scope),
+            Event::Closed => return false,
+        }
+        true
     }
 }
 
-/// A message as the session lists it: the store's UID, its size, date and
-/// seen flag (as `snapshot` has it).
-fn entry(email: &Email, snapshot: &Snapshot) -> Entry {
-    Entry {
-        id: email.id,
-        uid: email.uid(),
-        size: email.raw().len() as u64,
-        received_ms: email.received_at_ms,
-        seen: snapshot.is_seen(email.id),
+impl Imap {
+    /// The store moved: the session compares a new snapshot (taken in O(1)
+    /// under the lock) with what it knows, outside the lock.
+    fn refresh(&mut self, session: &mut Session, shared: &Arc<Shared>, scope: Scope) {
+        self.head.mark_unchanged();
+        let snapshot = shared.call(|api| api.inboxes().mailbox(scope));
+        session.refresh(&snapshot);
+    }
+}
+
+/// More seen flags changed than the ring holds while this session was
+/// busy: each message it knows takes its flag from a new snapshot (taken
+/// in O(1) under the lock, read outside it).
+fn rescan_seen(session: &mut Session, shared: &Arc<Shared>, scope: Scope) {
+    let snapshot = shared.call(|api| api.inboxes().mailbox(scope));
+    let flags: Vec<(MessageId, bool)> = session
+        .known_ids()
+        .map(|id| (id, snapshot.is_seen(id)))
+        .collect();
+    for (id, seen) in flags {
+        session.handle_seen(id, seen);
     }
 }
 

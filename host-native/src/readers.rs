@@ -1,7 +1,8 @@
 //! What the mail readers' listeners (POP3 and IMAP) share: the context of a
 //! connection, the accept loop over the SMTP listener's connection slots,
 //! implicit TLS, whose mailbox a login opens, deletes in a login's scope,
-//! and the pair of bound listeners (plain and implicit TLS) of a protocol.
+//! and the pair of bound listeners (plain and implicit TLS) of a protocol;
+//! the connection loop they run is in [`connection`].
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -19,6 +20,8 @@ use crate::access::Access;
 use crate::sessions::Holder;
 use crate::state::{Answer, Shared};
 use crate::tls::{SmtpStream, Tls};
+
+pub mod connection;
 
 /// What every connection of a mail reader's listener needs.
 #[derive(Clone)]
