@@ -79,7 +79,7 @@ const MIGRATIONS: &[&str] = &[
     // work alone and never across a round trip to the node (see `write.rs`). mailjar_after is
     // `order::after` (the next id of a UUIDv7's 122-bit sequence); a test
     // checks the two agree. The lock's key is `ORDER_LOCK`.
-    "CREATE FUNCTION mailjar_after(id bytea) RETURNS bytea
+    "CREATE OR REPLACE FUNCTION mailjar_after(id bytea) RETURNS bytea
     LANGUAGE plpgsql IMMUTABLE STRICT AS $$
     DECLARE
         hi bigint := ('x' || encode(substring(id FROM 1 FOR 8), 'hex'))::bit(64)::bigint;
@@ -98,7 +98,7 @@ const MIGRATIONS: &[&str] = &[
         END IF;
         RETURN decode(lpad(to_hex(hi), 16, '0') || lpad(to_hex(lo), 16, '0'), 'hex');
     END $$;
-    CREATE FUNCTION mailjar_write(p_ids bytea[], p_received bigint[], p_senders text[],
+    CREATE OR REPLACE FUNCTION mailjar_write(p_ids bytea[], p_received bigint[], p_senders text[],
         p_recipients text[], p_smtp text[], p_raw bytea[], p_transcripts bytea[],
         p_node text, p_exact boolean, p_first_ids bytea[], p_last_ids bytea[])
     RETURNS TABLE (o_head bytea, o_config_seq bigint, o_ids bytea[], o_received_floor bigint,
