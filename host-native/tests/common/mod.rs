@@ -1448,3 +1448,6 @@ impl Smtp {
         }
     }
 }
+
+/// Helpers of the mail reader tests (IMAP, POP3, the seen flag).
+pub mod readers;
