@@ -1451,3 +1451,6 @@ impl Smtp {
 
 /// Helpers of the mail reader tests (IMAP, POP3, the seen flag).
 pub mod readers;
+
+/// curl's output read line by line as it comes (event streams).
+pub mod curl;
