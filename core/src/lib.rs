@@ -48,3 +48,11 @@ mod timestamp;
 mod transfer;
 mod view;
 mod waits;
+
+/// The host of the IMAP and POP3 session tests, shared with their fuzz targets.
+#[cfg(test)]
+#[path = "../tests/common/reader_host.rs"]
+mod reader_host;
+/// The crate by the name the shared test files give it (`mailjar_core` outside).
+#[cfg(test)]
+use crate as mj;

@@ -28,6 +28,7 @@ fuzz_target!(|data: &[u8]| {
                 raw: raw.into_bytes(),
                 helo: None,
                 session: Default::default(),
+                transcript: Default::default(),
             }),
             1_000 + i as u64,
             [i as u8; 10],

@@ -16,6 +16,7 @@ fuzz_target!(|data: &[u8]| {
             raw: data.to_vec(),
             helo: None,
             session: Default::default(),
+            transcript: Default::default(),
         }),
         1_000,
         [7; 10],

@@ -3,91 +3,27 @@
 //! CRLF, and asks nothing after it closes.
 #![no_main]
 
-use std::sync::Arc;
+mod common;
 
 use libfuzzer_sys::fuzz_target;
-use mailjar_core::id::IdGenerator;
-use mailjar_core::pop3::{Config, Entry, Output, Session};
-use mailjar_core::smtp::{Envelope, Incoming};
-use mailjar_core::store::{Email, Prepared};
+use mailjar_core::pop3::{Config, Session};
 
 /// Two stored messages, one with lines that need dot-stuffing.
-fn maildrop() -> Vec<Arc<Email>> {
-    let mut ids = IdGenerator::new();
-    [&b"Subject: a\r\n\r\n.dot\r\nbody\r\n"[..], b"Subject: b\n\nno final line end"]
-        .iter()
-        .map(|raw| {
-            let prepared = Prepared::new(Incoming {
-                envelope: Envelope {
-                    from: "s@x.test".into(),
-                    to: vec!["a@x.test".into()],
-                },
-                raw: raw.to_vec(),
-                helo: None,
-                session: Default::default(),
-                transcript: Default::default(),
-            });
-            Arc::new(Email::new(ids.next(1, [0; 10]), 1, prepared))
-        })
-        .collect()
-}
-
-/// Feeds `input` and answers every request as a host would; what was written.
-fn receive(session: &mut Session, emails: &[Arc<Email>], input: &[u8], closed: &mut bool) -> Vec<u8> {
-    session.handle_input(input, 0);
-    let mut wire = Vec::new();
-    loop {
-        while session.poll_transmit(&mut wire) {}
-        let Some(output) = session.poll_output() else {
-            return wire;
-        };
-        assert!(!*closed, "a request after Close: {output:?}");
-        match output {
-            Output::Login { password, .. } => session.handle_login((password != "wrong").then(|| {
-                emails
-                    .iter()
-                    .map(|e| Entry {
-                        id: e.id,
-                        size: e.raw().len() as u64,
-                    })
-                    .collect()
-            })),
-            Output::Fetch(id) => session.handle_message(emails.iter().find(|e| e.id == id).cloned()),
-            Output::Seen(_) => {}
-            Output::Delete(_) => session.handle_deleted(true),
-            Output::StartTls => session.tls_started(),
-            Output::Close => *closed = true,
-        }
-    }
-}
+const MAILDROP: [&[u8]; 2] = [
+    b"Subject: a\r\n\r\n.dot\r\nbody\r\n",
+    b"Subject: b\n\nno final line end",
+];
 
 fuzz_target!(|data: &[u8]| {
-    // The first byte seeds the chunk sizes; the rest is what the client sends.
-    let Some((&seed, input)) = data.split_first() else {
-        return;
-    };
-    let emails = maildrop();
     let config = Config {
         stls: true,
         max_line_bytes: 256,
         ..Config::default()
     };
-    let mut closed = false;
-    let whole = receive(&mut Session::new(config.clone(), 0), &emails, input, &mut closed);
-    let mut session = Session::new(config, 0);
-    let mut closed = false;
-    let mut chunked = Vec::new();
-    let mut rest = input;
-    let mut step = usize::from(seed % 17) + 1;
-    while !rest.is_empty() {
-        let (chunk, tail) = rest.split_at(step.min(rest.len()));
-        chunked.extend(receive(&mut session, &emails, chunk, &mut closed));
-        rest = tail;
-        step = step * 7 % 23 + 1;
-    }
-    // STLS drops what was pipelined after it, so chunking may differ only then.
-    if !whole.windows(25).any(|w| w == b"+OK begin TLS negotiation") {
-        assert_eq!(whole, chunked, "chunking changed what was written");
-    }
-    assert!(whole.is_empty() || whole.ends_with(b"\r\n"));
+    common::writes_the_same_however_split::<Session>(
+        data,
+        &MAILDROP,
+        config,
+        b"+OK begin TLS negotiation",
+    );
 });

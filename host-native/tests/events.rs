@@ -11,6 +11,7 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use common::curl::curl_lines;
 use common::{IO_TIMEOUT, Server, binary};
 
 /// One server-sent event as a client parses it.
@@ -138,27 +139,6 @@ fn stored_ids(events: &[Sse]) -> Vec<String> {
         .filter(|e| e.event == "stored")
         .filter_map(|e| e.id.clone())
         .collect()
-}
-
-/// Lines curl prints, as they come.
-fn curl_lines(args: &[&str]) -> (std::process::Child, mpsc::Receiver<String>) {
-    let mut child = Command::new("curl")
-        .args(["-sSN", "--max-time", "60"])
-        .args(args)
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("curl must be installed");
-    let stdout = child.stdout.take().expect("piped");
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    (child, rx)
 }
 
 /// Collects curl's lines until `n` stored ids have been seen.

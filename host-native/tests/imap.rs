@@ -11,51 +11,29 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
+use common::readers::{
+    IMAP_IDLE, MIME_CORPUS, ids, listener, mime_corpus, python_json, stdout_ok, team_inbox,
+    tls_server,
+};
 use common::{Server, http_exchange, message, run_ok};
 use serde_json::Value;
 
-/// The `/health` address of a listener, as `host:port`.
-fn listener(server: &Server, key: &str) -> String {
-    let health = server.health();
-    let at = &health[key];
-    assert!(at.is_object(), "/health has no {key}: {health}");
-    format!("{}:{}", at["host"].as_str().unwrap(), at["port"])
-}
-
 /// Runs an imaplib script with `ADDR` (host:port) and `ARGS` in `sys.argv[1:]`; its stdout as JSON.
 fn imaplib(script: &str, args: &[&str]) -> Value {
-    let prelude = "import base64, imaplib, json, re, smtplib, ssl, sys, time\nhost, port = sys.argv[1].rsplit(':', 1)\nport = int(port)\n";
-    let out = run_ok(
-        Command::new("python3")
-            .arg("-c")
-            .arg(format!("{prelude}{script}"))
-            .args(args),
-    );
-    serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"))
+    python_json(
+        "base64, imaplib, json, re, smtplib, ssl, sys, time",
+        script,
+        args,
+    )
 }
 
 /// The stored bytes of message `id`, from the raw download.
 fn raw_download(server: &Server, id: &str) -> Vec<u8> {
-    let out = Command::new("curl")
-        .args(["-sS", "--fail", "--max-time", "10"])
-        .arg(format!("http://{}/api/emails/{id}/raw", server.http))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out.stdout
-}
-
-fn ids(server: &Server) -> Vec<String> {
-    // Oldest first, as the mailbox is.
-    server
-        .emails("")
-        .iter()
-        .map(|e| e["id"].as_str().unwrap().to_owned())
-        .collect()
+    stdout_ok(
+        Command::new("curl")
+            .args(["-sS", "--fail", "--max-time", "10"])
+            .arg(format!("http://{}/api/emails/{id}/raw", server.http)),
+    )
 }
 
 const READ_ALL: &str = r#"
@@ -189,14 +167,9 @@ fn idle_is_woken_by_an_smtp_delivery() {
         &["u@x.test"],
         &message("a@x.test", "u@x.test", "before", "x"),
     );
-    let script = r#"
-m = imaplib.IMAP4(host, port, timeout=10)
-m.login("u", "p")
-m.select("INBOX")
-tag = m._new_tag().decode()
-m.send(f"{tag} IDLE\r\n".encode())
-started = m.readline().decode()
-sh, sp = sys.argv[2].rsplit(":", 1)
+    let script = [
+        IMAP_IDLE,
+        r#"sh, sp = sys.argv[2].rsplit(":", 1)
 with smtplib.SMTP(sh, int(sp), timeout=10) as s:
     s.sendmail("a@x.test", ["u@x.test"], b"Subject: during\r\n\r\nwoken\r\n")
     sent = time.monotonic()
@@ -208,9 +181,11 @@ typ, data = m.fetch("2", "(BODY.PEEK[HEADER.FIELDS (SUBJECT)])")
 m.logout()
 print(json.dumps({"started": started, "woken": woken, "done": done, "latency_ms": latency_ms,
     "subject": data[0][1].decode()}))
-"#;
+"#,
+    ]
+    .concat();
     let smtp = server.smtp.to_string();
-    let out = imaplib(script, &[&listener(&server, "imap"), &smtp]);
+    let out = imaplib(&script, &[&listener(&server, "imap"), &smtp]);
     assert_eq!(out["started"], "+ idling\r\n", "{out}");
     assert_eq!(out["woken"], "* 2 EXISTS\r\n", "{out}");
     assert!(
@@ -228,13 +203,7 @@ print(json.dumps({"started": started, "woken": woken, "done": done, "latency_ms"
 
 #[test]
 fn starttls_and_implicit_tls() {
-    let server =
-        Server::start_with(&["--imap-port", "0", "--imaps-port", "0", "--tls-self-signed"]);
-    server.send(
-        "a@x.test",
-        &["u@x.test"],
-        &message("a@x.test", "u@x.test", "tls", "secret words"),
-    );
+    let server = tls_server("--imap-port", "--imaps-port");
     let script = r#"
 context = ssl._create_unverified_context()
 plain = imaplib.IMAP4(host, port, timeout=10)
@@ -262,18 +231,6 @@ print(json.dumps({"offered": offered, "after": after, "count": count, "body": bo
     assert!(out["body"].as_str().unwrap().contains("secret words"));
 }
 
-/// `METHOD target` with a bearer token and a JSON body.
-fn admin(server: &Server, token: &str, method: &str, target: &str, body: &str) -> Value {
-    let request = format!(
-        "{method} {target} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        server.http,
-        body.len()
-    );
-    let response = http_exchange(server.http, request.as_bytes());
-    assert_eq!(response.status, 200, "{method} {target}: {}", response.body);
-    response.json()
-}
-
 const COUNT: &str = r#"
 m = imaplib.IMAP4(host, port, timeout=10)
 try:
@@ -294,21 +251,7 @@ print(json.dumps({"count": count, "subjects": subjects}))
 #[test]
 fn with_inboxes_a_login_opens_only_its_inbox() {
     let token = "imap-admin-token-0123456789";
-    let server = Server::start_with(&["--imap-port", "0", "--admin-token", token]);
-    let created = admin(
-        &server,
-        token,
-        "POST",
-        "/api/inboxes",
-        r#"{"name": "team-a", "addresses": ["*@team-a.test"]}"#,
-    );
-    let smtp = &created["inbox"]["smtp"];
-    let user = smtp["username"].as_str().unwrap().to_owned();
-    let password = smtp["password"].as_str().unwrap().to_owned();
-    for (to, subject) in [("x@team-a.test", "for a"), ("y@other.test", "for nobody")] {
-        let raw = message("s@x.test", to, subject, "hello");
-        assert_eq!(server.send("s@x.test", &[to], &raw).code, 250);
-    }
+    let (server, user, password) = team_inbox("--imap-port", token);
     let addr = listener(&server, "imap");
     let inbox = imaplib(COUNT, &[&addr, &user, &password]);
     assert_eq!(inbox["count"], 1, "{inbox}");
@@ -336,17 +279,12 @@ fn curl_fetches_a_message_by_uid() {
     server.send("a@x.test", &["u@x.test"], &raw);
     let id = ids(&server).remove(0);
     let addr = listener(&server, "imap");
-    let out = Command::new("curl")
-        .args(["-sS", "--max-time", "10", "-u", "u:p"])
-        .arg(format!("imap://{addr}/INBOX;UID=1"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let fetched = stdout_ok(
+        Command::new("curl")
+            .args(["-sS", "--max-time", "10", "-u", "u:p"])
+            .arg(format!("imap://{addr}/INBOX;UID=1")),
     );
-    assert_eq!(out.stdout, raw_download(&server, &id));
+    assert_eq!(fetched, raw_download(&server, &id));
     let listed = run_ok(
         Command::new("curl")
             .args(["-sS", "--max-time", "10", "-u", "u:p"])
@@ -379,29 +317,6 @@ fn a_literal_past_the_limit_is_refused_and_the_connection_goes_on() {
     assert_eq!(line, "b OK done\r\n");
 }
 
-/// The corpus of MIME samples, when the machine has it.
-const CORPUS: &str = "/work/shared/corpus/mime";
-
-fn corpus_files() -> Vec<std::path::PathBuf> {
-    let mut files = Vec::new();
-    let mut dirs = vec![Path::new(CORPUS).to_path_buf()];
-    while let Some(dir) = dirs.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                dirs.push(path);
-            } else {
-                files.push(path);
-            }
-        }
-    }
-    files.sort();
-    files
-}
-
 #[test]
 fn mbsync_copies_the_whole_mailbox_byte_for_byte() {
     let server = Server::start_with(&["--imap-port", "0"]);
@@ -414,9 +329,9 @@ fn mbsync_copies_the_whole_mailbox_byte_for_byte() {
         );
         server.send("a@x.test", &["u@x.test"], &raw);
     }
-    let corpus = corpus_files();
+    let corpus = mime_corpus();
     if corpus.is_empty() {
-        println!("{CORPUS} is missing: only the plain messages are synced");
+        println!("{MIME_CORPUS} is missing: only the plain messages are synced");
     }
     for path in &corpus {
         let raw = std::fs::read(path).unwrap();

@@ -25,9 +25,9 @@ use std::path::Path;
 use std::process::Command;
 
 use common::Server;
+use common::readers::{MIME_CORPUS, listener, mime_corpus};
 use serde_json::Value;
 
-const CORPUS: &str = "/work/shared/corpus/mime";
 const DOVECOT: &str = "/usr/lib/dovecot/imap";
 
 const COMPARE: &str = r#"
@@ -62,9 +62,9 @@ print(json.dumps(result))
 
 #[test]
 fn envelope_and_bodystructure_agree_with_dovecot() {
-    let files = corpus();
+    let files = mime_corpus();
     if files.is_empty() || !Path::new(DOVECOT).exists() {
-        println!("skipped: needs {CORPUS} and {DOVECOT} (Debian's dovecot-imapd)");
+        println!("skipped: needs {MIME_CORPUS} and {DOVECOT} (Debian's dovecot-imapd)");
         return;
     }
     let dir = std::env::temp_dir().join(format!("mailjar-dovecot-{}", common::nonce()));
@@ -76,20 +76,15 @@ fn envelope_and_bodystructure_agree_with_dovecot() {
     for (i, path) in files.iter().enumerate() {
         let raw = std::fs::read(path).unwrap();
         std::fs::write(maildir.join(format!("cur/{:05}.mj:2,", i + 1)), &raw).unwrap();
-        let out = Command::new("curl")
-            .args(["-sS", "--fail", "-o", "/dev/null", "-X", "POST"])
-            .args(["-H", "Content-Type: message/rfc822", "--data-binary"])
-            .arg(format!("@{}", path.display()))
-            .arg(format!(
-                "http://{}/api/send?from=s%40x.test&to=u%40x.test",
-                server.http
-            ))
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+        common::run_ok(
+            Command::new("curl")
+                .args(["-sS", "--fail", "-o", "/dev/null", "-X", "POST"])
+                .args(["-H", "Content-Type: message/rfc822", "--data-binary"])
+                .arg(format!("@{}", path.display()))
+                .arg(format!(
+                    "http://{}/api/send?from=s%40x.test&to=u%40x.test",
+                    server.http
+                )),
         );
     }
     let config = format!(
@@ -108,12 +103,7 @@ fn envelope_and_bodystructure_agree_with_dovecot() {
         "setpriv --reuid=nobody --regid=nogroup --clear-groups env HOME={d} USER=nobody {DOVECOT} -c {d}/dovecot.conf",
         d = dir.display()
     );
-    let health = server.health();
-    let imap = format!(
-        "{}:{}",
-        health["imap"]["host"].as_str().unwrap(),
-        health["imap"]["port"]
-    );
+    let imap = listener(&server, "imap");
     let out = common::run_ok(
         Command::new("python3")
             .arg("-c")
@@ -136,24 +126,4 @@ fn envelope_and_bodystructure_agree_with_dovecot() {
         result["BODYSTRUCTURE"]["caseless"].as_u64().unwrap() >= 131,
         "{result}"
     );
-}
-
-fn corpus() -> Vec<std::path::PathBuf> {
-    let mut files = Vec::new();
-    let mut dirs = vec![Path::new(CORPUS).to_path_buf()];
-    while let Some(dir) = dirs.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                dirs.push(path);
-            } else {
-                files.push(path);
-            }
-        }
-    }
-    files.sort();
-    files
 }

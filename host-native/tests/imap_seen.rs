@@ -7,27 +7,13 @@
 
 mod common;
 
-use std::process::Command;
-
-use common::{Server, message, run_ok};
+use common::readers::{IMAP_IDLE, ids, listener, python_json};
+use common::{Server, message};
 use serde_json::Value;
 
-fn listener(server: &Server, key: &str) -> String {
-    let health = server.health();
-    let at = &health[key];
-    assert!(at.is_object(), "/health has no {key}: {health}");
-    format!("{}:{}", at["host"].as_str().unwrap(), at["port"])
-}
-
+/// Runs a Python script with `ADDR` (host:port) and `ARGS` in `sys.argv[1:]`; its stdout as JSON.
 fn python(script: &str, args: &[&str]) -> Value {
-    let prelude = "import imaplib, json, poplib, subprocess, sys, time\nhost, port = sys.argv[1].rsplit(':', 1)\nport = int(port)\n";
-    let out = run_ok(
-        Command::new("python3")
-            .arg("-c")
-            .arg(format!("{prelude}{script}"))
-            .args(args),
-    );
-    serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"))
+    python_json("imaplib, json, poplib, subprocess, sys, time", script, args)
 }
 
 /// Two messages delivered; their ids, oldest first.
@@ -36,25 +22,16 @@ fn two_messages(server: &Server) -> Vec<String> {
         let raw = message("a@x.test", "u@x.test", subject, "x");
         assert_eq!(server.send("a@x.test", &["u@x.test"], &raw).code, 250);
     }
-    server
-        .emails("")
-        .iter()
-        .map(|e| e["id"].as_str().unwrap().to_owned())
-        .collect()
+    ids(server)
 }
 
 #[test]
 fn idle_hears_a_patch_from_the_ui_at_once() {
     let server = Server::start_with(&["--imap-port", "0"]);
     let ids = two_messages(&server);
-    let script = r#"
-m = imaplib.IMAP4(host, port, timeout=10)
-m.login("u", "p")
-m.select("INBOX")
-tag = m._new_tag().decode()
-m.send(f"{tag} IDLE\r\n".encode())
-started = m.readline().decode()
-def patch(seen):
+    let script = [
+        IMAP_IDLE,
+        r#"def patch(seen):
     subprocess.run(["curl", "-sS", "--fail", "-o", "/dev/null", "-X", "PATCH",
         "-H", "Content-Type: application/json", "-d", json.dumps({"seen": seen}),
         f"http://{sys.argv[2]}/api/emails/{sys.argv[3]}"], check=True)
@@ -69,9 +46,11 @@ done = m.readline().decode()
 m.logout()
 print(json.dumps({"started": started, "seen": seen, "unseen": unseen, "done": done,
     "latency_ms": latency_ms}))
-"#;
+"#,
+    ]
+    .concat();
     let http = server.http.to_string();
-    let out = python(script, &[&listener(&server, "imap"), &http, &ids[1]]);
+    let out = python(&script, &[&listener(&server, "imap"), &http, &ids[1]]);
     assert_eq!(out["started"], "+ idling\r\n", "{out}");
     assert_eq!(out["seen"], "* 2 FETCH (FLAGS (\\Seen))\r\n", "{out}");
     assert_eq!(out["unseen"], "* 2 FETCH (FLAGS ())\r\n", "{out}");

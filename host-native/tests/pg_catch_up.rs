@@ -9,7 +9,8 @@ mod pg;
 
 use std::time::{Duration, Instant};
 
-use common::{Server, Smtp, message};
+use common::{Server, Smtp};
+use pg::load::send_codes;
 use pg::{Nodes, Postgres, eventually};
 
 fn ids(server: &Server) -> Vec<String> {
@@ -49,21 +50,7 @@ fn a_node_catching_up_holds_its_store_limit_and_answers_at_once_meanwhile() {
             worst
         })
     };
-    let (mut smtp, _) = Smtp::connect(a.smtp);
-    smtp.expect("EHLO sender.test", 250);
-    for i in 0..96 {
-        let raw = message(
-            "app@app.test",
-            "user@local.test",
-            &format!("big-{i}"),
-            &body,
-        );
-        assert_eq!(
-            smtp.transaction("app@app.test", &["user@local.test"], &raw)
-                .code,
-            250
-        );
-    }
+    assert_eq!(send_codes(&a, "big", 96, &body), [250; 96]);
     let newest = ids(&a).last().cloned().expect("stored");
     assert!(eventually(Duration::from_secs(30), || {
         ids(&b).last() == Some(&newest)

@@ -7,12 +7,13 @@
 mod common;
 mod pg;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::{Server, Smtp, message, run_smtplib};
+use common::curl::curl_lines;
+use common::{Server, run_smtplib};
+use pg::load::send_codes;
 use pg::{Nodes, Postgres, eventually};
 use serde_json::Value;
 
@@ -38,47 +39,14 @@ fn subjects(server: &Server) -> Vec<String> {
         .collect()
 }
 
-/// Sends `n` messages on one connection; the codes of the end of DATA.
-fn send(server: &Server, prefix: &str, n: usize) -> Vec<u16> {
-    let (mut smtp, _) = Smtp::connect(server.smtp);
-    smtp.expect("EHLO sender.test", 250);
-    (0..n)
-        .map(|i| {
-            let raw = message(
-                "app@app.test",
-                "user@local.test",
-                &format!("{prefix}-{i}"),
-                "hello",
-            );
-            smtp.transaction("app@app.test", &["user@local.test"], &raw)
-                .code
-        })
-        .collect()
-}
-
 /// An event stream read by curl (with `Last-Event-ID` when given): its lines as they come.
 fn stream(server: &Server, last_event_id: Option<&str>) -> (Child, mpsc::Receiver<String>) {
-    let mut command = Command::new("curl");
-    command.args(["-sSN", "--max-time", "60"]);
-    if let Some(id) = last_event_id {
-        command.args(["-H", &format!("Last-Event-ID: {id}")]);
+    let url = format!("http://{}/api/events", server.http);
+    let header = last_event_id.map(|id| format!("Last-Event-ID: {id}"));
+    match &header {
+        Some(header) => curl_lines(&["-H", header, &url]),
+        None => curl_lines(&[&url]),
     }
-    let mut child = command
-        .arg(format!("http://{}/api/events", server.http))
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("curl must be installed");
-    let stdout = child.stdout.take().expect("piped");
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    (child, rx)
 }
 
 /// The ids of `stored` events read until `n` came (or 20 s passed), then
@@ -165,10 +133,10 @@ fn commits_on_both_nodes_at_once_give_one_order_for_every_cursor() {
     let b = pg.node(&[]);
     let per = 150;
     let (codes_a, codes_b) = std::thread::scope(|s| {
-        let on_a = s.spawn(|| send(&a, "a", per));
-        let on_a2 = s.spawn(|| send(&a, "a2", per));
-        let on_b = s.spawn(|| send(&b, "b", per));
-        let on_b2 = s.spawn(|| send(&b, "b2", per));
+        let on_a = s.spawn(|| send_codes(&a, "a", per, "hello"));
+        let on_a2 = s.spawn(|| send_codes(&a, "a2", per, "hello"));
+        let on_b = s.spawn(|| send_codes(&b, "b", per, "hello"));
+        let on_b2 = s.spawn(|| send_codes(&b, "b2", per, "hello"));
         let mut codes_a = on_a.join().unwrap();
         codes_a.extend(on_a2.join().unwrap());
         let mut codes_b = on_b.join().unwrap();
@@ -210,8 +178,16 @@ fn deletes_and_message_limits_are_the_same_on_every_node() {
     let a = pg.node(&["--max-messages", "10"]);
     let b = pg.node(&["--max-messages", "10"]);
     for round in 0..3 {
-        assert!(send(&a, &format!("a{round}"), 5).iter().all(|&c| c == 250));
-        assert!(send(&b, &format!("b{round}"), 5).iter().all(|&c| c == 250));
+        assert!(
+            send_codes(&a, &format!("a{round}"), 5, "hello")
+                .iter()
+                .all(|&c| c == 250)
+        );
+        assert!(
+            send_codes(&b, &format!("b{round}"), 5, "hello")
+                .iter()
+                .all(|&c| c == 250)
+        );
     }
     assert!(eventually(Duration::from_secs(10), || ids(&a, "") == ids(&b, "")));
     let kept = ids(&a, "");
@@ -245,21 +221,7 @@ fn more_than_one_catch_up_step_of_large_messages_arrives_whole_and_in_order() {
     let b = pg.node(&[]);
     // 12 MiB in all: more than one 8 MiB step, live on B and at C's start.
     let body = "x".repeat(1024 * 1024);
-    let (mut smtp, _) = Smtp::connect(a.smtp);
-    smtp.expect("EHLO sender.test", 250);
-    for i in 0..12 {
-        let raw = message(
-            "app@app.test",
-            "user@local.test",
-            &format!("big-{i}"),
-            &body,
-        );
-        assert_eq!(
-            smtp.transaction("app@app.test", &["user@local.test"], &raw)
-                .code,
-            250
-        );
-    }
+    assert_eq!(send_codes(&a, "big", 12, &body), [250; 12]);
     let on_a = ids(&a, "");
     assert!(eventually(Duration::from_secs(20), || ids(&b, "") == on_a));
     let c = pg.node(&[]);

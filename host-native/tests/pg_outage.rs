@@ -7,59 +7,13 @@ mod common;
 mod pg;
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{Server, Smtp, message};
+use common::{Smtp, message};
+use pg::load::{Log, acked, sender, subjects};
 use pg::{Nodes, Postgres, eventually};
-
-fn subjects(server: &Server) -> BTreeSet<String> {
-    server
-        .emails("view=summary")
-        .iter()
-        .map(|e| e["subject"].as_str().unwrap_or_default().to_owned())
-        .collect()
-}
-
-/// What a sender saw: each message's subject and the code of its end of DATA.
-type Log = Arc<Mutex<Vec<(String, u16)>>>;
-
-/// Sends messages to `server` until `stop` is set, at most `max`, on one
-/// connection (a fresh one after a 451); returns when the connection dies.
-fn sender(server: &Server, prefix: &'static str, max: usize, log: Log, stop: Arc<AtomicBool>) {
-    let addr = server.smtp;
-    std::thread::spawn(move || {
-        // A panic below is the node going away mid-transaction: the log has what was answered.
-        let _ = std::panic::catch_unwind(move || {
-            let (mut smtp, _) = Smtp::connect(addr);
-            smtp.expect("EHLO sender.test", 250);
-            for i in 0..max {
-                if stop.load(Ordering::Acquire) {
-                    return;
-                }
-                let subject = format!("{prefix}-{i}");
-                let raw = message("app@app.test", "user@local.test", &subject, "body");
-                let code = smtp
-                    .transaction("app@app.test", &["user@local.test"], &raw)
-                    .code;
-                log.lock().unwrap().push((subject, code));
-                if code != 250 {
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-            }
-        });
-    });
-}
-
-fn acked(log: &Log) -> BTreeSet<String> {
-    log.lock()
-        .unwrap()
-        .iter()
-        .filter(|(_, code)| *code == 250)
-        .map(|(s, _)| s.clone())
-        .collect()
-}
 
 fn wait_for(what: &str, timeout: Duration, check: impl FnMut() -> bool) {
     assert!(eventually(timeout, check), "timed out waiting for {what}");

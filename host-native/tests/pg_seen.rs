@@ -9,21 +9,10 @@ mod pg;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{Server, message, run_ok};
+use common::readers::{listener, send_one};
+use common::{Server, run_ok};
 use pg::{Nodes, Postgres, eventually};
 use serde_json::Value;
-
-/// Sends one message with this subject through `server`; its id.
-fn send(server: &Server, subject: &str) -> String {
-    let raw = message("app@app.test", "user@local.test", subject, "body");
-    assert_eq!(
-        server.send("app@app.test", &["user@local.test"], &raw).code,
-        250
-    );
-    let latest = server.latest();
-    assert_eq!(latest["subject"], subject);
-    latest["id"].as_str().expect("an id").to_owned()
-}
 
 /// `curl -X PATCH` of a body: the status and the JSON answer.
 fn curl_patch(server: &Server, id: &str, body: &str) -> (u16, Value) {
@@ -56,12 +45,7 @@ fn seen_flags(server: &Server) -> Vec<bool> {
 
 /// Python's poplib: RETR of message `n` on `server`'s POP3 listener.
 fn pop3_retr(server: &Server, n: usize) {
-    let health = server.health();
-    let addr = format!(
-        "{}:{}",
-        health["pop3"]["host"].as_str().unwrap(),
-        health["pop3"]["port"]
-    );
+    let addr = listener(server, "pop3");
     let script = format!(
         "import poplib, sys\nhost, port = sys.argv[1].rsplit(':', 1)\n\
          p = poplib.POP3(host, int(port), timeout=10)\np.user('u')\np.pass_('p')\n\
@@ -84,7 +68,7 @@ fn seen_is_shared_by_every_node() {
     let pg = Postgres::start();
     let a = pg.node(&["--pop3-port", "0"]);
     let b = pg.node(&["--pop3-port", "0"]);
-    let ids: Vec<String> = (0..3).map(|i| send(&a, &format!("m{i}"))).collect();
+    let ids: Vec<String> = (0..3).map(|i| send_one(&a, &format!("m{i}"))).collect();
     settles("B holds the messages", &b, &[false, false, false]);
     let seq_before: i64 = pg
         .psql("SELECT config_seq FROM mailjar_head")

@@ -5,59 +5,12 @@
 mod common;
 mod pg;
 
-use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{Server, Smtp, message};
+use pg::load::{Log, acked, sender, subjects};
 use pg::{Nodes, Postgres, eventually};
-
-/// What a sender saw: each message's subject and the code of its end of DATA.
-type Log = Arc<Mutex<Vec<(String, u16)>>>;
-
-/// Sends on one connection until `stop` is set or the connection dies (a fresh one after each 451).
-fn sender(server: &Server, prefix: &'static str, log: Log, stop: Arc<AtomicBool>) {
-    let addr = server.smtp;
-    std::thread::spawn(move || {
-        // A panic below is the node going away mid-transaction: the log has what was answered.
-        let _ = std::panic::catch_unwind(move || {
-            let (mut smtp, _) = Smtp::connect(addr);
-            smtp.expect("EHLO sender.test", 250);
-            for i in 0.. {
-                if stop.load(Ordering::Acquire) {
-                    return;
-                }
-                let subject = format!("{prefix}-{i}");
-                let raw = message("app@app.test", "user@local.test", &subject, "body");
-                let code = smtp
-                    .transaction("app@app.test", &["user@local.test"], &raw)
-                    .code;
-                log.lock().unwrap().push((subject, code));
-                if code != 250 {
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-            }
-        });
-    });
-}
-
-fn acked(log: &Log) -> BTreeSet<String> {
-    log.lock()
-        .unwrap()
-        .iter()
-        .filter(|(_, code)| *code == 250)
-        .map(|(s, _)| s.clone())
-        .collect()
-}
-
-fn subjects(server: &Server) -> BTreeSet<String> {
-    server
-        .emails("view=summary")
-        .iter()
-        .map(|e| e["subject"].as_str().unwrap_or_default().to_owned())
-        .collect()
-}
 
 #[test]
 fn a_node_stops_on_sigterm_while_the_database_is_down() {
@@ -76,8 +29,8 @@ fn stops_while_down(hang: bool) {
     let mut a = pg.node(&[]);
     let b = pg.node(&[]);
     let (log, stop) = (Log::default(), Arc::new(AtomicBool::new(false)));
-    sender(&a, "a", log.clone(), stop.clone());
-    sender(&a, "a2", log.clone(), stop.clone());
+    sender(&a, "a", usize::MAX, log.clone(), stop.clone());
+    sender(&a, "a2", usize::MAX, log.clone(), stop.clone());
     assert!(eventually(Duration::from_secs(20), || acked(&log).len() >= 50));
     if hang {
         pg.signal("STOP");

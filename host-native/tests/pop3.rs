@@ -7,29 +7,13 @@
 
 mod common;
 
-use std::process::Command;
-
-use common::{Server, http_exchange, message, run_ok};
+use common::readers::{admin, listener, python_json, team_inbox, tls_server};
+use common::{Server, message};
 use serde_json::Value;
-
-/// The `/health` address of a listener, as `host:port`.
-fn listener(server: &Server, key: &str) -> String {
-    let health = server.health();
-    let at = &health[key];
-    assert!(at.is_object(), "/health has no {key}: {health}");
-    format!("{}:{}", at["host"].as_str().unwrap(), at["port"])
-}
 
 /// Runs a poplib script with `ADDR` (host:port) and `ARGS` in `sys.argv[1:]`; its stdout as JSON.
 fn poplib(script: &str, args: &[&str]) -> Value {
-    let prelude = "import json, poplib, ssl, sys\nhost, port = sys.argv[1].rsplit(':', 1)\nport = int(port)\n";
-    let out = run_ok(
-        Command::new("python3")
-            .arg("-c")
-            .arg(format!("{prelude}{script}"))
-            .args(args),
-    );
-    serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"))
+    python_json("json, poplib, ssl, sys", script, args)
 }
 
 const READ_ALL: &str = r#"
@@ -107,16 +91,10 @@ fn poplib_reads_the_store_exactly_and_deletes_at_quit() {
 
 #[test]
 fn stls_and_implicit_tls() {
-    let server =
-        Server::start_with(&["--pop3-port", "0", "--pop3s-port", "0", "--tls-self-signed"]);
-    server.send(
-        "a@x.test",
-        &["u@x.test"],
-        &message("a@x.test", "u@x.test", "tls", "secret words"),
-    );
+    let server = tls_server("--pop3-port", "--pop3s-port");
     let script = r#"
-context = ssl._create_unverified_context()
 plain = poplib.POP3(host, port, timeout=10)
+context = ssl._create_unverified_context()
 caps = plain.capa()
 plain.stls(context=context)
 plain.user("u"); plain.pass_("p")
@@ -138,41 +116,10 @@ print(json.dumps({"stls": "STLS" in caps, "count": over_stls, "body": body}))
     assert!(out["body"].as_str().unwrap().contains("secret words"));
 }
 
-/// `METHOD target` with a bearer token and a JSON body.
-fn admin(server: &Server, token: &str, method: &str, target: &str, body: &str) -> Value {
-    let request = format!(
-        "{method} {target} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        server.http,
-        body.len()
-    );
-    let response = http_exchange(server.http, request.as_bytes());
-    assert_eq!(response.status, 200, "{method} {target}: {}", response.body);
-    response.json()
-}
-
 #[test]
 fn with_inboxes_a_login_opens_only_its_inbox() {
     let token = "pop3-admin-token-0123456789";
-    let server = Server::start_with(&["--pop3-port", "0", "--admin-token", token]);
-    let created = admin(
-        &server,
-        token,
-        "POST",
-        "/api/inboxes",
-        r#"{"name": "team-a", "addresses": ["*@team-a.test"]}"#,
-    );
-    let user = created["inbox"]["smtp"]["username"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let password = created["inbox"]["smtp"]["password"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    for (to, subject) in [("x@team-a.test", "for a"), ("y@other.test", "for nobody")] {
-        let raw = message("s@x.test", to, subject, "hello");
-        assert_eq!(server.send("s@x.test", &[to], &raw).code, 250);
-    }
+    let (server, user, password) = team_inbox("--pop3-port", token);
     let addr = listener(&server, "pop3");
     let inbox = poplib(READ_ALL, &[&addr, &user, &password]);
     assert_eq!(inbox["count"], 1);

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use common::readers::{authed, listener, python_json, send_one};
 use common::{Server, message, run_ok};
 use pg::{Nodes, Postgres};
 use serde_json::Value;
@@ -21,18 +22,6 @@ fn data_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("mailjar-seen-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     dir
-}
-
-/// Sends one message with this subject; its id.
-fn send(server: &Server, subject: &str) -> String {
-    let raw = message("app@app.test", "user@local.test", subject, "body");
-    assert_eq!(
-        server.send("app@app.test", &["user@local.test"], &raw).code,
-        250
-    );
-    let latest = server.latest();
-    assert_eq!(latest["subject"], subject);
-    latest["id"].as_str().expect("an id").to_owned()
 }
 
 /// Stops a server with SIGTERM and waits for a clean exit (the database is closed).
@@ -61,7 +50,9 @@ fn sqlite_uids_survive_a_restart_and_the_newest_deleted_one_is_not_given_again()
     let dir = data_dir("uids");
     let flags = ["--data-dir", dir.to_str().unwrap()];
     let server = Server::start_with(&flags);
-    let ids: Vec<String> = (0..3).map(|i| send(&server, &format!("m{i}"))).collect();
+    let ids: Vec<String> = (0..3)
+        .map(|i| send_one(&server, &format!("m{i}")))
+        .collect();
     // The newest goes before the restart: its UID must not come back.
     let deleted = server.request("DELETE", &format!("/api/emails/{}", ids[2]));
     assert_eq!(deleted.status, 200);
@@ -72,7 +63,7 @@ fn sqlite_uids_survive_a_restart_and_the_newest_deleted_one_is_not_given_again()
     assert!(validity.parse::<u32>().is_ok_and(|v| v > 0), "{validity}");
     let server = Server::start_with(&flags);
     assert_eq!(server.emails("view=summary").len(), 2);
-    send(&server, "after the restart");
+    send_one(&server, "after the restart");
     stop(server);
     assert_eq!(
         sqlite(&dir, "SELECT uid FROM messages ORDER BY seq"),
@@ -93,8 +84,8 @@ fn postgres_uids_are_one_sequence_across_nodes_and_older_rows_are_numbered() {
     let a = pg.node(&[]);
     let b = pg.node(&[]);
     for i in 0..3 {
-        send(&a, &format!("a{i}"));
-        send(&b, &format!("b{i}"));
+        send_one(&a, &format!("a{i}"));
+        send_one(&b, &format!("b{i}"));
     }
     let uids = || pg.psql("SELECT string_agg(uid::text, ',' ORDER BY id) FROM mailjar_messages");
     assert_eq!(uids(), "1,2,3,4,5,6", "in id order, whichever node took it");
@@ -106,7 +97,7 @@ fn postgres_uids_are_one_sequence_across_nodes_and_older_rows_are_numbered() {
         b.request("DELETE", &format!("/api/emails/{newest}")).status,
         200
     );
-    send(&a, "after");
+    send_one(&a, "after");
     assert_eq!(uids(), "1,2,3,4,5,7");
     assert!(pg::eventually(Duration::from_secs(10), || {
         b.emails("view=summary").len() == 6
@@ -124,7 +115,7 @@ fn postgres_uids_are_one_sequence_across_nodes_and_older_rows_are_numbered() {
     let a = pg.node(&[]);
     assert_eq!(uids(), "1,2,3,4,5,6");
     assert_eq!(pg.psql("SELECT uid FROM mailjar_head"), "6");
-    send(&a, "migrated");
+    send_one(&a, "migrated");
     assert_eq!(uids(), "1,2,3,4,5,6,7");
 }
 
@@ -162,8 +153,8 @@ fn seen_flags(server: &Server) -> Vec<bool> {
 #[test]
 fn patch_marks_seen_and_unseen_and_refuses_what_it_cannot_take() {
     let server = Server::start();
-    let a = send(&server, "a");
-    send(&server, "b");
+    let a = send_one(&server, "a");
+    send_one(&server, "b");
     assert_eq!(seen_flags(&server), [false, false]);
     let (status, summary) = curl_patch(&server, &a, r#"{"seen": true}"#, None);
     assert_eq!(status, 200);
@@ -193,16 +184,6 @@ fn patch_marks_seen_and_unseen_and_refuses_what_it_cannot_take() {
     assert_eq!(status, 404, "{answer}");
     assert!(answer["error"].is_string());
     assert_eq!(seen_flags(&server), [false, false]);
-}
-
-/// `METHOD target` with a bearer token and a JSON body.
-fn authed(server: &Server, token: &str, method: &str, target: &str, body: &str) -> common::Http {
-    let request = format!(
-        "{method} {target} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        server.http,
-        body.len()
-    );
-    common::http_exchange(server.http, request.as_bytes())
 }
 
 #[test]
@@ -269,17 +250,10 @@ fn an_inbox_token_marks_only_its_own_mail() {
     assert_eq!(list(&inbox_token)[0]["seen"], true);
 }
 
-/// Runs a poplib script with `ADDR` (host:port) in `sys.argv[1]`; its stdout as JSON.
+/// Runs a poplib script, logged in as `u` on `ADDR` (host:port) as `p`; its stdout as JSON.
 fn poplib(script: &str, addr: &str) -> Value {
-    let prelude = "import json, poplib, sys\nhost, port = sys.argv[1].rsplit(':', 1)\n\
-                   p = poplib.POP3(host, int(port), timeout=10)\np.user('u')\np.pass_('p')\n";
-    let out = run_ok(
-        Command::new("python3")
-            .arg("-c")
-            .arg(format!("{prelude}{script}"))
-            .arg(addr),
-    );
-    serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"))
+    let login = "p = poplib.POP3(host, port, timeout=10)\np.user('u')\np.pass_('p')\n";
+    python_json("json, poplib, sys", &format!("{login}{script}"), &[addr])
 }
 
 #[test]
@@ -287,13 +261,10 @@ fn pop3_retr_marks_seen_top_does_not_and_a_restart_keeps_it() {
     let dir = data_dir("pop3");
     let flags = ["--pop3-port", "0", "--data-dir", dir.to_str().unwrap()];
     let server = Server::start_with(&flags);
-    let ids: Vec<String> = (0..3).map(|i| send(&server, &format!("m{i}"))).collect();
-    let health = server.health();
-    let addr = format!(
-        "{}:{}",
-        health["pop3"]["host"].as_str().unwrap(),
-        health["pop3"]["port"]
-    );
+    let ids: Vec<String> = (0..3)
+        .map(|i| send_one(&server, &format!("m{i}")))
+        .collect();
+    let addr = listener(&server, "pop3");
     let read = poplib(
         "top = p.top(1, 0)[0]\nretr = p.retr(2)[0]\np.quit()\n\
          print(json.dumps({'top': top.decode(), 'retr': retr.decode()}))\n",

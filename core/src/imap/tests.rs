@@ -1,108 +1,25 @@
-use std::collections::HashSet;
-use std::sync::Arc;
-
 use proptest::prelude::*;
 
 use super::*;
 use crate::email::Email;
-use crate::id::IdGenerator;
-
-/// A store of messages and a password, answering the session's requests as a host would.
-struct Host {
-    ids: IdGenerator,
-    emails: Vec<Arc<Email>>,
-    gone: HashSet<MessageId>,
-    deleted: Vec<MessageId>,
-    seen: Vec<(MessageId, bool)>,
-    closed: bool,
-    tls: bool,
-}
+use crate::reader_host::{Host, Reader, assert_any_split_writes_the_same};
 
 const ONE: &[u8] = b"From: Ann <ann@example.com>\r\nTo: bob@example.com\r\nSubject: =?utf-8?q?caf=C3=A9?= one\r\nDate: Mon, 2 Jan 2023 10:00:00 +0000\r\nMessage-ID: <one@x>\r\n\r\nfirst line\r\nsecond\r\n";
 const TWO: &[u8] = b"From: carl@example.org\r\nTo: Dee <dee@example.org>\r\nSubject: two\r\nMIME-Version: 1.0\r\nContent-Type: multipart/mixed; boundary=\"b\"\r\n\r\n--b\r\nContent-Type: text/plain; charset=utf-8\r\n\r\nhello\r\n--b\r\nContent-Type: application/octet-stream; name=\"a.bin\"\r\nContent-Disposition: attachment; filename=\"a.bin\"\r\nContent-Transfer-Encoding: base64\r\n\r\nAAEC\r\n--b--\r\n";
 
-fn entry(email: &Email, uid: u32) -> Entry {
-    Entry {
-        id: email.id,
-        uid,
-        size: email.raw().len() as u64,
-        received_ms: 1_700_000_000_000,
-        seen: false,
-    }
+/// The messages of every test's host: ONE and TWO.
+fn host() -> Host {
+    Host::new(&[ONE, TWO])
 }
 
-impl Host {
-    fn new() -> Host {
-        let mut ids = IdGenerator::new();
-        Host {
-            emails: vec![
-                crate::email::test_email(&mut ids, ONE),
-                crate::email::test_email(&mut ids, TWO),
-            ],
-            gone: HashSet::new(),
-            deleted: Vec::new(),
-            seen: Vec::new(),
-            closed: false,
-            tls: false,
-            ids,
-        }
-    }
-
-    fn entries(&self) -> Vec<Entry> {
-        self.emails
-            .iter()
-            .enumerate()
-            .map(|(i, e)| entry(e, i as u32 + 1))
-            .collect()
-    }
-
-    /// Writes everything out and answers every request, until the session waits for input.
-    fn drive(&mut self, session: &mut Session) -> Vec<u8> {
-        let mut wire = Vec::new();
-        loop {
-            while session.poll_transmit(&mut wire) {}
-            let Some(output) = session.poll_output() else {
-                return wire;
-            };
-            match output {
-                Output::Login { user, password } => {
-                    let ok = user == "u" && password == "p w";
-                    session.handle_login(ok.then(|| self.entries()));
-                }
-                Output::Message(id) => {
-                    let found = self
-                        .emails
-                        .iter()
-                        .find(|e| e.id == id && !self.gone.contains(&id));
-                    session.handle_message(found.cloned());
-                }
-                Output::Seen { ids, seen } => self.seen.extend(ids.iter().map(|&id| (id, seen))),
-                Output::Delete(ids) => {
-                    self.deleted.extend(ids);
-                    session.handle_deleted(true);
-                }
-                Output::StartTls => {
-                    self.tls = true;
-                    session.tls_started();
-                }
-                Output::Close => self.closed = true,
-            }
-        }
-    }
+fn entry(email: &Email, uid: u32) -> Entry {
+    <Session as Reader>::entry(email, uid)
 }
 
 /// Runs `input` split at `splits`, answering as [`Host`] does; everything written.
 fn run(input: &[u8], splits: &[usize], config: Config) -> (String, Host) {
-    let mut host = Host::new();
-    let mut session = Session::new(config, 0);
-    let mut wire = host.drive(&mut session);
-    let mut at = 0;
-    for &split in splits.iter().chain(std::iter::once(&input.len())) {
-        let split = split.clamp(at, input.len());
-        session.handle_input(&input[at..split], 1);
-        wire.extend(host.drive(&mut session));
-        at = split;
-    }
+    let mut host = host();
+    let wire = host.run::<Session>(input, splits, config);
     (String::from_utf8_lossy(&wire).into_owned(), host)
 }
 
@@ -142,14 +59,7 @@ fn a_whole_dialogue_reads_as_rfc_3501_says() {
 
 #[test]
 fn any_split_of_the_input_gives_the_same_bytes() {
-    let (whole, _) = run(DIALOGUE, &[], Config::default());
-    for split in 0..DIALOGUE.len() {
-        let (wire, _) = run(DIALOGUE, &[split], Config::default());
-        assert_eq!(wire, whole, "split at {split}");
-    }
-    let bytes: Vec<usize> = (0..DIALOGUE.len()).collect();
-    let (wire, _) = run(DIALOGUE, &bytes, Config::default());
-    assert_eq!(wire, whole, "a byte at a time");
+    assert_any_split_writes_the_same::<Session>(&[ONE, TWO], DIALOGUE, Config::default());
 }
 
 #[test]
@@ -186,9 +96,9 @@ fn a_literal_past_the_limit_is_refused_before_it_is_sent() {
 
 #[test]
 fn idle_hears_new_mail_and_expunges_at_once() {
-    let mut host = Host::new();
+    let mut host = host();
     let mut session = Session::new(Config::default(), 0);
-    let mut first = host.entries();
+    let mut first = host.entries::<Session>();
     let second = first.pop().expect("two entries");
     host.drive(&mut session);
     session.handle_input(b"a LOGIN u \"p w\"\r\n", 1);
@@ -247,7 +157,7 @@ fn authenticate_plain_and_unsupported_commands() {
 
 #[test]
 fn a_fetch_of_many_messages_renders_one_at_a_time() {
-    let mut host = Host::new();
+    let mut host = host();
     let mut session = Session::new(Config::default(), 0);
     host.drive(&mut session);
     session.handle_input(b"a LOGIN u \"p w\"\r\n", 1);
@@ -326,7 +236,7 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
     #[test]
     fn the_session_agrees_with_a_model_mailbox(steps in proptest::collection::vec(step(), 1..30)) {
-        let mut host = Host::new();
+        let mut host = host();
         let mut session = Session::new(Config::default(), 0);
         host.drive(&mut session);
         session.handle_input(b"a LOGIN u \"p w\"\r\nb SELECT INBOX\r\n", 1);
@@ -411,7 +321,7 @@ fn messages_mail_parser_cannot_read_still_fetch_and_search() {
         b"X: y",
         b"Subject: nul\r\n\r\na\0b",
     ] {
-        let mut host = Host::new();
+        let mut host = host();
         let email = crate::email::test_email(&mut host.ids, raw);
         host.emails = vec![email];
         let input = b"a LOGIN u \"p w\"\r\nb SELECT INBOX\r\nc FETCH 1 (ENVELOPE BODYSTRUCTURE BODY BODY[] BODY[1] BODY[1.2.MIME] BODY[HEADER] BODY[TEXT] RFC822.HEADER)\r\nd SEARCH OR FROM x TEXT y\r\n";
@@ -430,9 +340,9 @@ fn messages_mail_parser_cannot_read_still_fetch_and_search() {
 
 #[test]
 fn status_counts_new_mail_without_renumbering_a_selected_client() {
-    let mut host = Host::new();
+    let mut host = host();
     let mut session = Session::new(Config::default(), 0);
-    let mut entries = host.entries();
+    let mut entries = host.entries::<Session>();
     let second = entries.pop().expect("two entries");
     host.drive(&mut session);
     session.handle_input(b"a LOGIN u \"p w\"\r\n", 1);
@@ -454,7 +364,7 @@ fn status_counts_new_mail_without_renumbering_a_selected_client() {
 
 #[test]
 fn a_seen_change_elsewhere_is_told_once_at_the_next_point_allowed() {
-    let mut host = Host::new();
+    let mut host = host();
     let mut session = Session::new(Config::default(), 0);
     let (one, two) = (host.emails[0].id, host.emails[1].id);
     host.drive(&mut session);

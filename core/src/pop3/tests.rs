@@ -1,97 +1,21 @@
-use std::collections::HashMap;
-use std::sync::Arc;
-
 use base64::Engine as _;
 
 use super::*;
 use crate::id::IdGenerator;
-
-/// A store of messages and a password, answering the session's requests as a host would.
-struct Host {
-    emails: Vec<Arc<Email>>,
-    gone: HashMap<MessageId, bool>,
-    deleted: Vec<MessageId>,
-    /// What RETR marked seen, in order.
-    seen: Vec<MessageId>,
-    closed: bool,
-    tls: bool,
-}
-
-fn email(ids: &mut IdGenerator, raw: &[u8]) -> Arc<Email> {
-    crate::email::test_email(ids, raw)
-}
+use crate::reader_host::{Host, assert_any_split_writes_the_same, email};
 
 const ONE: &[u8] = b"Subject: one\r\n\r\nfirst line\r\n.starts with a dot\r\nlast\r\n";
 const TWO: &[u8] = b"Subject: two\r\nX: y\r\n\r\nbody a\r\nbody b\r\nbody c";
 
-impl Host {
-    fn new() -> Host {
-        let mut ids = IdGenerator::new();
-        Host {
-            emails: vec![email(&mut ids, ONE), email(&mut ids, TWO)],
-            gone: HashMap::new(),
-            deleted: Vec::new(),
-            seen: Vec::new(),
-            closed: false,
-            tls: false,
-        }
-    }
-
-    /// Writes everything out and answers every request, until the session waits for input.
-    fn drive(&mut self, session: &mut Session) -> Vec<u8> {
-        let mut wire = Vec::new();
-        loop {
-            while session.poll_transmit(&mut wire) {}
-            let Some(output) = session.poll_output() else {
-                return wire;
-            };
-            match output {
-                Output::Login { user, password } => {
-                    let ok = user == "u" && password == "p w";
-                    let entries = self
-                        .emails
-                        .iter()
-                        .map(|e| Entry {
-                            id: e.id,
-                            size: e.raw().len() as u64,
-                        })
-                        .collect();
-                    session.handle_login(ok.then_some(entries));
-                }
-                Output::Fetch(id) => {
-                    let found = self
-                        .emails
-                        .iter()
-                        .find(|e| e.id == id && !self.gone.contains_key(&id));
-                    session.handle_message(found.cloned());
-                }
-                Output::Seen(id) => self.seen.push(id),
-                Output::Delete(ids) => {
-                    self.deleted.extend(ids);
-                    session.handle_deleted(true);
-                }
-                Output::StartTls => {
-                    self.tls = true;
-                    session.tls_started();
-                }
-                Output::Close => self.closed = true,
-            }
-        }
-    }
+/// The messages of every test's host: ONE and TWO.
+fn host() -> Host {
+    Host::new(&[ONE, TWO])
 }
 
 /// Runs `input` split at `splits`, answering as [`Host`] does; everything written.
 fn run(input: &[u8], splits: &[usize], config: Config) -> (Vec<u8>, Host) {
-    let mut host = Host::new();
-    let mut session = Session::new(config, 0);
-    let mut wire = host.drive(&mut session);
-    let mut at = 0;
-    for &split in splits.iter().chain(std::iter::once(&input.len())) {
-        let split = split.clamp(at, input.len());
-        session.handle_input(&input[at..split], 1);
-        wire.extend(host.drive(&mut session));
-        at = split;
-    }
+    let mut host = host();
+    let wire = host.run::<Session>(input, splits, config);
     (wire, host)
 }
 
@@ -132,7 +56,7 @@ fn a_whole_dialogue_reads_as_rfc_1939_says() {
     assert_eq!(host.deleted, vec![host.emails[1].id]);
     assert_eq!(
         host.seen,
-        [host.emails[0].id],
+        [(host.emails[0].id, true)],
         "RETR 1 marks seen, TOP 2 does not"
     );
     assert!(host.closed);
@@ -140,14 +64,7 @@ fn a_whole_dialogue_reads_as_rfc_1939_says() {
 
 #[test]
 fn any_split_of_the_input_gives_the_same_bytes() {
-    let (whole, _) = run(DIALOGUE, &[], Config::default());
-    for split in 0..DIALOGUE.len() {
-        let (wire, _) = run(DIALOGUE, &[split], Config::default());
-        assert_eq!(text(&wire), text(&whole), "split at {split}");
-    }
-    let bytes: Vec<usize> = (0..DIALOGUE.len()).collect();
-    let (wire, _) = run(DIALOGUE, &bytes, Config::default());
-    assert_eq!(text(&wire), text(&whole), "a byte at a time");
+    assert_any_split_writes_the_same::<Session>(&[ONE, TWO], DIALOGUE, Config::default());
 }
 
 #[test]
@@ -198,7 +115,7 @@ fn stls_is_offered_only_with_tls_and_drops_pipelined_commands() {
 
 #[test]
 fn a_message_deleted_meanwhile_and_long_lines_get_errors() {
-    let mut host = Host::new();
+    let mut host = host();
     let mut session = Session::new(
         Config {
             max_line_bytes: 64,
@@ -209,7 +126,7 @@ fn a_message_deleted_meanwhile_and_long_lines_get_errors() {
     host.drive(&mut session);
     session.handle_input(b"USER u\r\nPASS p w\r\n", 1);
     host.drive(&mut session);
-    host.gone.insert(host.emails[0].id, true);
+    host.gone.insert(host.emails[0].id);
     session.handle_input(b"RETR 1\r\nRETR 9\r\nRETR x\r\n", 2);
     let long = [b'A'; 200];
     session.handle_input(&long, 3);
@@ -223,7 +140,7 @@ fn a_message_deleted_meanwhile_and_long_lines_get_errors() {
 
 #[test]
 fn an_idle_session_ends_without_deleting() {
-    let mut host = Host::new();
+    let mut host = host();
     let mut session = Session::new(Config::default(), 0);
     host.drive(&mut session);
     session.handle_input(b"USER u\r\nPASS p w\r\nDELE 1\r\n", 5);

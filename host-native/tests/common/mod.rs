@@ -1448,3 +1448,9 @@ impl Smtp {
         }
     }
 }
+
+/// Helpers of the mail reader tests (IMAP, POP3, the seen flag).
+pub mod readers;
+
+/// curl's output read line by line as it comes (event streams).
+pub mod curl;

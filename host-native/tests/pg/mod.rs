@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 mod cluster;
+pub mod load;
 
 pub use cluster::{Postgres, eventually};
 
